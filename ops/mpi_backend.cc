@@ -1,0 +1,212 @@
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+
+namespace kolo {
+namespace {
+
+// MPI counts are ints: large buffers go in pieces of at most this many elements.
+constexpr int64_t kMaxPieceElements = 1 << 30;
+
+template <ReduceOp kOp, bool kBFloat>
+void HalfOpFn(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len, kOp, kBFloat);
+}
+
+template <bool kBFloat>
+constexpr MPI_User_function* kHalfFns[5] = {
+    &HalfOpFn<ReduceOp::kSum, kBFloat>, &HalfOpFn<ReduceOp::kSum, kBFloat>,
+    &HalfOpFn<ReduceOp::kMin, kBFloat>, &HalfOpFn<ReduceOp::kMax, kBFloat>,
+    &HalfOpFn<ReduceOp::kProduct, kBFloat>};
+
+Status CheckIntCount(int64_t n, const char* what) {
+  if (n > INT_MAX) {
+    return Status::Unimplemented(std::string(what) + " of more than 2 GiB per rank is not " +
+                                 "supported on the MPI backend yet");
+  }
+  return Status::OK();
+}
+
+std::vector<int> ToInts(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+std::vector<int> Displacements(const std::vector<int64_t>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  int64_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    d[i] = static_cast<int>(off);
+    off += counts[i];
+  }
+  return d;
+}
+
+class MpiBackend : public Backend {
+ public:
+  MpiBackend(MPI_Comm comm, const MpiOps* ops) : comm_(comm), ops_(ops) {}
+
+  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+    MPI_Datatype type = ops_->Datatype(dtype);
+    MPI_Op mpi_op = ops_->Op(dtype, op);
+    auto* p = static_cast<char*>(buffer);
+    const size_t elem = DataTypeSize(dtype);
+    for (int64_t done = 0; done < count;) {
+      int n = static_cast<int>(std::min(count - done, kMaxPieceElements));
+      KOLO_RETURN_IF_ERROR(MpiStatus(
+          MPI_Allreduce(MPI_IN_PLACE, p + done * elem, n, type, mpi_op, comm_), "MPI_Allreduce"));
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    int64_t total = 0;
+    for (int64_t b : recv_bytes) total += b;
+    KOLO_RETURN_IF_ERROR(CheckIntCount(total, "allgather"));
+    std::vector<int> counts = ToInts(recv_bytes);
+    std::vector<int> displs = Displacements(recv_bytes);
+    return MpiStatus(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
+                                    counts.data(), displs.data(), MPI_BYTE, comm_),
+                     "MPI_Allgatherv");
+  }
+
+  Status Broadcast(void* buffer, int64_t bytes, int root) override {
+    auto* p = static_cast<char*>(buffer);
+    for (int64_t done = 0; done < bytes;) {
+      int n = static_cast<int>(std::min(bytes - done, kMaxPieceElements));
+      KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast"));
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                   const std::vector<int64_t>& recv_bytes) override {
+    int64_t total_send = 0, total_recv = 0;
+    for (int64_t b : send_bytes) total_send += b;
+    for (int64_t b : recv_bytes) total_recv += b;
+    KOLO_RETURN_IF_ERROR(CheckIntCount(std::max(total_send, total_recv), "alltoall"));
+    std::vector<int> sc = ToInts(send_bytes), rc = ToInts(recv_bytes);
+    std::vector<int> sd = Displacements(send_bytes), rd = Displacements(recv_bytes);
+    return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                   rd.data(), MPI_BYTE, comm_),
+                     "MPI_Alltoallv");
+  }
+
+  Status AlltoallCounts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) override {
+    recv->assign(send.size(), 0);
+    return MpiStatus(
+        MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T, comm_),
+        "MPI_Alltoall");
+  }
+
+  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override {
+    int64_t total = 0;
+    for (int64_t c : recv_counts) total += c;
+    KOLO_RETURN_IF_ERROR(CheckIntCount(total, "reducescatter"));
+    std::vector<int> counts = ToInts(recv_counts);
+    return MpiStatus(MPI_Reduce_scatter(send, recv, counts.data(), ops_->Datatype(dtype),
+                                        ops_->Op(dtype, op), comm_),
+                     "MPI_Reduce_scatter");
+  }
+
+ private:
+  MPI_Comm comm_;
+  const MpiOps* ops_;
+};
+
+}  // namespace
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
+  if (this != &o) {
+    MpiComm old(comm_);
+    comm_ = o.comm_;
+    o.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+Status MpiStatus(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+}
+
+Result<std::unique_ptr<MpiOps>> MpiOps::Create() {
+  std::unique_ptr<MpiOps> ops(new MpiOps());
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_), "MPI_Type"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->half_), "MPI_Type_commit"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->bfloat_), "MPI_Type"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->bfloat_), "MPI_Type_commit"));
+  for (int i = 0; i < 5; ++i) {
+    KOLO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops->half_ops_[i]), "MPI_Op_create"));
+    KOLO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Op_create(kHalfFns<true>[i], 1, &ops->bfloat_ops_[i]), "MPI_Op_create"));
+  }
+  return ops;
+}
+
+MpiOps::~MpiOps() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Op* op : {half_ops_, bfloat_ops_}) {
+    for (int i = 0; i < 5; ++i) {
+      if (op[i] != MPI_OP_NULL) MPI_Op_free(&op[i]);
+    }
+  }
+  if (half_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_);
+  if (bfloat_ != MPI_DATATYPE_NULL) MPI_Type_free(&bfloat_);
+}
+
+MPI_Datatype MpiOps::Datatype(DataType dtype) const {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUInt16: return MPI_UINT16_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16: return half_;
+    case DataType::kBFloat16: return bfloat_;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
+  if (dtype == DataType::kFloat16) return half_ops_[static_cast<int>(op)];
+  if (dtype == DataType::kBFloat16) return bfloat_ops_[static_cast<int>(op)];
+  if (dtype == DataType::kBool) {
+    // Logical: sum/max = or, min/product = and.
+    return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+  }
+  return MPI_OP_NULL;
+}
+
+std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops) {
+  return std::make_unique<MpiBackend>(comm, ops);
+}
+
+}  // namespace kolo

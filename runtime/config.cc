@@ -1,0 +1,258 @@
+#include "config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+extern char** environ;
+
+namespace kolo {
+namespace {
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// Parses a whole string as a finite double; no trailing garbage.
+Result<double> ParseDouble(const std::string& raw) {
+  std::string text = Trim(raw);
+  if (text.empty()) return Status::InvalidArgument("is empty; expected a number");
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) {
+    return Status::InvalidArgument("is not a number");
+  }
+  return v;
+}
+
+Result<int64_t> ParseNonNegativeInt(const std::string& raw) {
+  std::string text = Trim(raw);
+  if (text.empty()) return Status::InvalidArgument("is empty; expected a whole number");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end != text.c_str() + text.size() || errno == ERANGE) {
+    return Status::InvalidArgument("is not a whole number");
+  }
+  if (v < 0) return Status::InvalidArgument("is negative");
+  return static_cast<int64_t>(v);
+}
+
+Status ParsePositiveMs(const std::string& text, double* out) {
+  Result<double> v = ParseDouble(text);
+  if (!v.ok()) return v.status();
+  if (v.value() <= 0) return Status::InvalidArgument("must be greater than 0 (milliseconds)");
+  if (v.value() > 60000) return Status::InvalidArgument("is more than 60000 ms");
+  *out = v.value();
+  return Status::OK();
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+Result<int64_t> ParseByteSize(const std::string& raw) {
+  std::string text = Trim(raw);
+  size_t num_end = 0;
+  while (num_end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[num_end])) || text[num_end] == '.')) {
+    ++num_end;
+  }
+  if (num_end == 0) return Status::InvalidArgument("is not a size (expected e.g. 67108864 or 64M)");
+  Result<double> number = ParseDouble(text.substr(0, num_end));
+  if (!number.ok()) return Status::InvalidArgument("is not a size (expected e.g. 67108864 or 64M)");
+  std::string unit = Lower(Trim(text.substr(num_end)));
+  double scale = 1;
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    scale = 1024.0;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    scale = 1024.0 * 1024 * 1024;
+  } else {
+    return Status::InvalidArgument("has an unknown unit '" + unit + "' (use K, M or G)");
+  }
+  double bytes = number.value() * scale;
+  if (bytes > 1e15) return Status::InvalidArgument("is too large");
+  return static_cast<int64_t>(bytes);
+}
+
+Result<double> ParseNonNegativeDouble(const std::string& text) {
+  Result<double> v = ParseDouble(text);
+  if (!v.ok()) return v.status();
+  if (v.value() < 0) return Status::InvalidArgument("is negative");
+  return v.value();
+}
+
+Result<bool> ParseBool(const std::string& raw) {
+  std::string t = Lower(Trim(raw));
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off" || t.empty()) return false;
+  return Status::InvalidArgument("is not a boolean (use 1/0, true/false, yes/no, on/off)");
+}
+
+Result<LogLevel> ParseLogLevel(const std::string& raw) {
+  std::string t = Lower(Trim(raw));
+  if (t == "trace") return LogLevel::kTrace;
+  if (t == "debug") return LogLevel::kDebug;
+  if (t == "info") return LogLevel::kInfo;
+  if (t == "warning" || t == "warn") return LogLevel::kWarning;
+  if (t == "error") return LogLevel::kError;
+  return Status::InvalidArgument("is not a log level (use trace, debug, info, warning, error)");
+}
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> kSettings = {
+      {"KOLO_FUSION_THRESHOLD", "67108864 (64 MiB)",
+       "Bytes per fused allreduce buffer; 0 turns fusion off. Accepts K/M/G suffixes.",
+       [](const std::string& t, Config* c) {
+         Result<int64_t> v = ParseByteSize(t);
+         if (!v.ok()) return v.status();
+         c->fusion_threshold_bytes = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_CYCLE_TIME", "0.5",
+       "Milliseconds between negotiation rounds while tensors are pending on some rank. A new "
+       "tensor wakes the background thread at once; this only paces the rounds that wait for "
+       "other ranks.",
+       [](const std::string& t, Config* c) { return ParsePositiveMs(t, &c->cycle_time_ms); }},
+      {"KOLO_CACHE_CAPACITY", "1024",
+       "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
+       "seen); 0 turns the cache off.",
+       [](const std::string& t, Config* c) {
+         Result<int64_t> v = ParseNonNegativeInt(t);
+         if (!v.ok()) return v.status();
+         if (v.value() > (1 << 20)) return Status::InvalidArgument("is more than 1048576");
+         c->cache_capacity = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_TIMELINE", "(off)",
+       "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "
+       "chrome://tracing).",
+       [](const std::string& t, Config* c) {
+         c->timeline_path = Trim(t);
+         return Status::OK();
+       }},
+      {"KOLO_TIMELINE_MARK_CYCLES", "0", "Also mark every negotiation cycle in the timeline.",
+       [](const std::string& t, Config* c) {
+         Result<bool> v = ParseBool(t);
+         if (!v.ok()) return v.status();
+         c->timeline_mark_cycles = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_STALL_CHECK_TIME_SECONDS", "60",
+       "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
+       "missing it.",
+       [](const std::string& t, Config* c) {
+         Result<double> v = ParseNonNegativeDouble(t);
+         if (!v.ok()) return v.status();
+         c->stall_check_seconds = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "0",
+       "Seconds after which a stalled tensor fails on every rank with an error naming the "
+       "missing ranks; 0 = never.",
+       [](const std::string& t, Config* c) {
+         Result<double> v = ParseNonNegativeDouble(t);
+         if (!v.ok()) return v.status();
+         c->stall_shutdown_seconds = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_STALL_CHECK_DISABLE", "0", "Turns the stall warnings and the stall shutdown off.",
+       [](const std::string& t, Config* c) {
+         Result<bool> v = ParseBool(t);
+         if (!v.ok()) return v.status();
+         c->stall_check_disabled = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning or error.",
+       [](const std::string& t, Config* c) {
+         Result<LogLevel> v = ParseLogLevel(t);
+         if (!v.ok()) return v.status();
+         c->log_level = v.value();
+         return Status::OK();
+       }},
+      {"KOLO_IDLE_TICK_MS", "100",
+       "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
+       "checks and shutdown moving).",
+       [](const std::string& t, Config* c) { return ParsePositiveMs(t, &c->idle_tick_ms); }},
+  };
+  return kSettings;
+}
+
+std::string ClosestSettingName(const std::string& name) {
+  std::string best;
+  size_t best_distance = 5;
+  for (const Setting& s : Settings()) {
+    size_t d = EditDistance(name, s.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = s.name;
+    }
+  }
+  return best;
+}
+
+Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>>& environment,
+                           const std::vector<std::pair<std::string, std::string>>& overrides,
+                           std::vector<std::string>* unknown) {
+  Config config;
+  for (const auto* source : {&environment, &overrides}) {
+    for (const auto& [name, value] : *source) {
+      auto it = std::find_if(Settings().begin(), Settings().end(),
+                             [&](const Setting& s) { return name == s.name; });
+      if (it == Settings().end()) {
+        if (unknown != nullptr) unknown->push_back(name);
+        continue;
+      }
+      Status s = it->parse(value, &config);
+      if (!s.ok()) {
+        return Status::InvalidArgument(name + "='" + value + "' " + s.message());
+      }
+    }
+  }
+  if (config.stall_shutdown_seconds > 0 && !config.stall_check_disabled &&
+      config.stall_shutdown_seconds < config.stall_check_seconds) {
+    // A shutdown before the first warning would fail jobs without a diagnosis.
+    config.stall_check_seconds = config.stall_shutdown_seconds;
+  }
+  return config;
+}
+
+std::vector<std::pair<std::string, std::string>> KoloEnvironment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "KOLO_", 5) != 0) continue;
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    out.emplace_back(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -1,0 +1,282 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace kolo {
+namespace {
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return os.str();
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string Describe(const Request& r) {
+  return std::string(OpTypeName(r.op)) + " tensor '" + r.name + "'";
+}
+
+// Whether the shapes of two requests of the same op agree, and the rule's name.
+bool ShapesAgree(const Request& a, const Request& b) {
+  switch (a.op) {
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+      // Only dim 0 may differ.
+      return a.shape.size() == b.shape.size() && !a.shape.empty() &&
+             std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
+    case OpType::kBarrier:
+    case OpType::kJoin:
+    case OpType::kAddProcessSet:
+    case OpType::kRemoveProcessSet:
+      return true;
+    default:
+      return a.shape == b.shape;
+  }
+}
+
+}  // namespace
+
+int64_t SplitRows(int64_t rows, int size, int rank) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+Coordinator::Coordinator(int size, StallSettings stall)
+    : size_(size), stall_(stall), joined_(size, false) {}
+
+void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
+                              Clock::time_point now) {
+  for (Request r : requests) {
+    r.rank = rank;  // trust the transport's rank, not the payload
+    if (r.op == OpType::kJoin) {
+      if (!joined_[rank]) {
+        joined_[rank] = true;
+        ++joined_count_;
+      }
+      last_joined_ = rank;
+      continue;
+    }
+    Add(r, now);
+  }
+}
+
+void Coordinator::Add(const Request& request, Clock::time_point now) {
+  auto [it, inserted] = table_.try_emplace(request.name);
+  Entry& entry = it->second;
+  if (inserted) {
+    entry.first = request;
+    entry.submitted.assign(size_, false);
+    entry.first_seen = now;
+    if (request.op == OpType::kAllgather) entry.dim0.assign(size_, 0);
+    arrival_order_.push_back(request.name);
+  } else if (entry.submitted[request.rank]) {
+    return;  // a rank never has one name pending twice; ignore a duplicate
+  } else {
+    Compare(entry, request);
+  }
+  entry.submitted[request.rank] = true;
+  ++entry.count;
+  if (request.op == OpType::kAllgather && !request.shape.empty() &&
+      entry.first.op == OpType::kAllgather) {
+    entry.dim0[request.rank] = request.shape[0];
+  }
+}
+
+// Records the first way `r` disagrees with the entry's first request.
+void Coordinator::Compare(Entry& entry, const Request& r) {
+  const Request& f = entry.first;
+  const std::string ranks = "rank " + std::to_string(f.rank);
+  const std::string other = "rank " + std::to_string(r.rank);
+  std::string what;
+  if (r.op != f.op) {
+    what = "Mismatched operations for tensor '" + f.name + "': " + ranks + " asked for " +
+           OpTypeName(f.op) + " but " + other + " asked for " + OpTypeName(r.op) + ".";
+  } else if (r.dtype != f.dtype && f.op != OpType::kBarrier) {
+    what = "Mismatched data types for " + Describe(f) + ": " + ranks + " sent " +
+           DataTypeName(f.dtype) + " but " + other + " sent " + DataTypeName(r.dtype) + ".";
+  } else if (r.device != f.device) {
+    what = "Mismatched devices for " + Describe(f) + ": " + ranks + " sent a tensor on " +
+           DeviceName(f.device) + " but " + other + " sent one on " + DeviceName(r.device) + ".";
+  } else if (!ShapesAgree(f, r)) {
+    bool dim0_free = f.op == OpType::kAllgather || f.op == OpType::kAlltoall;
+    what = std::string("Mismatched ") + OpTypeName(f.op) + " tensor shapes for tensor '" + f.name +
+           "'" + (dim0_free ? " (all dimensions but the first must agree)" : "") + ": " + ranks +
+           " sent a tensor of shape " + ShapeToString(f.shape) + " but " + other +
+           " sent a tensor of shape " + ShapeToString(r.shape) + ".";
+  } else if (r.reduce_op != f.reduce_op &&
+             (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter)) {
+    what = "Mismatched reduce operations for " + Describe(f) + ": " + ranks + " asked for " +
+           ReduceOpName(f.reduce_op) + " but " + other + " asked for " +
+           ReduceOpName(r.reduce_op) + ".";
+  } else if (r.prescale != f.prescale) {
+    what = "Mismatched prescale factors for " + Describe(f) + ": " + ranks + " sent " +
+           Num(f.prescale) + " but " + other + " sent " + Num(r.prescale) + ".";
+  } else if (r.postscale != f.postscale) {
+    what = "Mismatched postscale factors for " + Describe(f) + ": " + ranks + " sent " +
+           Num(f.postscale) + " but " + other + " sent " + Num(r.postscale) + ".";
+  } else if (r.root != f.root) {
+    what = "Mismatched broadcast root ranks for tensor '" + f.name + "': " + ranks +
+           " named root " + std::to_string(f.root) + " but " + other + " named root " +
+           std::to_string(r.root) + ".";
+  } else if (r.group != f.group || r.group_size != f.group_size) {
+    what = "Mismatched groups for " + Describe(f) + ": " + ranks + " submitted it in group '" +
+           f.group + "' of " + std::to_string(f.group_size) + " but " + other + " in group '" +
+           r.group + "' of " + std::to_string(r.group_size) + ".";
+  } else if (r.ranks != f.ranks) {
+    std::vector<int> a(f.ranks.begin(), f.ranks.end()), b(r.ranks.begin(), r.ranks.end());
+    what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
+           JoinInts(a) + "] but " + other + " asked for [" + JoinInts(b) + "].";
+  }
+  if (what.empty()) return;
+  if (entry.mismatch.empty()) entry.mismatch = what;
+  entry.disagreeing.push_back(r.rank);
+}
+
+std::string Coordinator::MissingRanks(const Entry& entry) const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!entry.submitted[r]) missing.push_back(r);
+  }
+  return JoinInts(missing);
+}
+
+Response Coordinator::Decide(const std::string& name, Entry& entry) {
+  const Request& f = entry.first;
+  Response resp;
+  resp.names = {name};
+  if (!entry.mismatch.empty()) {
+    resp.op = OpType::kError;
+    resp.error = entry.mismatch;
+    if (entry.disagreeing.size() > 1) {
+      std::vector<int> d = entry.disagreeing;
+      std::sort(d.begin(), d.end());
+      resp.error += " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) +
+                    ".";
+    }
+    return resp;
+  }
+  if (entry.count < size_ && f.op != OpType::kAllreduce) {
+    resp.op = OpType::kError;
+    resp.error = "Rank(s) " + MissingRanks(entry) + " already called join(), so they cannot take " +
+                 "part in " + Describe(f) + "; after join() other ranks may only allreduce.";
+    return resp;
+  }
+  resp.op = f.op;
+  resp.dtype = f.dtype;
+  resp.reduce_op = f.reduce_op;
+  resp.prescale = f.prescale;
+  resp.postscale = f.postscale;
+  resp.root = f.root;
+  resp.device = f.device;
+  resp.ranks = f.ranks;
+  if (f.op == OpType::kAllreduce) {
+    int64_t n = 1;
+    for (int64_t d : f.shape) n *= d;
+    resp.sizes = {n};
+  } else if (f.op == OpType::kAllgather) {
+    resp.sizes = entry.dim0;
+  }
+  return resp;
+}
+
+// Appends `response`, holding group members back until their group is decided.
+void Coordinator::Emit(Response response, const Request& request, std::vector<Response>* out) {
+  if (request.group.empty()) {
+    out->push_back(std::move(response));
+    return;
+  }
+  Group& g = groups_[request.group];
+  g.size = request.group_size;
+  if (response.op == OpType::kError && g.error.empty()) g.error = response.error;
+  g.decided.push_back(std::move(response));
+  if (static_cast<int>(g.decided.size()) < g.size) return;
+  for (Response& r : g.decided) {
+    if (!g.error.empty()) {
+      r.op = OpType::kError;
+      r.error = "Group '" + request.group + "' failed: " + g.error;
+    }
+    out->push_back(std::move(r));
+  }
+  groups_.erase(request.group);
+}
+
+CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
+  CoordinatorOutcome outcome;
+  std::vector<std::string> still_pending;
+  still_pending.reserve(arrival_order_.size());
+  for (const std::string& name : arrival_order_) {
+    auto it = table_.find(name);
+    Entry& entry = it->second;
+    int present = entry.count;
+    for (int r = 0; r < size_; ++r) {
+      if (joined_[r] && !entry.submitted[r]) ++present;
+    }
+    if (present < size_) {
+      still_pending.push_back(name);
+      continue;
+    }
+    Request first = entry.first;
+    Emit(Decide(name, entry), first, &outcome.responses);
+    table_.erase(it);
+  }
+  arrival_order_ = std::move(still_pending);
+  CheckStalls(now, &outcome);
+  if (joined_count_ == size_) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.names = {"join"};
+    join.value = last_joined_;
+    outcome.responses.push_back(std::move(join));
+    joined_.assign(size_, false);
+    joined_count_ = 0;
+    last_joined_ = -1;
+  }
+  return outcome;
+}
+
+void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome) {
+  if (stall_.check_seconds <= 0 && stall_.shutdown_seconds <= 0) return;
+  std::vector<std::string> still_pending;
+  for (const std::string& name : arrival_order_) {
+    auto it = table_.find(name);
+    Entry& e = it->second;
+    double age = std::chrono::duration<double>(now - e.first_seen).count();
+    std::vector<int> have;
+    for (int r = 0; r < size_; ++r) {
+      if (e.submitted[r]) have.push_back(r);
+    }
+    std::string detail = Describe(e.first) + " was submitted by rank(s) " + JoinInts(have) +
+                         " but not by rank(s) " + MissingRanks(e);
+    if (stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds) {
+      Response err;
+      err.op = OpType::kError;
+      err.names = {name};
+      err.error = "Stalled for " + Num(static_cast<int>(age)) + " s: " + detail +
+                  "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
+                  " ended it. All ranks must submit the same tensors.";
+      Request first = e.first;
+      Emit(std::move(err), first, &outcome->responses);
+      table_.erase(it);
+      continue;
+    }
+    still_pending.push_back(name);
+    double since_warned = std::chrono::duration<double>(now - e.last_warned).count();
+    if (stall_.check_seconds > 0 && age >= stall_.check_seconds &&
+        (!e.warned || since_warned >= stall_.check_seconds)) {
+      e.warned = true;
+      e.last_warned = now;
+      outcome->stall_warnings.push_back("Stall: " + detail + " (waiting " +
+                                        Num(static_cast<int>(age)) +
+                                        " s). Those ranks may be slower, stuck, or taking a "
+                                        "different code path.");
+    }
+  }
+  arrival_order_ = std::move(still_pending);
+}
+
+}  // namespace kolo

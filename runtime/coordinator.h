@@ -1,0 +1,87 @@
+// The coordinator's decisions: a pure function of the requests that ranks
+// sent, with no MPI, no threads and an injected clock, so that it is tested
+// and benchmarked with any number of simulated ranks.
+//
+// Protocol (one negotiation cycle, see docs/architecture.md):
+//   1. Every rank's new requests are added with AddRequests().
+//   2. ComputeResponses() returns, in the order the tensors first arrived, a
+//      response for every tensor that all ranks have now asked for (ranks that
+//      joined count as present for allreduce), an ERROR response for a tensor
+//      that ranks asked for in disagreeing ways (naming ranks and values), an
+//      ERROR for tensors stalled past the shutdown time, and JOIN once every
+//      rank has joined. Members of a group are held until the whole group is
+//      decided, then emitted together.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "message.h"
+
+namespace kolo {
+
+struct StallSettings {
+  double check_seconds = 60.0;    // warn after this long; 0 = off
+  double shutdown_seconds = 0.0;  // fail after this long; 0 = never
+};
+
+struct CoordinatorOutcome {
+  std::vector<Response> responses;
+  std::vector<std::string> stall_warnings;  // one line per stalled tensor
+};
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Coordinator(int size, StallSettings stall);
+
+  void AddRequests(int rank, const std::vector<Request>& requests, Clock::time_point now);
+  CoordinatorOutcome ComputeResponses(Clock::time_point now);
+
+  // Tensors asked for by some ranks but not yet by all.
+  size_t pending() const { return table_.size(); }
+
+ private:
+  struct Entry {
+    Request first;  // the first request that arrived; the others are compared with it
+    std::vector<bool> submitted;
+    int count = 0;
+    std::string mismatch;           // the first disagreement found, empty if none
+    std::vector<int> disagreeing;   // ranks that differ from `first`
+    std::vector<int64_t> dim0;      // allgather: dim 0 of every rank
+    Clock::time_point first_seen;
+    Clock::time_point last_warned;
+    bool warned = false;
+  };
+  struct Group {
+    int size = 0;
+    std::vector<Response> decided;
+    std::string error;
+  };
+
+  void Add(const Request& request, Clock::time_point now);
+  void Compare(Entry& entry, const Request& request);
+  Response Decide(const std::string& name, Entry& entry);
+  void Emit(Response response, const Request& request, std::vector<Response>* out);
+  void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
+  std::string MissingRanks(const Entry& entry) const;
+
+  int size_;
+  StallSettings stall_;
+  std::unordered_map<std::string, Entry> table_;
+  std::vector<std::string> arrival_order_;  // names in table_, first arrival first
+  std::unordered_map<std::string, Group> groups_;
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+};
+
+// Elements of rank `rank`'s share when `rows` rows are split over `size` ranks
+// (the first rows % size ranks get one row more).
+int64_t SplitRows(int64_t rows, int size, int rank);
+
+}  // namespace kolo

@@ -1,0 +1,238 @@
+#include "executor.h"
+
+#include <cstring>
+
+#include "../ops/cpu_kernels.h"
+#include "fusion_planner.h"
+#include "logging.h"
+
+namespace kolo {
+namespace {
+
+// The factor applied after the reduction: the user's postscale, and 1/n for
+// an average.
+double PostFactor(const Response& r, int size) {
+  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
+}
+
+int64_t RowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+}  // namespace
+
+void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point begin) {
+  if (timeline_ != nullptr && timeline_->active()) {
+    timeline_->Span(e.request.name, phase, begin, Clock::now());
+  }
+}
+
+void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* result) {
+  if (timeline_ != nullptr && timeline_->active()) {
+    timeline_->Span(entry.request.name, "QUEUE", entry.enqueued, entry.picked_up);
+    timeline_->Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
+  }
+  on_done_(entry);
+  entry.work->Complete(status, result);
+}
+
+void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
+                       const std::function<Result<int>(const std::vector<int>&)>& add_set,
+                       const std::function<Status(int)>& remove_set) {
+  auto now = Clock::now();
+  for (const Response& r : responses) {
+    for (const std::string& name : r.names) {
+      if (TensorEntry* e = set.Find(name)) e->negotiated = now;
+    }
+  }
+  for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes)) {
+    switch (r.op) {
+      case OpType::kAllreduce: Allreduce(set, r); break;
+      case OpType::kAllgather: Allgather(set, r); break;
+      case OpType::kBroadcast: Broadcast(set, r); break;
+      case OpType::kAlltoall: Alltoall(set, r); break;
+      case OpType::kReducescatter: Reducescatter(set, r); break;
+      case OpType::kError:
+        for (const std::string& name : r.names) {
+          if (set.Find(name) != nullptr) {
+            Finish(set.Take(name), Status::PreconditionFailed(r.error));
+          }
+        }
+        break;
+      case OpType::kBarrier:
+        // Negotiation already proved that every rank reached the barrier.
+        if (set.Find(r.names[0]) != nullptr) Finish(set.Take(r.names[0]), Status::OK());
+        break;
+      case OpType::kJoin: {
+        if (set.Find(r.names[0]) == nullptr) break;
+        WorkResult result;
+        result.value = r.value;
+        Finish(set.Take(r.names[0]), Status::OK(), &result);
+        break;
+      }
+      case OpType::kAddProcessSet: {
+        Result<int> id = add_set(r.ranks);
+        WorkResult result;
+        if (id.ok()) result.value = id.value();
+        if (set.Find(r.names[0]) != nullptr) {
+          Finish(set.Take(r.names[0]), id.status(), &result);
+        }
+        break;
+      }
+      case OpType::kRemoveProcessSet: {
+        Status s = remove_set(r.ranks.empty() ? -1 : r.ranks[0]);
+        if (set.Find(r.names[0]) != nullptr) Finish(set.Take(r.names[0]), s);
+        break;
+      }
+    }
+  }
+}
+
+void Executor::Allreduce(ProcessSet& set, const Response& r) {
+  const size_t elem = DataTypeSize(r.dtype);
+  std::vector<TensorEntry*> entries;
+  int64_t total = 0;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    entries.push_back(set.Find(r.names[i]));
+    total += r.sizes[i];
+  }
+  const auto start = Clock::now();
+  uint8_t* buffer;
+  const bool in_place = entries.size() == 1 && entries[0] != nullptr;
+  if (in_place) {
+    // A single tensor is reduced in its output buffer: no fusion copies.
+    TensorEntry* e = entries[0];
+    buffer = static_cast<uint8_t*>(e->output.data);
+    if (e->output.data != e->input.data && total > 0) {
+      std::memcpy(buffer, e->input.data, total * elem);
+    }
+  } else {
+    buffer = set.FusionBuffer(static_cast<size_t>(total) * elem);
+    int64_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
+      if (entries[i] != nullptr) {
+        if (bytes > 0) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
+      } else {
+        std::memset(buffer + offset, 0, bytes);  // joined: take part with zeros
+      }
+      offset += static_cast<int64_t>(bytes);
+    }
+    for (TensorEntry* e : entries) {
+      if (e != nullptr) Phase(*e, "MEMCPY_IN_FUSION_BUFFER", start);
+    }
+  }
+  ScaleBuffer(buffer, total, r.dtype, r.prescale);
+  const auto reduce_start = Clock::now();
+  Status status = set.backend().Allreduce(buffer, total, r.dtype, r.reduce_op);
+  if (status.ok()) ScaleBuffer(buffer, total, r.dtype, PostFactor(r, set.size()));
+  for (TensorEntry* e : entries) {
+    if (e != nullptr) Phase(*e, "ALLREDUCE", reduce_start);
+  }
+  const auto copy_start = Clock::now();
+  int64_t offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
+    if (entries[i] == nullptr) {
+      offset += static_cast<int64_t>(bytes);
+      continue;
+    }
+    if (!in_place && status.ok() && bytes > 0) {
+      std::memcpy(entries[i]->output.data, buffer + offset, bytes);
+      Phase(*entries[i], "MEMCPY_OUT_FUSION_BUFFER", copy_start);
+    }
+    offset += static_cast<int64_t>(bytes);
+    Finish(set.Take(r.names[i]), status);
+  }
+}
+
+void Executor::Allgather(ProcessSet& set, const Response& r) {
+  TensorEntry* e = set.Find(r.names[0]);
+  if (e == nullptr) return;
+  const auto start = Clock::now();
+  const std::vector<int64_t>& shape = e->request.shape;
+  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+  std::vector<int64_t> recv_bytes(r.sizes.size());
+  int64_t rows = 0;
+  for (size_t i = 0; i < r.sizes.size(); ++i) {
+    recv_bytes[i] = r.sizes[i] * row_bytes;
+    rows += r.sizes[i];
+  }
+  WorkResult result;
+  result.dtype = r.dtype;
+  result.shape = shape;
+  result.shape[0] = rows;
+  result.data.resize(static_cast<size_t>(rows * row_bytes));
+  Status s = set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(),
+                                      recv_bytes);
+  Phase(*e, "ALLGATHER", start);
+  Finish(set.Take(r.names[0]), s, &result);
+}
+
+void Executor::Broadcast(ProcessSet& set, const Response& r) {
+  TensorEntry* e = set.Find(r.names[0]);
+  if (e == nullptr) return;
+  const auto start = Clock::now();
+  Status s = set.backend().Broadcast(e->input.data, static_cast<int64_t>(e->input.NumBytes()),
+                                     r.root);
+  Phase(*e, "BROADCAST", start);
+  Finish(set.Take(r.names[0]), s);
+}
+
+void Executor::Alltoall(ProcessSet& set, const Response& r) {
+  TensorEntry* e = set.Find(r.names[0]);
+  if (e == nullptr) return;
+  const auto start = Clock::now();
+  const int64_t row_bytes =
+      RowElements(e->request.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+  WorkResult result;
+  Status s = set.backend().AlltoallCounts(e->splits, &result.received_splits);
+  if (s.ok()) {
+    std::vector<int64_t> send_bytes(e->splits.size()), recv_bytes(e->splits.size());
+    int64_t rows = 0;
+    for (size_t i = 0; i < e->splits.size(); ++i) {
+      send_bytes[i] = e->splits[i] * row_bytes;
+      recv_bytes[i] = result.received_splits[i] * row_bytes;
+      rows += result.received_splits[i];
+    }
+    result.dtype = r.dtype;
+    result.shape = e->request.shape;
+    result.shape[0] = rows;
+    result.data.resize(static_cast<size_t>(rows * row_bytes));
+    s = set.backend().Alltoallv(e->input.data, send_bytes, result.data.data(), recv_bytes);
+  }
+  Phase(*e, "ALLTOALL", start);
+  Finish(set.Take(r.names[0]), s, &result);
+}
+
+void Executor::Reducescatter(ProcessSet& set, const Response& r) {
+  TensorEntry* e = set.Find(r.names[0]);
+  if (e == nullptr) return;
+  const auto start = Clock::now();
+  const std::vector<int64_t>& shape = e->request.shape;
+  const int64_t row = RowElements(shape);
+  const int n = set.size();
+  std::vector<int64_t> counts(n);
+  for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * row;
+  const int64_t total = e->input.NumElements();
+  const size_t elem = DataTypeSize(r.dtype);
+  // Scale a copy: the caller's input stays untouched.
+  uint8_t* send = set.FusionBuffer(static_cast<size_t>(total) * elem);
+  if (total > 0) std::memcpy(send, e->input.data, static_cast<size_t>(total) * elem);
+  ScaleBuffer(send, total, r.dtype, r.prescale);
+  WorkResult result;
+  result.dtype = r.dtype;
+  result.shape = shape;
+  result.shape[0] = SplitRows(shape[0], n, set.rank());
+  result.data.resize(static_cast<size_t>(counts[set.rank()]) * elem);
+  Status s = set.backend().ReduceScatter(send, result.data.data(), counts, r.dtype, r.reduce_op);
+  if (s.ok()) {
+    ScaleBuffer(result.data.data(), counts[set.rank()], r.dtype, PostFactor(r, n));
+  }
+  Phase(*e, "REDUCESCATTER", start);
+  Finish(set.Take(r.names[0]), s, &result);
+}
+
+}  // namespace kolo

@@ -1,0 +1,23 @@
+// Fuses compatible allreduce responses into fewer, larger ones.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "message.h"
+
+namespace kolo {
+
+class FusionPlanner {
+ public:
+  // Every rank calls Plan with the same responses and gets the same plan.
+  // Allreduce responses that agree on dtype, reduce op, scale factors and
+  // device are merged (in order of first appearance) while the merged size
+  // stays within `threshold_bytes`; a response larger than the threshold runs
+  // alone, in place. Other responses keep their position.
+  static std::vector<Response> Plan(std::vector<Response> responses, int64_t threshold_bytes);
+
+  static int64_t Bytes(const Response& response);
+};
+
+}  // namespace kolo

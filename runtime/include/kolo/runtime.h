@@ -1,0 +1,153 @@
+// The public C++ API of libkolo.
+//
+//   auto rt = kolo::Runtime::Create({});          // MPI_Init_thread + background thread
+//   kolo::TensorView t{data, kolo::DataType::kFloat32, {1024}};
+//   kolo::AllreduceOptions opts;  opts.name = "grad.fc1";
+//   auto h = rt.value()->EnqueueAllreduce(t, t, opts);   // returns at once
+//   kolo::Status s = rt.value()->Wait(h.value());         // error names ranks and values
+//
+// Enqueue* calls validate their input on the calling thread and hand the work
+// to the background thread, which is the only thread that calls MPI.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+class RuntimeImpl;
+
+// An opaque ticket for one enqueued operation.
+using Handle = int64_t;
+
+// The global process set (all ranks) always has id 0.
+constexpr int kGlobalProcessSet = 0;
+
+struct InitOptions {
+  // Communicator to run on; MPI_COMM_NULL means MPI_COMM_WORLD. kolo duplicates
+  // it. When MPI is not initialized yet, kolo initializes it and finalizes it
+  // at Shutdown().
+  MPI_Comm comm = MPI_COMM_NULL;
+  // Process sets registered at init, each a list of ranks of `comm`; they get
+  // ids 1, 2, ... in this order.
+  std::vector<std::vector<int>> process_sets;
+  // Settings that override the environment (name -> value), e.g.
+  // {"KOLO_CYCLE_TIME", "2"}; parsed and validated like the environment.
+  std::vector<std::pair<std::string, std::string>> settings;
+};
+
+struct CollectiveOptions {
+  // Must be the same on every rank; empty means "<op>.noname.<n>", numbered
+  // per process set in call order.
+  std::string name;
+  int process_set = kGlobalProcessSet;
+};
+
+struct AllreduceOptions : CollectiveOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale_factor = 1.0;   // applied to the input before reducing
+  double postscale_factor = 1.0;  // applied to the result (after the 1/n of kAverage)
+};
+
+struct ReducescatterOptions : CollectiveOptions {
+  ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+};
+
+// What an operation produced beyond its in-place outputs.
+struct WorkResult {
+  // allgather, alltoall, reducescatter: the output tensor (host memory).
+  std::vector<uint8_t> data;
+  std::vector<int64_t> shape;
+  DataType dtype = DataType::kFloat32;
+  // alltoall: rows received from each rank.
+  std::vector<int64_t> received_splits;
+  // join: the last rank that joined; add_process_set: the new set's id.
+  int value = -1;
+};
+
+class Runtime {
+ public:
+  // Initializes MPI if needed, reads the configuration (environment, then
+  // `options.settings`), creates the communicators and starts the background
+  // thread. Collective over `options.comm`.
+  static Result<std::unique_ptr<Runtime>> Create(const InitOptions& options);
+
+  // Shuts down coordinated with the other ranks: every pending handle on every
+  // rank completes with kAborted, the background thread is joined, and MPI is
+  // finalized when kolo initialized it. Idempotent.
+  Status Shutdown();
+  ~Runtime();  // calls Shutdown() and logs a failure; never throws
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  bool is_running() const;
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int cross_rank() const;
+  int cross_size() const;
+  bool mpi_threads_supported() const;  // MPI_THREAD_MULTIPLE is available
+
+  // Ranks of a process set (in set order), or an error if it does not exist.
+  Result<std::vector<int>> ProcessSetRanks(int process_set) const;
+  // The rank of this process within a process set, -1 if not a member.
+  Result<int> ProcessSetRank(int process_set) const;
+
+  // `output` may alias `input` (in place). Same shape and dtype.
+  Result<Handle> EnqueueAllreduce(const TensorView& input, const TensorView& output,
+                                  const AllreduceOptions& options);
+  // A group is negotiated as one unit: all members become ready together and
+  // are fused together. Members are named "<name>.<i>" (name may be empty).
+  Result<Handle> EnqueueGroupedAllreduce(const std::vector<TensorView>& inputs,
+                                         const std::vector<TensorView>& outputs,
+                                         const AllreduceOptions& options);
+  // Concatenates every rank's input along dim 0; the first dimension may differ.
+  Result<Handle> EnqueueAllgather(const TensorView& input, const CollectiveOptions& options);
+  // In place: `tensor` on `root_rank` (a rank of the process set) is copied to all.
+  Result<Handle> EnqueueBroadcast(const TensorView& tensor, int root_rank,
+                                  const CollectiveOptions& options);
+  // `splits[i]` rows of `input` go to rank i of the set; empty = even split.
+  Result<Handle> EnqueueAlltoall(const TensorView& input, const std::vector<int64_t>& splits,
+                                 const CollectiveOptions& options);
+  // Reduces, then rank i keeps the i-th block of rows; when dim 0 does not
+  // divide, the first (dim0 % n) ranks get one row more.
+  Result<Handle> EnqueueReducescatter(const TensorView& input,
+                                      const ReducescatterOptions& options);
+  Result<Handle> EnqueueBarrier(const CollectiveOptions& options);
+  // For uneven data: after joining, this rank takes part in other ranks'
+  // allreduces with zeros until every rank has joined. The result's `value` is
+  // the last rank to join.
+  Result<Handle> EnqueueJoin(const CollectiveOptions& options);
+
+  // Collective over all ranks: every rank must call it with the same ranks.
+  // The result's `value` is the new id.
+  Result<Handle> EnqueueAddProcessSet(const std::vector<int>& ranks);
+  Result<Handle> EnqueueRemoveProcessSet(int process_set);
+
+  // True once the operation finished (successfully or not).
+  bool Poll(Handle handle) const;
+  // Blocks until the operation finishes and releases the handle. `result`
+  // receives outputs of allgather, alltoall, reducescatter, join.
+  Status Wait(Handle handle, WorkResult* result = nullptr);
+
+  // Starts / stops writing a Chrome-trace timeline (rank 0 only; no-op elsewhere).
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  Status StopTimeline();
+
+ private:
+  explicit Runtime(std::unique_ptr<RuntimeImpl> impl);
+  std::unique_ptr<RuntimeImpl> impl_;
+};
+
+}  // namespace kolo

@@ -1,0 +1,134 @@
+#include "message.h"
+
+#include "wire_generated.h"
+
+namespace kolo {
+namespace {
+
+namespace fb = flatbuffers;
+
+template <typename T>
+std::vector<T> ToVector(const fb::Vector<T>* v) {
+  return v == nullptr ? std::vector<T>() : std::vector<T>(v->begin(), v->end());
+}
+
+std::string ToString(const fb::String* s) { return s == nullptr ? std::string() : s->str(); }
+
+bool ValidEnums(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
+  return op <= static_cast<uint8_t>(OpType::kError) && dtype < kNumDataTypes &&
+         reduce_op <= static_cast<uint8_t>(ReduceOp::kProduct);
+}
+
+}  // namespace
+
+bool Request::operator==(const Request& o) const {
+  return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
+         reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
+         root == o.root && device == o.device && group == o.group &&
+         group_size == o.group_size && ranks == o.ranks;
+}
+
+bool Response::operator==(const Response& o) const {
+  return op == o.op && names == o.names && error == o.error && dtype == o.dtype &&
+         reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
+         root == o.root && device == o.device && sizes == o.sizes && value == o.value &&
+         ranks == o.ranks;
+}
+
+std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
+  fb::FlatBufferBuilder b(256 + 128 * requests.size());
+  std::vector<fb::Offset<wire::Request>> offsets;
+  offsets.reserve(requests.size());
+  for (const Request& r : requests) {
+    offsets.push_back(wire::CreateRequest(
+        b, r.rank, static_cast<uint8_t>(r.op), b.CreateString(r.name),
+        static_cast<uint8_t>(r.dtype), b.CreateVector(r.shape), static_cast<uint8_t>(r.reduce_op),
+        r.prescale, r.postscale, r.root, r.device, b.CreateString(r.group), r.group_size,
+        b.CreateVector(r.ranks)));
+  }
+  b.Finish(wire::CreateRequestList(b, b.CreateVector(offsets)));
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
+  fb::FlatBufferBuilder b(256 + 128 * responses.size());
+  std::vector<fb::Offset<wire::Response>> offsets;
+  offsets.reserve(responses.size());
+  for (const Response& r : responses) {
+    offsets.push_back(wire::CreateResponse(
+        b, static_cast<uint8_t>(r.op), b.CreateVectorOfStrings(r.names), b.CreateString(r.error),
+        static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(r.reduce_op), r.prescale, r.postscale,
+        r.root, r.device, b.CreateVector(r.sizes), r.value, b.CreateVector(r.ranks)));
+  }
+  b.Finish(wire::CreateResponseList(b, b.CreateVector(offsets)));
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+Result<std::vector<Request>> DecodeRequests(const uint8_t* data, size_t size) {
+  fb::Verifier verifier(data, size);
+  if (data == nullptr || !verifier.VerifyBuffer<wire::RequestList>(nullptr)) {
+    return Status::Internal("received a malformed request list (" + std::to_string(size) +
+                            " bytes); the ranks may run different kolo versions");
+  }
+  const auto* list = fb::GetRoot<wire::RequestList>(data);
+  std::vector<Request> out;
+  if (list->requests() == nullptr) return out;
+  out.reserve(list->requests()->size());
+  for (const wire::Request* w : *list->requests()) {
+    if (!ValidEnums(w->op(), w->dtype(), w->reduce_op())) {
+      return Status::Internal("received a request with an out-of-range enum value");
+    }
+    Request r;
+    r.rank = w->rank();
+    r.op = static_cast<OpType>(w->op());
+    r.name = ToString(w->name());
+    r.dtype = static_cast<DataType>(w->dtype());
+    r.shape = ToVector(w->shape());
+    r.reduce_op = static_cast<ReduceOp>(w->reduce_op());
+    r.prescale = w->prescale();
+    r.postscale = w->postscale();
+    r.root = w->root();
+    r.device = w->device();
+    r.group = ToString(w->group());
+    r.group_size = w->group_size();
+    r.ranks = ToVector(w->ranks());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::vector<Response>> DecodeResponses(const uint8_t* data, size_t size) {
+  fb::Verifier verifier(data, size);
+  if (data == nullptr || !verifier.VerifyBuffer<wire::ResponseList>(nullptr)) {
+    return Status::Internal("received a malformed response list (" + std::to_string(size) +
+                            " bytes); the ranks may run different kolo versions");
+  }
+  const auto* list = fb::GetRoot<wire::ResponseList>(data);
+  std::vector<Response> out;
+  if (list->responses() == nullptr) return out;
+  out.reserve(list->responses()->size());
+  for (const wire::Response* w : *list->responses()) {
+    if (!ValidEnums(w->op(), w->dtype(), w->reduce_op())) {
+      return Status::Internal("received a response with an out-of-range enum value");
+    }
+    Response r;
+    r.op = static_cast<OpType>(w->op());
+    if (w->names() != nullptr) {
+      for (const fb::String* s : *w->names()) r.names.push_back(ToString(s));
+    }
+    r.error = ToString(w->error());
+    r.dtype = static_cast<DataType>(w->dtype());
+    r.reduce_op = static_cast<ReduceOp>(w->reduce_op());
+    r.prescale = w->prescale();
+    r.postscale = w->postscale();
+    r.root = w->root();
+    r.device = w->device();
+    r.sizes = ToVector(w->sizes());
+    r.value = w->value();
+    r.ranks = ToVector(w->ranks());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -1,0 +1,58 @@
+// The negotiation protocol's messages: what a rank asks for (Request) and
+// what the coordinator decides (Response), with their wire encoding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+struct Request {
+  int32_t rank = 0;  // rank within the process set
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;  // broadcast
+  int32_t device = kCpuDevice;
+  std::string group;       // grouped allreduce: the group's name; empty when not grouped
+  int32_t group_size = 0;  // grouped allreduce: number of members
+  std::vector<int32_t> ranks;  // add_process_set: the ranks; remove: {id}
+
+  bool operator==(const Request& o) const;
+};
+
+struct Response {
+  OpType op = OpType::kAllreduce;  // kError for a failed negotiation
+  std::vector<std::string> names;
+  std::string error;  // kError: the message every rank raises
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;
+  int32_t device = kCpuDevice;
+  // allreduce: elements per tensor (joined ranks reduce zeros of this size);
+  // allgather: dim 0 of every rank.
+  std::vector<int64_t> sizes;
+  int32_t value = -1;          // join: last rank to join
+  std::vector<int32_t> ranks;  // add/remove process set
+
+  bool operator==(const Response& o) const;
+};
+
+std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests);
+std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses);
+// Reject bytes that are not a well-formed message (a corrupt or truncated
+// buffer never causes an out-of-bounds read) and values out of range.
+Result<std::vector<Request>> DecodeRequests(const uint8_t* data, size_t size);
+Result<std::vector<Response>> DecodeResponses(const uint8_t* data, size_t size);
+
+}  // namespace kolo

@@ -1,0 +1,263 @@
+#include "process_set.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "logging.h"
+
+namespace kolo {
+namespace {
+
+// Flags travel in word 0 of the bit vector. The vector is reduced with a
+// bitwise AND (cache bits must be set everywhere); flags and invalid bits need
+// an OR, so they travel inverted: OR(a, b) = ~AND(~a, ~b).
+enum Flag : uint64_t {
+  kHasUncached = 1,  // some rank has requests for the coordinator
+  kShutdown = 2,     // some rank asked to shut down
+  kJoined = 4,       // some rank has joined: the cache is bypassed
+  kHasPending = 8,   // some rank has tensors waiting
+};
+
+bool TestBit(const std::vector<uint64_t>& v, size_t word0, int bit) {
+  return (v[word0 + bit / 64] >> (bit % 64)) & 1u;
+}
+void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
+  (*v)[word0 + bit / 64] |= uint64_t{1} << (bit % 64);
+}
+
+}  // namespace
+
+ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
+                       const MpiOps* ops, const Config& config)
+    : info_(std::move(info)),
+      comm_(std::move(comm)),
+      backend_(MakeMpiBackend(comm_.get(), ops)),
+      config_(config),
+      cache_(config.cache_capacity) {
+  if (info_->rank_in_set == 0) {
+    StallSettings stall;
+    if (!config.stall_check_disabled) {
+      stall.check_seconds = config.stall_check_seconds;
+      stall.shutdown_seconds = config.stall_shutdown_seconds;
+    } else {
+      stall.check_seconds = 0;
+    }
+    coordinator_ = std::make_unique<Coordinator>(size(), stall);
+  }
+}
+
+void ProcessSet::Add(TensorEntry entry) {
+  if (entry.request.op == OpType::kJoin) joined_ = true;
+  std::string name = entry.request.name;
+  auto [it, inserted] = pending_.emplace(name, std::move(entry));
+  (void)inserted;  // names are unique among pending entries (checked at enqueue)
+  Classify(it->second);
+}
+
+// Decides whether a new request can ride the cache's fast path.
+void ProcessSet::Classify(TensorEntry& entry) {
+  const Request& request = entry.request;
+  if (cache_.enabled() && !joined_ && request.group.empty()) {
+    ResponseCache::Lookup found = cache_.Find(request, rank());
+    if (found.state == ResponseCache::State::kHit) {
+      cache_hits_.emplace(found.bit, request.name);
+      return;
+    }
+    if (found.state == ResponseCache::State::kInvalid) invalid_bits_.push_back(found.bit);
+  }
+  uncached_.push_back(request);
+}
+
+void ProcessSet::MoveToUncached(int bit) {
+  auto it = cache_hits_.find(bit);
+  if (it == cache_hits_.end()) return;
+  auto entry = pending_.find(it->second);
+  if (entry != pending_.end()) uncached_.push_back(entry->second.request);
+  cache_hits_.erase(it);
+}
+
+// A cache hit that waits too long is sent to the coordinator instead, so that
+// the stall inspector can say which ranks are missing it.
+void ProcessSet::ExpireStalledCacheHits(Clock::time_point now, std::vector<uint64_t>* invalid) {
+  if (config_.stall_check_disabled || config_.stall_check_seconds <= 0) return;
+  for (const auto& [bit, name] : cache_hits_) {
+    auto it = pending_.find(name);
+    if (it == pending_.end()) continue;
+    double age = std::chrono::duration<double>(now - it->second.picked_up).count();
+    if (age >= config_.stall_check_seconds / 2) invalid_bits_.push_back(bit);
+  }
+  (void)invalid;
+}
+
+Status ProcessSet::WaitForRequest(MPI_Request* request) {
+  // Peers usually arrive within microseconds: spin briefly, then back off so a
+  // waiting background thread does not take the core from the training thread.
+  auto start = Clock::now();
+  auto sleep = std::chrono::microseconds(20);
+  for (;;) {
+    int done = 0;
+    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+    if (done) return Status::OK();
+    if (Clock::now() - start < std::chrono::microseconds(50)) continue;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+  }
+}
+
+Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
+                             NegotiationOutcome* outcome) {
+  *outcome = NegotiationOutcome();
+  std::vector<uint64_t> unused;
+  ExpireStalledCacheHits(now, &unused);
+
+  // 1. The bit vector: flags, cache hits, invalidated entries.
+  const size_t words = (static_cast<size_t>(cache_.bit_bound()) + 63) / 64;
+  std::vector<uint64_t> bits(1 + 2 * words, 0);
+  uint64_t flags = 0;
+  if (!uncached_.empty()) flags |= kHasUncached;
+  if (request_shutdown) flags |= kShutdown;
+  if (joined_) flags |= kJoined;
+  if (!pending_.empty()) flags |= kHasPending;
+  bits[0] = ~flags;
+  for (const auto& hit : cache_hits_) SetBit(&bits, 1, hit.first);
+  std::vector<uint64_t> invalid(words, 0);
+  for (int bit : invalid_bits_) invalid[bit / 64] |= uint64_t{1} << (bit % 64);
+  for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~invalid[w];
+  invalid_bits_.clear();
+
+  MPI_Request request;
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits.data(),
+                                                static_cast<int>(bits.size()), MPI_UINT64_T,
+                                                MPI_BAND, comm_.get(), &request),
+                                 "MPI_Iallreduce"));
+  KOLO_RETURN_IF_ERROR(WaitForRequest(&request));
+  flags = ~bits[0];
+  outcome->shutdown = (flags & kShutdown) != 0;
+  outcome->any_pending = (flags & kHasPending) != 0;
+  if (outcome->shutdown) return Status::OK();
+
+  // 2. Entries some rank found stale leave every rank's cache; while a rank is
+  //    joined, every request goes through the coordinator.
+  bool any_invalid = false;
+  for (int bit = 0; bit < cache_.bit_bound(); ++bit) {
+    if (TestBit(bits, 1 + words, bit)) continue;  // inverted: 0 means invalid somewhere
+    any_invalid = true;
+    MoveToUncached(bit);
+    cache_.Erase(bit);
+  }
+  if (flags & kJoined) {
+    while (!cache_hits_.empty()) MoveToUncached(cache_hits_.begin()->first);
+  }
+
+  // 3. Bits set on every rank are ready, in bit order (the same everywhere).
+  for (int bit = 0; bit < cache_.bit_bound(); ++bit) {
+    if (!TestBit(bits, 1, bit) || !TestBit(bits, 1 + words, bit)) continue;
+    outcome->responses.push_back(cache_.Get(bit));
+    cache_.Touch(bit);
+    cache_hits_.erase(bit);
+  }
+
+  // 4. The slow path, when any rank has something new for the coordinator.
+  if ((flags & (kHasUncached | kJoined)) || any_invalid) {
+    std::vector<Response> slow;
+    KOLO_RETURN_IF_ERROR(RunSlowPath(now, &slow));
+    CacheResponses(slow);
+    for (Response& r : slow) outcome->responses.push_back(std::move(r));
+  }
+  return Status::OK();
+}
+
+Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* responses) {
+  std::vector<uint8_t> mine = EncodeRequests(uncached_);
+  uncached_.clear();
+  const int n = size();
+  const bool root = rank() == 0;
+  int my_size = static_cast<int>(mine.size());
+  std::vector<int> sizes(root ? n : 0), displs(root ? n : 0);
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Gather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_.get()), "MPI_Gather"));
+  std::vector<uint8_t> all;
+  if (root) {
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(mine.data(), my_size, MPI_BYTE, all.data(),
+                                             sizes.data(), displs.data(), MPI_BYTE, 0,
+                                             comm_.get()),
+                                 "MPI_Gatherv"));
+  std::vector<uint8_t> reply;
+  if (root) {
+    for (int r = 0; r < n; ++r) {
+      Result<std::vector<Request>> requests = DecodeRequests(all.data() + displs[r], sizes[r]);
+      if (!requests.ok()) {
+        return Status::Internal("from rank " + std::to_string(info_->ranks[r]) + ": " +
+                                requests.status().message());
+      }
+      coordinator_->AddRequests(r, requests.value(), now);
+    }
+    CoordinatorOutcome decided = coordinator_->ComputeResponses(now);
+    for (const std::string& w : decided.stall_warnings) KOLO_LOG(kWarning) << w;
+    reply = EncodeResponses(decided.responses);
+  }
+  int64_t reply_size = static_cast<int64_t>(reply.size());
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Bcast(&reply_size, 1, MPI_INT64_T, 0, comm_.get()), "MPI_Bcast"));
+  reply.resize(static_cast<size_t>(reply_size));
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Bcast(reply.data(), static_cast<int>(reply_size), MPI_BYTE, 0, comm_.get()),
+      "MPI_Bcast"));
+  Result<std::vector<Response>> decoded = DecodeResponses(reply.data(), reply.size());
+  if (!decoded.ok()) return decoded.status();
+  *responses = std::move(decoded).value();
+  return Status::OK();
+}
+
+// Every rank inserts the same responses in the same order, so bit positions
+// agree everywhere. A hit waiting on an evicted bit goes to the coordinator.
+void ProcessSet::CacheResponses(const std::vector<Response>& responses) {
+  if (!cache_.enabled()) return;
+  for (const Response& r : responses) {
+    if (!ResponseCache::Cacheable(r)) continue;
+    auto it = pending_.find(r.names[0]);
+    std::optional<std::vector<int64_t>> own_shape;
+    if (it != pending_.end() && it->second.request.group.empty()) {
+      own_shape = it->second.request.shape;
+    }
+    std::optional<int> evicted = cache_.Put(r, own_shape);
+    if (evicted) MoveToUncached(*evicted);
+  }
+}
+
+TensorEntry* ProcessSet::Find(const std::string& name) {
+  auto it = pending_.find(name);
+  return it == pending_.end() ? nullptr : &it->second;
+}
+
+TensorEntry ProcessSet::Take(const std::string& name) {
+  auto it = pending_.find(name);
+  TensorEntry entry = std::move(it->second);
+  pending_.erase(it);
+  if (entry.request.op == OpType::kJoin) joined_ = false;
+  return entry;
+}
+
+std::vector<TensorEntry> ProcessSet::TakeAll() {
+  std::vector<TensorEntry> out;
+  for (auto& [name, entry] : pending_) out.push_back(std::move(entry));
+  pending_.clear();
+  uncached_.clear();
+  cache_hits_.clear();
+  joined_ = false;
+  return out;
+}
+
+uint8_t* ProcessSet::FusionBuffer(size_t bytes) {
+  if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+  return fusion_buffer_.data();
+}
+
+}  // namespace kolo

@@ -1,0 +1,86 @@
+// One process set as the background thread sees it: its communicator, the
+// tensors waiting on it, its response cache, its coordinator (on its rank 0),
+// and the negotiation round that decides what is ready everywhere.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../ops/backend.h"
+#include "config.h"
+#include "coordinator.h"
+#include "response_cache.h"
+#include "work.h"
+
+namespace kolo {
+
+// What the user threads may read about a set (immutable once published).
+struct ProcessSetInfo {
+  int id = 0;
+  std::vector<int> ranks;  // global ranks, in set order
+  int rank_in_set = -1;    // -1: this process is not a member
+};
+
+struct NegotiationOutcome {
+  std::vector<Response> responses;  // cached-ready first (bit order), then the coordinator's
+  bool shutdown = false;            // some rank asked to shut down
+  bool any_pending = false;         // something still waits somewhere
+};
+
+class ProcessSet {
+ public:
+  ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
+             const Config& config);
+
+  const ProcessSetInfo& info() const { return *info_; }
+  std::shared_ptr<const ProcessSetInfo> shared_info() const { return info_; }
+  int size() const { return static_cast<int>(info_->ranks.size()); }
+  int rank() const { return info_->rank_in_set; }
+  MPI_Comm comm() const { return comm_.get(); }
+  Backend& backend() { return *backend_; }
+
+  // Takes a new entry (from the tensor queue) into this set's bookkeeping.
+  void Add(TensorEntry entry);
+  // One negotiation round (collective over the set).
+  Status Negotiate(bool request_shutdown, Clock::time_point now, NegotiationOutcome* outcome);
+
+  // The pending entry named `name`, or null (a joined rank has none).
+  TensorEntry* Find(const std::string& name);
+  // Removes and returns the entry (the caller completes its work).
+  TensorEntry Take(const std::string& name);
+  bool has_pending() const { return !pending_.empty(); }
+  // Fails every pending entry with `status` and forgets them.
+  std::vector<TensorEntry> TakeAll();
+
+  // A buffer that persists across cycles (no page faults per step).
+  uint8_t* FusionBuffer(size_t bytes);
+
+  bool joined() const { return joined_; }
+
+ private:
+  void Classify(TensorEntry& entry);
+  void ExpireStalledCacheHits(Clock::time_point now, std::vector<uint64_t>* invalid);
+  Status WaitForRequest(MPI_Request* request);
+  Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
+  void CacheResponses(const std::vector<Response>& responses);
+  void MoveToUncached(int bit);
+
+  std::shared_ptr<const ProcessSetInfo> info_;
+  MpiComm comm_;
+  std::unique_ptr<Backend> backend_;
+  Config config_;
+
+  std::unordered_map<std::string, TensorEntry> pending_;  // by name
+  std::vector<Request> uncached_;          // to send to the coordinator next round
+  std::map<int, std::string> cache_hits_;  // bit -> name, waiting for the bit everywhere
+  std::vector<int> invalid_bits_;          // cached entries this rank found stale
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
+  bool joined_ = false;
+  std::vector<uint8_t> fusion_buffer_;
+};
+
+}  // namespace kolo

@@ -1,0 +1,353 @@
+// The public API: validates every input on the calling thread, so a bad
+// argument fails at once on the rank that made it, with a message naming it.
+#include "kolo/runtime.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "logging.h"
+#include "runtime_impl.h"
+
+namespace kolo {
+namespace {
+
+Status CheckTensor(const TensorView& t, const char* what) {
+  for (int64_t d : t.shape) {
+    if (d < 0) {
+      return Status::InvalidArgument(std::string(what) + " has a negative dimension in shape " +
+                                     ShapeToString(t.shape));
+    }
+  }
+  if (t.data == nullptr && t.NumElements() > 0) {
+    return Status::InvalidArgument(std::string(what) + " has no data pointer");
+  }
+  if (static_cast<int>(t.dtype) >= kNumDataTypes) {
+    return Status::InvalidArgument(std::string(what) + " has an unknown data type");
+  }
+  if (t.device != kCpuDevice) {
+    return Status::InvalidArgument(std::string(what) + " is on " + DeviceName(t.device) +
+                                   ", but this kolo build has no GPU support (built without "
+                                   "CUDA/NCCL); move the tensor to the CPU or rebuild with "
+                                   "KOLO_WITH_CUDA=ON");
+  }
+  return Status::OK();
+}
+
+Status CheckScaling(DataType dtype, ReduceOp op, double pre, double post) {
+  if (!std::isfinite(pre) || !std::isfinite(post)) {
+    return Status::InvalidArgument("prescale_factor and postscale_factor must be finite");
+  }
+  if (dtype == DataType::kBool && (op == ReduceOp::kAverage || pre != 1.0 || post != 1.0)) {
+    return Status::InvalidArgument(
+        "bool tensors support sum (logical or), min, max and product (logical and), without "
+        "scale factors; average is not defined for bool");
+  }
+  return Status::OK();
+}
+
+Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int rank) {
+  Request r;
+  r.rank = rank;
+  r.op = op;
+  r.name = name;
+  r.dtype = t.dtype;
+  r.shape = t.shape;
+  r.device = t.device;
+  return r;
+}
+
+}  // namespace
+
+Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  Status s = Shutdown();
+  if (!s.ok()) KOLO_LOG(kError) << "kolo shutdown failed: " << s.message();
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
+  Result<std::unique_ptr<RuntimeImpl>> impl = RuntimeImpl::Create(options);
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl).value()));
+}
+
+Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
+
+bool Runtime::is_running() const { return impl_->running(); }
+int Runtime::rank() const { return impl_->rank(); }
+int Runtime::size() const { return impl_->size(); }
+int Runtime::local_rank() const { return impl_->local_rank(); }
+int Runtime::local_size() const { return impl_->local_size(); }
+int Runtime::cross_rank() const { return impl_->cross_rank(); }
+int Runtime::cross_size() const { return impl_->cross_size(); }
+bool Runtime::mpi_threads_supported() const { return impl_->threads_multiple(); }
+
+Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
+  auto info = impl_->SetInfo(process_set);
+  if (!info.ok()) return info.status();
+  return info.value()->ranks;
+}
+
+Result<int> Runtime::ProcessSetRank(int process_set) const {
+  auto info = impl_->SetInfo(process_set);
+  if (!info.ok()) return info.status();
+  return info.value()->rank_in_set;
+}
+
+namespace {
+
+// The set's info for an operation by this rank, or why it cannot run there.
+Result<std::shared_ptr<const ProcessSetInfo>> MemberSet(RuntimeImpl& impl, int id) {
+  auto info = impl.SetInfo(id);
+  if (!info.ok()) return info.status();
+  if (info.value()->rank_in_set < 0) {
+    return Status::InvalidArgument("this rank (" + std::to_string(impl.rank()) +
+                                   ") is not a member of process set " + std::to_string(id));
+  }
+  return info;
+}
+
+}  // namespace
+
+Result<Handle> Runtime::EnqueueAllreduce(const TensorView& input, const TensorView& output,
+                                         const AllreduceOptions& options) {
+  return EnqueueGroupedAllreduce({input}, {output}, options);
+}
+
+Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& inputs,
+                                                const std::vector<TensorView>& outputs,
+                                                const AllreduceOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  if (inputs.empty() || inputs.size() != outputs.size()) {
+    return Status::InvalidArgument("allreduce needs as many outputs as inputs, at least one");
+  }
+  const bool grouped = inputs.size() > 1;
+  std::string base = options.name;
+  if (base.empty()) {
+    base = impl_->AutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
+  }
+  std::vector<TensorEntry> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KOLO_RETURN_IF_ERROR(CheckTensor(inputs[i], "allreduce input"));
+    KOLO_RETURN_IF_ERROR(CheckTensor(outputs[i], "allreduce output"));
+    if (inputs[i].dtype != outputs[i].dtype || inputs[i].shape != outputs[i].shape) {
+      return Status::InvalidArgument("allreduce output must have the input's dtype and shape");
+    }
+    KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
+                                      options.postscale_factor));
+    TensorEntry e;
+    e.process_set = options.process_set;
+    std::string name = grouped ? base + "." + std::to_string(i) : base;
+    e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], set.value()->rank_in_set);
+    e.request.reduce_op = options.op;
+    e.request.prescale = options.prescale_factor;
+    e.request.postscale = options.postscale_factor;
+    if (grouped) {
+      e.request.group = base;
+      e.request.group_size = static_cast<int32_t>(inputs.size());
+    }
+    e.input = inputs[i];
+    e.output = outputs[i];
+    entries.push_back(std::move(e));
+  }
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueAllgather(const TensorView& input,
+                                         const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
+  if (input.shape.empty()) {
+    return Status::InvalidArgument("allgather needs a tensor with at least one dimension "
+                                   "(it concatenates along dimension 0); got a scalar");
+  }
+  TensorEntry e;
+  e.process_set = options.process_set;
+  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kAllgather), e.process_set)
+                                          : options.name;
+  e.request = MakeRequest(OpType::kAllgather, name, input, set.value()->rank_in_set);
+  e.input = e.output = input;
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank,
+                                         const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  KOLO_RETURN_IF_ERROR(CheckTensor(tensor, "broadcast tensor"));
+  int n = static_cast<int>(set.value()->ranks.size());
+  if (root_rank < 0 || root_rank >= n) {
+    return Status::InvalidArgument("broadcast root_rank " + std::to_string(root_rank) +
+                                   " is out of range: the process set has ranks 0.." +
+                                   std::to_string(n - 1));
+  }
+  TensorEntry e;
+  e.process_set = options.process_set;
+  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kBroadcast), e.process_set)
+                                          : options.name;
+  e.request = MakeRequest(OpType::kBroadcast, name, tensor, set.value()->rank_in_set);
+  e.request.root = root_rank;
+  e.input = e.output = tensor;
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input,
+                                        const std::vector<int64_t>& splits,
+                                        const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  KOLO_RETURN_IF_ERROR(CheckTensor(input, "alltoall input"));
+  if (input.shape.empty()) {
+    return Status::InvalidArgument("alltoall needs a tensor with at least one dimension");
+  }
+  const int n = static_cast<int>(set.value()->ranks.size());
+  const int64_t rows = input.shape[0];
+  std::vector<int64_t> s = splits;
+  if (s.empty()) {
+    if (rows % n != 0) {
+      return Status::InvalidArgument(
+          "alltoall without splits needs dimension 0 (" + std::to_string(rows) +
+          ") divisible by the number of ranks (" + std::to_string(n) + "); pass splits");
+    }
+    s.assign(n, rows / n);
+  }
+  if (static_cast<int>(s.size()) != n) {
+    return Status::InvalidArgument("alltoall splits has " + std::to_string(s.size()) +
+                                   " entries but the process set has " + std::to_string(n) +
+                                   " ranks; give one split per rank");
+  }
+  int64_t sum = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 0) {
+      return Status::InvalidArgument("alltoall splits must not be negative (split " +
+                                     std::to_string(i) + " is " + std::to_string(s[i]) + ")");
+    }
+    sum += s[i];
+  }
+  if (sum != rows) {
+    return Status::InvalidArgument("alltoall splits sum to " + std::to_string(sum) +
+                                   " but the tensor's dimension 0 is " + std::to_string(rows));
+  }
+  TensorEntry e;
+  e.process_set = options.process_set;
+  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kAlltoall), e.process_set)
+                                          : options.name;
+  e.request = MakeRequest(OpType::kAlltoall, name, input, set.value()->rank_in_set);
+  e.input = e.output = input;
+  e.splits = std::move(s);
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
+                                             const ReducescatterOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
+  if (input.shape.empty()) {
+    return Status::InvalidArgument("reducescatter needs a tensor with at least one dimension");
+  }
+  if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
+    return Status::InvalidArgument(std::string("reducescatter supports sum and average, not ") +
+                                   ReduceOpName(options.op));
+  }
+  KOLO_RETURN_IF_ERROR(
+      CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
+  TensorEntry e;
+  e.process_set = options.process_set;
+  std::string name = options.name.empty()
+                         ? impl_->AutoName(OpTypeName(OpType::kReducescatter), e.process_set)
+                         : options.name;
+  e.request = MakeRequest(OpType::kReducescatter, name, input, set.value()->rank_in_set);
+  e.request.reduce_op = options.op;
+  e.request.prescale = options.prescale_factor;
+  e.request.postscale = options.postscale_factor;
+  e.input = e.output = input;
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  TensorEntry e;
+  e.process_set = options.process_set;
+  e.request.op = OpType::kBarrier;
+  e.request.rank = set.value()->rank_in_set;
+  e.request.name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kBarrier), e.process_set)
+                                        : options.name;
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  TensorEntry e;
+  e.process_set = options.process_set;
+  e.request.op = OpType::kJoin;
+  e.request.rank = set.value()->rank_in_set;
+  e.request.name = "join";
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+      sorted.front() < 0 || sorted.back() >= size()) {
+    return Status::InvalidArgument("a process set must list distinct ranks between 0 and " +
+                                   std::to_string(size() - 1));
+  }
+  TensorEntry e;
+  e.request.op = OpType::kAddProcessSet;
+  e.request.rank = rank();
+  e.request.name = impl_->AutoName(OpTypeName(OpType::kAddProcessSet), kGlobalProcessSet);
+  e.request.ranks.assign(ranks.begin(), ranks.end());
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
+  if (process_set == kGlobalProcessSet) {
+    return Status::InvalidArgument("the global process set (0) cannot be removed");
+  }
+  auto info = impl_->SetInfo(process_set);
+  if (!info.ok()) return info.status();
+  TensorEntry e;
+  e.request.op = OpType::kRemoveProcessSet;
+  e.request.rank = rank();
+  e.request.name = impl_->AutoName(OpTypeName(OpType::kRemoveProcessSet), kGlobalProcessSet);
+  e.request.ranks = {process_set};
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl_->Enqueue(std::move(entries));
+}
+
+bool Runtime::Poll(Handle handle) const { return impl_->Poll(handle); }
+
+Status Runtime::Wait(Handle handle, WorkResult* result) { return impl_->Wait(handle, result); }
+
+Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (rank() != 0) return Status::OK();
+  return impl_->timeline().Start(path, mark_cycles);
+}
+
+Status Runtime::StopTimeline() {
+  impl_->timeline().Stop();
+  return Status::OK();
+}
+
+}  // namespace kolo

@@ -1,0 +1,342 @@
+#include "runtime_impl.h"
+
+#include <algorithm>
+
+#include "logging.h"
+
+namespace kolo {
+
+Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& options) {
+  std::vector<std::string> unknown;
+  Result<Config> config = ParseConfig(KoloEnvironment(), options.settings, &unknown);
+  if (!config.ok()) return config.status();
+  std::unique_ptr<RuntimeImpl> rt(new RuntimeImpl());
+  rt->config_ = config.value();
+  SetLogLevel(rt->config_.log_level);
+  KOLO_RETURN_IF_ERROR(rt->InitMpi(options));
+  SetLogRank(rt->rank_);
+  if (rt->rank_ == 0) {
+    for (const std::string& name : unknown) {
+      std::string close = ClosestSettingName(name);
+      KOLO_LOG(kWarning) << name << " is not a kolo setting and is ignored"
+                         << (close.empty() ? "" : "; did you mean " + close + "?");
+    }
+  }
+  KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
+  if (!rt->config_.timeline_path.empty() && rt->rank_ == 0) {
+    KOLO_RETURN_IF_ERROR(
+        rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
+  }
+  RuntimeImpl* raw = rt.get();
+  rt->executor_ = std::make_unique<Executor>(rt->config_, &rt->timeline_,
+                                             [raw](const TensorEntry& e) { raw->ForgetName(e); });
+  rt->running_ = true;
+  rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
+  return rt;
+}
+
+Status RuntimeImpl::InitMpi(const InitOptions& options) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::PreconditionFailed(
+        "MPI was already finalized in this process (by an earlier kolo shutdown() or by the "
+        "application); MPI cannot be initialized twice. Initialize MPI yourself and pass its "
+        "communicator to init() to shut kolo down and start it again.");
+  }
+  if (!initialized) {
+    KOLO_RETURN_IF_ERROR(MpiStatus(
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level_), "MPI_Init_thread"));
+    owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&thread_level_);
+  }
+  if (thread_level_ < MPI_THREAD_SERIALIZED) {
+    return Status::PreconditionFailed(
+        "MPI was initialized with a thread level below MPI_THREAD_SERIALIZED; kolo calls MPI "
+        "from its background thread. Initialize MPI with MPI_Init_thread(..., "
+        "MPI_THREAD_MULTIPLE, ...) or let kolo initialize it.");
+  }
+  MPI_Comm base = options.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : options.comm;
+  MPI_Comm dup;
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(base, &dup), "MPI_Comm_dup"));
+  global_comm_ = MpiComm(dup);
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(dup, &rank_);
+  MPI_Comm_size(dup, &size_);
+
+  MPI_Comm local, cross;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+                "MPI_Comm_split_type"));
+  MpiComm local_owner(local);
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(dup, local_rank_, rank_, &cross), "MPI_Comm_split"));
+  MpiComm cross_owner(cross);
+  MPI_Comm_rank(cross, &cross_rank_);
+  MPI_Comm_size(cross, &cross_size_);
+
+  Result<std::unique_ptr<MpiOps>> ops = MpiOps::Create();
+  if (!ops.ok()) return ops.status();
+  mpi_ops_ = std::move(ops).value();
+  return Status::OK();
+}
+
+Status RuntimeImpl::InitProcessSets(const InitOptions& options) {
+  std::vector<int> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = r;
+  Result<int> global = CreateProcessSet(all);
+  if (!global.ok()) return global.status();
+  for (const std::vector<int>& ranks : options.process_sets) {
+    std::vector<int> sorted = ranks;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+        sorted.front() < 0 || sorted.back() >= size_) {
+      return Status::InvalidArgument("a process set given to init() must list distinct ranks "
+                                     "between 0 and " + std::to_string(size_ - 1));
+    }
+    Result<int> id = CreateProcessSet(ranks);
+    if (!id.ok()) return id.status();
+  }
+  return Status::OK();
+}
+
+Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
+  auto info = std::make_shared<ProcessSetInfo>();
+  info->id = sets_.empty() ? kGlobalProcessSet : next_set_id_++;
+  info->ranks = ranks;
+  auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  info->rank_in_set = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
+  MPI_Comm comm;
+  int color = info->rank_in_set >= 0 ? 0 : MPI_UNDEFINED;
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Comm_split(global_comm_.get(), color, std::max(info->rank_in_set, 0), &comm),
+      "MPI_Comm_split"));
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    sets_[info->id] =
+        std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_);
+  }
+  MutexLock lock(&sets_mutex_);
+  set_infos_[info->id] = info;
+  return info->id;
+}
+
+Status RuntimeImpl::RemoveProcessSet(int id) {
+  auto it = sets_.find(id);
+  if (it != sets_.end()) {
+    for (TensorEntry& e : it->second->TakeAll()) {
+      executor_->Finish(std::move(e), Status::Aborted("process set " + std::to_string(id) +
+                                                      " was removed while this operation waited"));
+    }
+    sets_.erase(it);
+  }
+  MutexLock lock(&sets_mutex_);
+  set_infos_.erase(id);
+  return Status::OK();
+}
+
+Result<std::shared_ptr<const ProcessSetInfo>> RuntimeImpl::SetInfo(int id) const {
+  MutexLock lock(&sets_mutex_);
+  auto it = set_infos_.find(id);
+  if (it == set_infos_.end()) {
+    return Status::InvalidArgument("process set " + std::to_string(id) +
+                                   " does not exist (it was never added, or was removed)");
+  }
+  return it->second;
+}
+
+RuntimeImpl::~RuntimeImpl() {
+  Status s = Shutdown();
+  if (!s.ok()) KOLO_LOG(kError) << "shutdown failed: " << s.message();
+}
+
+std::string RuntimeImpl::AutoName(const std::string& prefix, int set) {
+  MutexLock lock(&queue_mutex_);
+  int64_t n = auto_name_counters_[{set, prefix}]++;
+  return prefix + ".noname." + std::to_string(n);
+}
+
+Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
+  auto work = std::make_shared<Work>(static_cast<int>(entries.size()));
+  auto now = Clock::now();
+  Handle handle;
+  {
+    MutexLock lock(&queue_mutex_);
+    if (!running_ || shutdown_requested_) {
+      return Status::Aborted("kolo is not running" +
+                             (stop_reason_.empty() ? std::string(" (shutdown() was called)")
+                                                   : " (" + stop_reason_ + ")"));
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto& names = pending_names_[entries[i].process_set];
+      const std::string& name = entries[i].request.name;
+      bool repeated = false;
+      for (size_t j = 0; j < i; ++j) repeated |= entries[j].request.name == name;
+      if (names.count(name) || repeated) {
+        return Status::InvalidArgument(
+            "a collective named '" + name + "' is already pending on this rank; names must be "
+            "unique among operations in flight (wait for the first one, or use another name)");
+      }
+    }
+    for (TensorEntry& e : entries) {
+      pending_names_[e.process_set].insert(e.request.name);
+      e.work = work;
+      e.enqueued = now;
+      queue_.push_back(std::move(e));
+    }
+    MutexLock handles_lock(&handles_mutex_);
+    handle = next_handle_++;
+    handles_[handle] = work;
+  }
+  queue_cv_.Signal();
+  return handle;
+}
+
+void RuntimeImpl::ForgetName(const TensorEntry& entry) {
+  MutexLock lock(&queue_mutex_);
+  pending_names_[entry.process_set].erase(entry.request.name);
+}
+
+bool RuntimeImpl::Poll(Handle h) const {
+  std::shared_ptr<Work> work;
+  {
+    MutexLock lock(&handles_mutex_);
+    auto it = handles_.find(h);
+    if (it == handles_.end()) return true;
+    work = it->second;
+  }
+  return work->done();
+}
+
+Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
+  std::shared_ptr<Work> work;
+  {
+    MutexLock lock(&handles_mutex_);
+    auto it = handles_.find(h);
+    if (it == handles_.end()) {
+      return Status::InvalidArgument("unknown handle " + std::to_string(h) +
+                                     " (already waited for, or never returned by kolo)");
+    }
+    work = it->second;
+  }
+  Status s = work->Wait(result);
+  MutexLock lock(&handles_mutex_);
+  handles_.erase(h);
+  return s;
+}
+
+void RuntimeImpl::WaitForWork(bool anything_pending) {
+  auto timeout = std::chrono::duration<double, std::milli>(
+      anything_pending ? config_.cycle_time_ms : config_.idle_tick_ms);
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+  MutexLock lock(&queue_mutex_);
+  while (queue_.empty() && !shutdown_requested_) {
+    auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    queue_cv_.WaitFor(left);
+  }
+}
+
+void RuntimeImpl::BackgroundLoop() {
+  bool anything_pending = false;
+  for (;;) {
+    WaitForWork(anything_pending);
+    anything_pending = false;
+    if (!RunCycle()) break;
+    for (auto& [id, set] : sets_) anything_pending |= set->has_pending();
+  }
+}
+
+// One cycle: take the queue, negotiate every set this rank belongs to (in id
+// order, the same on every rank), execute what is ready.
+bool RuntimeImpl::RunCycle() {
+  std::vector<TensorEntry> incoming;
+  bool shutdown;
+  {
+    MutexLock lock(&queue_mutex_);
+    incoming.swap(queue_);
+    shutdown = shutdown_requested_;
+  }
+  const auto now = Clock::now();
+  if (timeline_.mark_cycles()) timeline_.Instant("CYCLE_START", now);
+  for (TensorEntry& e : incoming) {
+    e.picked_up = now;
+    auto it = sets_.find(e.process_set);
+    if (it == sets_.end()) {
+      executor_->Finish(std::move(e), Status::InvalidArgument(
+                                          "process set " + std::to_string(e.process_set) +
+                                          " was removed before this operation ran"));
+      continue;
+    }
+    it->second->Add(std::move(e));
+  }
+  bool any_pending_elsewhere = false;
+  std::vector<int> ids;
+  for (auto& [id, set] : sets_) ids.push_back(id);
+  for (int id : ids) {
+    auto it = sets_.find(id);
+    if (it == sets_.end()) continue;  // removed during this cycle
+    ProcessSet& set = *it->second;
+    NegotiationOutcome outcome;
+    Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome);
+    if (!s.ok()) {
+      KOLO_LOG(kError) << "negotiation failed, kolo stops: " << s.message();
+      FailEverything(Status::Internal("kolo's background thread stopped: " + s.message()));
+      return false;
+    }
+    if (outcome.shutdown) {
+      FailEverything(Status::Aborted(
+          shutdown ? "kolo was shut down before this operation completed"
+                   : "another rank shut kolo down before this operation completed"));
+      return false;
+    }
+    any_pending_elsewhere |= outcome.any_pending;
+    executor_->Execute(
+        set, outcome.responses,
+        [this](const std::vector<int>& ranks) { return CreateProcessSet(ranks); },
+        [this](int removed) { return RemoveProcessSet(removed); });
+  }
+  timeline_.Flush();
+  (void)any_pending_elsewhere;
+  return true;
+}
+
+void RuntimeImpl::FailEverything(const Status& status) {
+  std::vector<TensorEntry> queued;
+  {
+    MutexLock lock(&queue_mutex_);
+    running_ = false;
+    stop_reason_ = status.message();
+    queued.swap(queue_);
+  }
+  for (TensorEntry& e : queued) executor_->Finish(std::move(e), status);
+  for (auto& [id, set] : sets_) {
+    for (TensorEntry& e : set->TakeAll()) executor_->Finish(std::move(e), status);
+  }
+}
+
+Status RuntimeImpl::Shutdown() {
+  if (shut_down_) return Status::OK();
+  shut_down_ = true;
+  {
+    MutexLock lock(&queue_mutex_);
+    shutdown_requested_ = true;
+  }
+  queue_cv_.Signal();
+  if (thread_.joinable()) thread_.join();
+  running_ = false;
+  timeline_.Stop();
+  sets_.clear();
+  mpi_ops_.reset();
+  global_comm_ = MpiComm();
+  if (owns_mpi_) {
+    owns_mpi_ = false;
+    return MpiStatus(MPI_Finalize(), "MPI_Finalize");
+  }
+  return Status::OK();
+}
+
+}  // namespace kolo

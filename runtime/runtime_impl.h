@@ -1,0 +1,95 @@
+// The runtime's internals: configuration, communicators, the tensor queue,
+// the handles, and the background thread that negotiates and executes.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "config.h"
+#include "executor.h"
+#include "kolo/runtime.h"
+#include "mutex.h"
+#include "process_set.h"
+#include "timeline.h"
+
+namespace kolo {
+
+class RuntimeImpl {
+ public:
+  static Result<std::unique_ptr<RuntimeImpl>> Create(const InitOptions& options);
+  ~RuntimeImpl();
+
+  Status Shutdown();
+  bool running() const { return running_.load(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  bool threads_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
+
+  Result<std::shared_ptr<const ProcessSetInfo>> SetInfo(int id) const EXCLUDES(sets_mutex_);
+
+  // Validates, names and queues one or more entries sharing one Work.
+  Result<Handle> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
+  // The next automatic name on a set: "<prefix>.noname.<n>", counted per prefix.
+  std::string AutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
+
+  bool Poll(Handle h) const EXCLUDES(handles_mutex_);
+  Status Wait(Handle h, WorkResult* result) EXCLUDES(handles_mutex_);
+
+  Timeline& timeline() { return timeline_; }
+
+ private:
+  RuntimeImpl() = default;
+  Status InitMpi(const InitOptions& options);
+  Status InitProcessSets(const InitOptions& options);
+  Result<int> CreateProcessSet(const std::vector<int>& ranks);  // collective over the global comm
+  Status RemoveProcessSet(int id);
+
+  void BackgroundLoop();
+  bool RunCycle();  // false once the loop must end
+  void WaitForWork(bool anything_pending) EXCLUDES(queue_mutex_);
+  void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
+  void ForgetName(const TensorEntry& entry) EXCLUDES(queue_mutex_);
+
+  Config config_;
+  bool owns_mpi_ = false;
+  int thread_level_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
+  std::unique_ptr<MpiOps> mpi_ops_;
+
+  // Owned by the background thread once it runs (before: by Create).
+  std::map<int, std::unique_ptr<ProcessSet>> sets_;
+  int next_set_id_ = 1;
+  std::unique_ptr<Executor> executor_;
+  Timeline timeline_;
+
+  mutable Mutex sets_mutex_;
+  std::map<int, std::shared_ptr<const ProcessSetInfo>> set_infos_ GUARDED_BY(sets_mutex_);
+
+  Mutex queue_mutex_;
+  CondVar queue_cv_{&queue_mutex_};
+  std::vector<TensorEntry> queue_ GUARDED_BY(queue_mutex_);
+  std::unordered_map<int, std::unordered_set<std::string>> pending_names_ GUARDED_BY(queue_mutex_);
+  std::map<std::pair<int, std::string>, int64_t> auto_name_counters_ GUARDED_BY(queue_mutex_);
+  bool shutdown_requested_ GUARDED_BY(queue_mutex_) = false;
+  std::string stop_reason_ GUARDED_BY(queue_mutex_);
+
+  mutable Mutex handles_mutex_;
+  std::unordered_map<Handle, std::shared_ptr<Work>> handles_ GUARDED_BY(handles_mutex_);
+  Handle next_handle_ GUARDED_BY(handles_mutex_) = 1;
+
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  bool shut_down_ = false;  // Shutdown() ran (user thread only)
+};
+
+}  // namespace kolo

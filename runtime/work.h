@@ -1,0 +1,67 @@
+// What an enqueued operation becomes: a Work (what the caller waits on) and
+// one TensorEntry per tensor (what the background thread executes).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/runtime.h"
+#include "message.h"
+#include "mutex.h"
+
+namespace kolo {
+
+using Clock = std::chrono::steady_clock;
+
+// The completion state behind a Handle. A grouped allreduce has one Work for
+// all its tensors: it completes when the last one does, with the first error.
+class Work {
+ public:
+  explicit Work(int parts) : remaining_(parts) {}
+
+  // Called by the background thread once per part. `result` (may be null) is
+  // moved in before waiters wake.
+  void Complete(const Status& status, WorkResult* result = nullptr) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (!status.ok() && status_.ok()) status_ = status;
+    if (result != nullptr) result_ = std::move(*result);
+    if (--remaining_ == 0) {
+      done_ = true;
+      cv_.SignalAll();
+    }
+  }
+  bool done() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return done_;
+  }
+  Status Wait(WorkResult* result) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (!done_) cv_.Wait();
+    if (result != nullptr) *result = std::move(result_);
+    return status_;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  int remaining_ GUARDED_BY(mu_);
+  bool done_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
+  WorkResult result_ GUARDED_BY(mu_);
+};
+
+struct TensorEntry {
+  int process_set = kGlobalProcessSet;
+  Request request;
+  TensorView input;
+  TensorView output;            // allreduce: may alias input
+  std::vector<int64_t> splits;  // alltoall: rows to each rank
+  std::shared_ptr<Work> work;
+  Clock::time_point enqueued;
+  Clock::time_point picked_up;
+  Clock::time_point negotiated;
+};
+
+}  // namespace kolo

@@ -1,0 +1,348 @@
+// What happens when things go wrong: every rank gets the same clear error, no
+// test can hang, and the runtime carries on where the API allows.
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "test_util.h"
+
+namespace kolo::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+class Errors : public RuntimeTest {};
+
+TEST_F(Errors, MismatchedShapesRaiseTheSameErrorOnEveryRankThenCarryOn) {
+  Buffer b(DataType::kFloat32, 18 * 18);
+  int64_t d = rank_ == 0 ? 17 : 18;
+  AllreduceOptions opts;
+  opts.name = "mismatch.shape";
+  auto start = Clock::now();
+  Status s = Run(rt_->EnqueueAllreduce(b.View({d, d}), b.View({d, d}), opts));
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(s.ok()) << "rank " << rank_;
+  EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed);
+  EXPECT_TRUE(Contains(s.message(), "Mismatched allreduce tensor shapes for tensor "
+                                    "'mismatch.shape'"))
+      << s.message();
+  EXPECT_TRUE(Contains(s.message(), "rank 0 sent a tensor of shape [17, 17]")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "shape [18, 18]")) << s.message();
+  EXPECT_LT(seconds, 2.0) << "the error took " << seconds << " s";
+  // The same name works afterwards with agreeing shapes.
+  b.Set(0, 1);
+  opts.op = ReduceOp::kSum;
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View({2}), b.View({2}), opts)).ok());
+  EXPECT_EQ(b.Get(0), size_);
+}
+
+TEST_F(Errors, MismatchedDtypesOpsRootsAndScales) {
+  struct Case {
+    const char* name;
+    const char* fragment;
+  };
+  Buffer f(DataType::kFloat32, 4), i(DataType::kInt32, 4);
+  const bool odd = rank_ % 2 == 1;
+  {
+    AllreduceOptions o;
+    o.name = "mm.dtype";
+    Status s = Run(rt_->EnqueueAllreduce(odd ? i.View() : f.View(), odd ? i.View() : f.View(), o));
+    EXPECT_TRUE(Contains(s.message(), "Mismatched data types")) << s.message();
+  }
+  {
+    AllreduceOptions o;
+    o.name = "mm.op";
+    o.op = odd ? ReduceOp::kMax : ReduceOp::kSum;
+    Status s = Run(rt_->EnqueueAllreduce(f.View(), f.View(), o));
+    EXPECT_TRUE(Contains(s.message(), "Mismatched reduce operations")) << s.message();
+  }
+  {
+    AllreduceOptions o;
+    o.name = "mm.scale";
+    o.prescale_factor = odd ? 2 : 1;
+    Status s = Run(rt_->EnqueueAllreduce(f.View(), f.View(), o));
+    EXPECT_TRUE(Contains(s.message(), "Mismatched prescale factors")) << s.message();
+  }
+  {
+    CollectiveOptions o;
+    o.name = "mm.root";
+    Status s = Run(rt_->EnqueueBroadcast(f.View(), odd ? 1 : 0, o));
+    EXPECT_TRUE(Contains(s.message(), "Mismatched broadcast root ranks")) << s.message();
+  }
+  {
+    CollectiveOptions o;
+    o.name = "mm.collective";
+    Status s = odd ? Run(rt_->EnqueueAllgather(f.View(), o))
+                   : Run(rt_->EnqueueBroadcast(f.View(), 0, o));
+    EXPECT_TRUE(Contains(s.message(), "Mismatched operations")) << s.message();
+  }
+}
+
+TEST_F(Errors, NameReusedWhilePendingFailsAtOnce) {
+  Buffer a(DataType::kFloat32, 4), b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "dup";
+  auto first = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
+  ASSERT_TRUE(first.ok());
+  auto second = rt_->EnqueueAllreduce(b.View(), b.View(), opts);
+  // The first may already have completed if every rank was quick; then reuse is fine.
+  if (!second.ok()) {
+    EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(second.status().message(), "'dup' is already pending")) << second.status().message();
+  }
+  ASSERT_TRUE(rt_->Wait(first.value()).ok());
+  if (second.ok()) {
+    ASSERT_TRUE(rt_->Wait(second.value()).ok());
+  }
+}
+
+TEST_F(Errors, NameReusedWhilePendingFailsDeterministically) {
+  // Rank 0 holds the name pending (the others have not submitted it yet).
+  Buffer a(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "held";
+  if (rank_ == 0) {
+    auto first = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
+    ASSERT_TRUE(first.ok());
+    auto second = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
+    ASSERT_FALSE(second.ok());
+    EXPECT_TRUE(Contains(second.status().message(), "already pending"));
+    ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+    ASSERT_TRUE(rt_->Wait(first.value()).ok());
+  } else {
+    ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+    ASSERT_TRUE(Run(rt_->EnqueueAllreduce(a.View(), a.View(), opts)).ok());
+  }
+}
+
+TEST_F(Errors, BadInputFailsAtEnqueueWithAClearMessage) {
+  Buffer b(DataType::kFloat32, 6);
+  struct Case {
+    Result<Handle> result;
+    const char* fragment;
+  };
+  CollectiveOptions none;
+  AllreduceOptions avg;
+  std::vector<Case> cases;
+  cases.push_back({rt_->EnqueueBroadcast(b.View(), size_, none), "root_rank"});
+  cases.push_back({rt_->EnqueueBroadcast(b.View(), -1, none), "out of range"});
+  cases.push_back({rt_->EnqueueAlltoall(b.View({6}), std::vector<int64_t>(size_, 1), none),
+                   "splits sum to"});
+  cases.push_back({rt_->EnqueueAlltoall(b.View({6}), {6}, none), "entries but the process set"});
+  std::vector<int64_t> negative(size_, 0);
+  negative[0] = -1;
+  negative[size_ - 1] += 7;
+  cases.push_back({rt_->EnqueueAlltoall(b.View({6}), negative, none), "must not be negative"});
+  cases.push_back({rt_->EnqueueAllgather(b.View({}), none), "at least one dimension"});
+  Buffer bools(DataType::kBool, 2);
+  cases.push_back({rt_->EnqueueAllreduce(bools.View(), bools.View(), avg), "average is not defined"});
+  cases.push_back({rt_->EnqueueAllreduce(b.View({6}), b.View({3}), avg), "input's dtype and shape"});
+  TensorView gpu = b.View();
+  gpu.device = 0;
+  cases.push_back({rt_->EnqueueAllreduce(gpu, gpu, avg), "no GPU support"});
+  cases.push_back({rt_->EnqueueAllreduce({nullptr, DataType::kFloat32, {3}}, {nullptr, DataType::kFloat32, {3}}, avg),
+                   "no data pointer"});
+  cases.push_back({rt_->EnqueueAllreduce(b.View({-1}), b.View({-1}), avg), "negative dimension"});
+  CollectiveOptions bad_set;
+  bad_set.process_set = 42;
+  cases.push_back({rt_->EnqueueAllgather(b.View(), bad_set), "process set 42 does not exist"});
+  ReducescatterOptions rs;
+  rs.op = ReduceOp::kMax;
+  cases.push_back({rt_->EnqueueReducescatter(b.View(), rs), "supports sum and average"});
+  cases.push_back({rt_->EnqueueRemoveProcessSet(0), "cannot be removed"});
+  cases.push_back({rt_->EnqueueAddProcessSet({0, 0}), "distinct ranks"});
+  for (size_t k = 0; k < cases.size(); ++k) {
+    ASSERT_FALSE(cases[k].result.ok()) << "case " << k << " was accepted";
+    EXPECT_EQ(cases[k].result.status().code(), StatusCode::kInvalidArgument) << "case " << k;
+    EXPECT_TRUE(Contains(cases[k].result.status().message(), cases[k].fragment))
+        << "case " << k << ": " << cases[k].result.status().message();
+  }
+  EXPECT_FALSE(rt_->Wait(12345).ok());
+}
+
+TEST_F(Errors, ShutdownWithPendingWorkFailsEveryHandle) {
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "never.everywhere";
+  std::optional<Handle> pending;
+  if (rank_ == 0) {
+    auto h = rt_->EnqueueAllreduce(b.View(), b.View(), opts);
+    ASSERT_TRUE(h.ok());
+    pending = h.value();
+  }
+  ASSERT_TRUE(rt_->Shutdown().ok());
+  if (pending) {
+    Status s = rt_->Wait(*pending);
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+    EXPECT_TRUE(Contains(s.message(), "shut down")) << s.message();
+  }
+  // Enqueue after shutdown fails clearly; shutdown is idempotent.
+  auto late = rt_->EnqueueAllreduce(b.View(), b.View(), opts);
+  ASSERT_FALSE(late.ok());
+  EXPECT_TRUE(Contains(late.status().message(), "not running")) << late.status().message();
+  EXPECT_TRUE(rt_->Shutdown().ok());
+  // A new runtime works on the same (still initialized) MPI.
+  InitOptions again;
+  again.comm = MPI_COMM_WORLD;
+  auto rt2 = Runtime::Create(again);
+  ASSERT_TRUE(rt2.ok()) << rt2.status().ToString();
+  b.Set(0, 2);
+  AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  auto h = rt2.value()->EnqueueAllreduce(b.View(), b.View(), sum);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(rt2.value()->Wait(h.value()).ok());
+  EXPECT_EQ(b.Get(0), 2 * size_);
+  EXPECT_TRUE(rt2.value()->Shutdown().ok());
+}
+
+TEST_F(Errors, OneRankShuttingDownEndsTheOthersPendingWork) {
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "only.on.others";
+  if (rank_ == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(rt_->Shutdown().ok());
+  } else {
+    Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+    EXPECT_TRUE(Contains(s.message(), "another rank shut kolo down")) << s.message();
+  }
+}
+
+class Stall : public RuntimeTest {
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_STALL_CHECK_TIME_SECONDS", "0.5"}, {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "1"}};
+  }
+};
+
+TEST_F(Stall, MissingTensorFailsWithTheMissingRankNamed) {
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "skipped.by.last.rank";
+  if (rank_ != size_ - 1) {
+    auto start = Clock::now();
+    Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(Contains(s.message(), "not by rank(s) " + std::to_string(size_ - 1))) << s.message();
+    EXPECT_TRUE(Contains(s.message(), "'skipped.by.last.rank'")) << s.message();
+    EXPECT_LT(seconds, 5.0);
+  }
+  ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+}
+
+TEST_F(Stall, CachedTensorThatStallsIsReportedToo) {
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "cached.then.skipped";
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());  // now cached
+  if (rank_ != size_ - 1) {
+    Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(Contains(s.message(), "not by rank(s) " + std::to_string(size_ - 1))) << s.message();
+  }
+  ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+}
+
+TEST(ProcessSets, RegisteredAtInitAndAddedLater) {
+  int size = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<int> evens;
+  for (int r = 0; r < size; r += 2) evens.push_back(r);
+  InitOptions options;
+  options.comm = MPI_COMM_WORLD;
+  options.process_sets = {evens};
+  auto created = Runtime::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Runtime& rt = *created.value();
+  const bool even = rank % 2 == 0;
+  Buffer b(DataType::kInt32, 2);
+  b.Set(0, rank);
+  AllreduceOptions opts;
+  opts.op = ReduceOp::kSum;
+  opts.process_set = 1;
+  auto h = rt.EnqueueAllreduce(b.View(), b.View(), opts);
+  if (even) {
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(rt.Wait(h.value()).ok());
+    int want = 0;
+    for (int r : evens) want += r;
+    EXPECT_EQ(b.Get(0), want);
+    EXPECT_EQ(rt.ProcessSetRank(1).value(), rank / 2);
+  } else {
+    ASSERT_FALSE(h.ok());
+    EXPECT_TRUE(Contains(h.status().message(), "not a member of process set 1"));
+  }
+  // Added later, collectively: the odd ranks plus rank 0.
+  std::vector<int> odds = {0};
+  for (int r = 1; r < size; r += 2) odds.push_back(r);
+  auto add = rt.EnqueueAddProcessSet(odds);
+  ASSERT_TRUE(add.ok());
+  WorkResult added;
+  ASSERT_TRUE(rt.Wait(add.value(), &added).ok());
+  EXPECT_EQ(added.value, 2);
+  EXPECT_EQ(rt.ProcessSetRanks(2).value(), odds);
+  if (!even || rank == 0) {
+    b.Set(0, 1);
+    opts.process_set = 2;
+    ASSERT_TRUE(rt.Wait(rt.EnqueueAllreduce(b.View(), b.View(), opts).value()).ok());
+    EXPECT_EQ(b.Get(0), static_cast<double>(odds.size()));
+    CollectiveOptions bopts;
+    bopts.process_set = 2;
+    b.Set(1, rank * 10);
+    ASSERT_TRUE(rt.Wait(rt.EnqueueBroadcast(b.View(), 1, bopts).value()).ok());
+    EXPECT_EQ(b.Get(1), 10);  // set rank 1 is global rank 1
+  }
+  auto remove = rt.EnqueueRemoveProcessSet(2);
+  ASSERT_TRUE(remove.ok());
+  ASSERT_TRUE(rt.Wait(remove.value()).ok());
+  EXPECT_FALSE(rt.ProcessSetRanks(2).ok());
+  EXPECT_TRUE(rt.Shutdown().ok());
+}
+
+class TimelineTest : public RuntimeTest {
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_TIMELINE", ::testing::TempDir() + "/kolo_mpi_timeline.json"},
+            {"KOLO_TIMELINE_MARK_CYCLES", "1"}};
+  }
+};
+
+TEST_F(TimelineTest, RankZeroWritesAValidTrace) {
+  Buffer b(DataType::kFloat32, 100);
+  AllreduceOptions opts;
+  for (int k = 0; k < 3; ++k) {
+    opts.name = "traced." + std::to_string(k);
+    ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());
+  }
+  ASSERT_TRUE(rt_->Shutdown().ok());
+  if (rank_ != 0) return;
+  std::ifstream f(::testing::TempDir() + "/kolo_mpi_timeline.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  ASSERT_GE(text.size(), 3u);
+  EXPECT_EQ(text.front(), '[');
+  EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
+  for (const char* part : {"traced.0", "\"NEGOTIATE\"", "\"ALLREDUCE\"", "\"QUEUE\"", "CYCLE_START"}) {
+    EXPECT_TRUE(Contains(text, part)) << part;
+  }
+}
+
+TEST(Init, BadConfigurationFailsNamingTheVariable) {
+  InitOptions options;
+  options.comm = MPI_COMM_WORLD;
+  options.settings = {{"KOLO_CYCLE_TIME", "fast"}};
+  auto rt = Runtime::Create(options);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_TRUE(Contains(rt.status().message(), "KOLO_CYCLE_TIME='fast'")) << rt.status().message();
+}
+
+}  // namespace
+}  // namespace kolo::test

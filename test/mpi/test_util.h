@@ -1,0 +1,119 @@
+// Helpers for the multi-rank tests: a fresh runtime per test, typed buffers
+// of every dtype, and values each rank can compute for every other rank.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "../../ops/cpu_kernels.h"
+#include "kolo/runtime.h"
+
+namespace kolo::test {
+
+// A runtime created for one test and shut down after it.
+class RuntimeTest : public ::testing::Test {
+ protected:
+  virtual std::vector<std::pair<std::string, std::string>> Settings() { return {}; }
+  void SetUp() override {
+    InitOptions options;
+    options.comm = MPI_COMM_WORLD;
+    options.settings = Settings();
+    auto rt = Runtime::Create(options);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    rank_ = rt_->rank();
+    size_ = rt_->size();
+  }
+  void TearDown() override {
+    if (rt_) {
+      EXPECT_TRUE(rt_->Shutdown().ok());
+    }
+  }
+  Status Run(Result<Handle> h, WorkResult* out = nullptr) {
+    if (!h.ok()) return h.status();
+    return rt_->Wait(h.value(), out);
+  }
+  std::unique_ptr<Runtime> rt_;
+  int rank_ = 0, size_ = 1;
+};
+
+// A host buffer of `n` elements of `dtype`, read and written as doubles.
+class Buffer {
+ public:
+  Buffer(DataType dtype, int64_t n) : dtype_(dtype), n_(n), bytes_(n * DataTypeSize(dtype) + 1) {}
+  void* data() { return bytes_.data(); }
+  int64_t size() const { return n_; }
+  DataType dtype() const { return dtype_; }
+  TensorView View(std::vector<int64_t> shape) { return {data(), dtype_, std::move(shape)}; }
+  TensorView View() { return View({n_}); }
+
+  double Get(int64_t i) const { return Read(bytes_.data(), dtype_, i); }
+  void Set(int64_t i, double v) { Write(bytes_.data(), dtype_, i, v); }
+
+  static double Read(const void* p, DataType t, int64_t i) {
+    switch (t) {
+      case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+      case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
+      case DataType::kUInt16: return static_cast<const uint16_t*>(p)[i];
+      case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
+      case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
+      case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+      case DataType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+      case DataType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+      case DataType::kFloat32: return static_cast<const float*>(p)[i];
+      case DataType::kFloat64: return static_cast<const double*>(p)[i];
+      case DataType::kBool: return static_cast<const bool*>(p)[i] ? 1 : 0;
+    }
+    return 0;
+  }
+  static void Write(void* p, DataType t, int64_t i, double v) {
+    switch (t) {
+      case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+      case DataType::kUInt16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
+      case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+      case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+      case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+      case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v)); break;
+      case DataType::kBFloat16:
+        static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
+        break;
+      case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+      case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+      case DataType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
+    }
+  }
+
+ private:
+  DataType dtype_;
+  int64_t n_;
+  std::vector<uint8_t> bytes_;
+};
+
+inline const std::vector<DataType>& AllDataTypes() {
+  static const std::vector<DataType> kAll = {
+      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
+      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
+      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+  return kAll;
+}
+
+inline bool IsFloat(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
+         t == DataType::kFloat64;
+}
+
+// The value rank `r` contributes at element `i`: small integers, exact in
+// every dtype, whose sums over 4 ranks still fit in int8.
+inline double ValueOf(DataType t, int r, int64_t i, ReduceOp op) {
+  if (t == DataType::kBool) return ((r + i) % 3) == 0 ? 1 : 0;
+  if (op == ReduceOp::kProduct) return 1 + ((r + i) % 2);
+  return (r + 1) * (i % 5 + 1);
+}
+
+}  // namespace kolo::test

@@ -1,0 +1,252 @@
+#include "coordinator.h"
+
+#include <gtest/gtest.h>
+
+namespace kolo {
+namespace {
+
+using Clock = Coordinator::Clock;
+
+Request Allreduce(const std::string& name, std::vector<int64_t> shape = {4},
+                  DataType dtype = DataType::kFloat32) {
+  Request r;
+  r.op = OpType::kAllreduce;
+  r.name = name;
+  r.shape = std::move(shape);
+  r.dtype = dtype;
+  r.reduce_op = ReduceOp::kAverage;
+  return r;
+}
+
+Request Op(OpType op, const std::string& name, std::vector<int64_t> shape = {4}) {
+  Request r = Allreduce(name, std::move(shape));
+  r.op = op;
+  return r;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  Clock::time_point t0 = Clock::now();
+  StallSettings no_stall{0, 0};
+};
+
+TEST_F(CoordinatorTest, ReadyOnlyWhenEveryRankAsked) {
+  Coordinator c(3, no_stall);
+  c.AddRequests(0, {Allreduce("a")}, t0);
+  c.AddRequests(1, {Allreduce("a")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  EXPECT_EQ(c.pending(), 1u);
+  c.AddRequests(2, {Allreduce("a")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+  EXPECT_EQ(out[0].names, std::vector<std::string>{"a"});
+  EXPECT_EQ(out[0].sizes, std::vector<int64_t>{4});
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, OrderIsFirstArrivalNotSubmissionOrder) {
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Allreduce("x"), Allreduce("y")}, t0);
+  c.AddRequests(1, {Allreduce("y"), Allreduce("x")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].names[0], "x");
+  EXPECT_EQ(out[1].names[0], "y");
+}
+
+struct MismatchCase {
+  const char* label;
+  Request a, b;
+  std::vector<const char*> fragments;
+};
+
+Request WithShape(Request r, std::vector<int64_t> s) {
+  r.shape = std::move(s);
+  return r;
+}
+
+std::vector<MismatchCase> MismatchCases() {
+  Request base = Allreduce("t", {17, 17, 17});
+  std::vector<MismatchCase> cases;
+  cases.push_back({"shape", base, WithShape(base, {18, 18, 18}),
+                   {"Mismatched allreduce tensor shapes for tensor 't'", "rank 0",
+                    "[17, 17, 17]", "rank 1", "[18, 18, 18]"}});
+  Request dtype = base;
+  dtype.dtype = DataType::kInt32;
+  cases.push_back({"dtype", base, dtype, {"Mismatched data types", "float32", "int32", "rank 1"}});
+  Request op = base;
+  op.op = OpType::kBroadcast;
+  cases.push_back({"op", base, op, {"Mismatched operations", "allreduce", "broadcast"}});
+  Request red = base;
+  red.reduce_op = ReduceOp::kSum;
+  cases.push_back({"reduce op", base, red, {"Mismatched reduce operations", "average", "sum"}});
+  Request pre = base;
+  pre.prescale = 0.5;
+  cases.push_back({"prescale", base, pre, {"Mismatched prescale factors", "1", "0.5"}});
+  Request post = base;
+  post.postscale = 3;
+  cases.push_back({"postscale", base, post, {"Mismatched postscale factors", "3"}});
+  Request dev = base;
+  dev.device = 0;
+  cases.push_back({"device", base, dev, {"Mismatched devices", "cpu", "cuda:0"}});
+  Request b1 = Op(OpType::kBroadcast, "t"), b2 = b1;
+  b1.root = 0;
+  b2.root = 1;
+  cases.push_back({"root", b1, b2, {"Mismatched broadcast root ranks", "root 0", "root 1"}});
+  Request g1 = Op(OpType::kAllgather, "t", {2, 3}), g2 = Op(OpType::kAllgather, "t", {2, 4});
+  cases.push_back({"allgather rest dims", g1, g2,
+                   {"Mismatched allgather tensor shapes", "all dimensions but the first",
+                    "[2, 3]", "[2, 4]"}});
+  Request p1 = Op(OpType::kAddProcessSet, "ps"), p2 = p1;
+  p1.ranks = {0, 1};
+  p2.ranks = {0, 2};
+  cases.push_back({"process set", p1, p2, {"Mismatched process set ranks", "[0, 1]", "[0, 2]"}});
+  return cases;
+}
+
+TEST_F(CoordinatorTest, EveryMismatchNamesRanksAndValues) {
+  for (const MismatchCase& m : MismatchCases()) {
+    Coordinator c(2, no_stall);
+    c.AddRequests(0, {m.a}, t0);
+    c.AddRequests(1, {m.b}, t0);
+    auto out = c.ComputeResponses(t0).responses;
+    ASSERT_EQ(out.size(), 1u) << m.label;
+    EXPECT_EQ(out[0].op, OpType::kError) << m.label;
+    for (const char* f : m.fragments) {
+      EXPECT_NE(out[0].error.find(f), std::string::npos)
+          << m.label << ": '" << f << "' missing from: " << out[0].error;
+    }
+  }
+}
+
+TEST_F(CoordinatorTest, AllgatherFirstDimensionMayDiffer) {
+  Coordinator c(3, no_stall);
+  c.AddRequests(0, {Op(OpType::kAllgather, "g", {1, 5})}, t0);
+  c.AddRequests(1, {Op(OpType::kAllgather, "g", {3, 5})}, t0);
+  c.AddRequests(2, {Op(OpType::kAllgather, "g", {0, 5})}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllgather);
+  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{1, 3, 0}));
+}
+
+TEST_F(CoordinatorTest, MismatchListsAllDisagreeingRanks) {
+  Coordinator c(4, no_stall);
+  c.AddRequests(0, {Allreduce("t", {2})}, t0);
+  c.AddRequests(1, {Allreduce("t", {3})}, t0);
+  c.AddRequests(2, {Allreduce("t", {2})}, t0);
+  c.AddRequests(3, {Allreduce("t", {5})}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].error.find("Ranks that differ from rank 0: 1, 3."), std::string::npos)
+      << out[0].error;
+}
+
+TEST_F(CoordinatorTest, JoinedRanksCountAsPresentForAllreduce) {
+  Coordinator c(3, no_stall);
+  Request join = Op(OpType::kJoin, "join");
+  c.AddRequests(2, {join}, t0);
+  c.AddRequests(0, {Allreduce("a", {6})}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  c.AddRequests(1, {Allreduce("a", {6})}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+  EXPECT_EQ(out[0].sizes, std::vector<int64_t>{6});  // the joined rank reduces 6 zeros
+}
+
+TEST_F(CoordinatorTest, JoinCompletesWithLastRankAndResets) {
+  Coordinator c(3, no_stall);
+  c.AddRequests(1, {Op(OpType::kJoin, "join")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  c.AddRequests(0, {Op(OpType::kJoin, "join")}, t0);
+  c.AddRequests(2, {Op(OpType::kJoin, "join")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kJoin);
+  EXPECT_EQ(out[0].value, 2);
+  // After the join, tensors need every rank again.
+  c.AddRequests(0, {Allreduce("b")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+}
+
+TEST_F(CoordinatorTest, NonAllreduceAfterJoinIsAnError) {
+  Coordinator c(2, no_stall);
+  c.AddRequests(1, {Op(OpType::kJoin, "join")}, t0);
+  c.AddRequests(0, {Op(OpType::kBroadcast, "b")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_NE(out[0].error.find("Rank(s) 1 already called join()"), std::string::npos)
+      << out[0].error;
+}
+
+TEST_F(CoordinatorTest, GroupIsHeldUntilComplete) {
+  Coordinator c(2, no_stall);
+  Request a = Allreduce("g.0"), b = Allreduce("g.1");
+  a.group = b.group = "g";
+  a.group_size = b.group_size = 2;
+  c.AddRequests(0, {a, b}, t0);
+  c.AddRequests(1, {a}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  c.AddRequests(1, {b}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].names[0], "g.0");
+  EXPECT_EQ(out[1].names[0], "g.1");
+}
+
+TEST_F(CoordinatorTest, GroupFailsAsAWhole) {
+  Coordinator c(2, no_stall);
+  Request a = Allreduce("g.0"), b = Allreduce("g.1");
+  a.group = b.group = "g";
+  a.group_size = b.group_size = 2;
+  Request b_bad = WithShape(b, {9});
+  c.AddRequests(0, {a, b}, t0);
+  c.AddRequests(1, {a, b_bad}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  for (const Response& r : out) {
+    EXPECT_EQ(r.op, OpType::kError);
+    EXPECT_NE(r.error.find("Group 'g' failed"), std::string::npos) << r.error;
+  }
+}
+
+TEST_F(CoordinatorTest, StallWarningNamesMissingRanks) {
+  Coordinator c(4, StallSettings{10, 0});
+  c.AddRequests(0, {Allreduce("slow")}, t0);
+  c.AddRequests(2, {Allreduce("slow")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).stall_warnings.empty());
+  auto late = c.ComputeResponses(t0 + std::chrono::seconds(11));
+  ASSERT_EQ(late.stall_warnings.size(), 1u);
+  const std::string& w = late.stall_warnings[0];
+  EXPECT_NE(w.find("'slow'"), std::string::npos) << w;
+  EXPECT_NE(w.find("submitted by rank(s) 0, 2"), std::string::npos) << w;
+  EXPECT_NE(w.find("not by rank(s) 1, 3"), std::string::npos) << w;
+  // Not repeated every cycle, only every check interval.
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(12)).stall_warnings.empty());
+  EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).stall_warnings.size(), 1u);
+}
+
+TEST_F(CoordinatorTest, StallShutdownFailsTheTensor) {
+  Coordinator c(2, StallSettings{1, 3});
+  c.AddRequests(0, {Allreduce("lost")}, t0);
+  auto out = c.ComputeResponses(t0 + std::chrono::seconds(4));
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kError);
+  EXPECT_NE(out.responses[0].error.find("not by rank(s) 1"), std::string::npos);
+  EXPECT_NE(out.responses[0].error.find("KOLO_STALL_SHUTDOWN_TIME_SECONDS"), std::string::npos);
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {
+  EXPECT_EQ(SplitRows(10, 4, 0), 3);
+  EXPECT_EQ(SplitRows(10, 4, 1), 3);
+  EXPECT_EQ(SplitRows(10, 4, 2), 2);
+  EXPECT_EQ(SplitRows(10, 4, 3), 2);
+  EXPECT_EQ(SplitRows(1, 3, 2), 0);
+}
+
+}  // namespace
+}  // namespace kolo
