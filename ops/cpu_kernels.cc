@@ -46,21 +46,38 @@ void Reduce16(const uint16_t* in, uint16_t* inout, int64_t n, ReduceOp op) {
 void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor) {
   if (factor == 1.0 || count == 0) return;
   switch (dtype) {
-    case DataType::kUInt8: ScaleTyped(static_cast<uint8_t*>(data), count, factor); break;
-    case DataType::kInt8: ScaleTyped(static_cast<int8_t*>(data), count, factor); break;
-    case DataType::kUInt16: ScaleTyped(static_cast<uint16_t*>(data), count, factor); break;
-    case DataType::kInt16: ScaleTyped(static_cast<int16_t*>(data), count, factor); break;
-    case DataType::kInt32: ScaleTyped(static_cast<int32_t*>(data), count, factor); break;
-    case DataType::kInt64: ScaleTyped(static_cast<int64_t*>(data), count, factor); break;
-    case DataType::kFloat32: ScaleFloat(static_cast<float*>(data), count, factor); break;
-    case DataType::kFloat64: ScaleFloat(static_cast<double*>(data), count, factor); break;
+    case DataType::kUInt8:
+      ScaleTyped(static_cast<uint8_t*>(data), count, factor);
+      break;
+    case DataType::kInt8:
+      ScaleTyped(static_cast<int8_t*>(data), count, factor);
+      break;
+    case DataType::kUInt16:
+      ScaleTyped(static_cast<uint16_t*>(data), count, factor);
+      break;
+    case DataType::kInt16:
+      ScaleTyped(static_cast<int16_t*>(data), count, factor);
+      break;
+    case DataType::kInt32:
+      ScaleTyped(static_cast<int32_t*>(data), count, factor);
+      break;
+    case DataType::kInt64:
+      ScaleTyped(static_cast<int64_t*>(data), count, factor);
+      break;
+    case DataType::kFloat32:
+      ScaleFloat(static_cast<float*>(data), count, factor);
+      break;
+    case DataType::kFloat64:
+      ScaleFloat(static_cast<double*>(data), count, factor);
+      break;
     case DataType::kFloat16:
       Scale16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), count, factor);
       break;
     case DataType::kBFloat16:
       Scale16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(data), count, factor);
       break;
-    case DataType::kBool: break;  // rejected at enqueue
+    case DataType::kBool:
+      break;  // rejected at enqueue
   }
 }
 

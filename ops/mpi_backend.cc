@@ -90,16 +90,15 @@ class MpiBackend : public Backend {
     KOLO_RETURN_IF_ERROR(CheckIntCount(std::max(total_send, total_recv), "alltoall"));
     std::vector<int> sc = ToInts(send_bytes), rc = ToInts(recv_bytes);
     std::vector<int> sd = Displacements(send_bytes), rd = Displacements(recv_bytes);
-    return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                   rd.data(), MPI_BYTE, comm_),
+    return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                                   MPI_BYTE, comm_),
                      "MPI_Alltoallv");
   }
 
   Status AlltoallCounts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) override {
     recv->assign(send.size(), 0);
-    return MpiStatus(
-        MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T, comm_),
-        "MPI_Alltoall");
+    return MpiStatus(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T, comm_),
+                     "MPI_Alltoall");
   }
 
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
@@ -151,9 +150,9 @@ Result<std::unique_ptr<MpiOps>> MpiOps::Create() {
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->bfloat_), "MPI_Type_commit"));
   for (int i = 0; i < 5; ++i) {
     KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops->half_ops_[i]), "MPI_Op_create"));
+        MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops -> half_ops_[i]), "MPI_Op_create"));
     KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Op_create(kHalfFns<true>[i], 1, &ops->bfloat_ops_[i]), "MPI_Op_create"));
+        MpiStatus(MPI_Op_create(kHalfFns<true>[i], 1, &ops -> bfloat_ops_[i]), "MPI_Op_create"));
   }
   return ops;
 }
@@ -173,17 +172,28 @@ MpiOps::~MpiOps() {
 
 MPI_Datatype MpiOps::Datatype(DataType dtype) const {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kUInt16: return MPI_UINT16_T;
-    case DataType::kInt16: return MPI_INT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat16: return half_;
-    case DataType::kBFloat16: return bfloat_;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kUInt16:
+      return MPI_UINT16_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat16:
+      return half_;
+    case DataType::kBFloat16:
+      return bfloat_;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kBool:
+      return MPI_C_BOOL;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -197,10 +207,14 @@ MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
   }
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
   }
   return MPI_OP_NULL;
 }

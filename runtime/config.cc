@@ -256,3 +256,15 @@ std::vector<std::pair<std::string, std::string>> KoloEnvironment() {
 }
 
 }  // namespace kolo
+
+namespace kolo {
+
+std::string SettingsMarkdownTable() {
+  std::string out = "| variable | default | meaning |\n| --- | --- | --- |\n";
+  for (const Setting& s : Settings()) {
+    out += std::string("| `") + s.name + "` | " + s.default_text + " | " + s.meaning + " |\n";
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -60,3 +60,8 @@ Result<LogLevel> ParseLogLevel(const std::string& text);
 std::string ClosestSettingName(const std::string& name);
 
 }  // namespace kolo
+
+namespace kolo {
+// The Markdown table of every setting, for docs/configuration.md.
+std::string SettingsMarkdownTable();
+}  // namespace kolo

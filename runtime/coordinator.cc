@@ -1,6 +1,7 @@
 #include "coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace kolo {
@@ -111,8 +112,8 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
   } else if (r.reduce_op != f.reduce_op &&
              (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter)) {
     what = "Mismatched reduce operations for " + Describe(f) + ": " + ranks + " asked for " +
-           ReduceOpName(f.reduce_op) + " but " + other + " asked for " +
-           ReduceOpName(r.reduce_op) + ".";
+           ReduceOpName(f.reduce_op) + " but " + other + " asked for " + ReduceOpName(r.reduce_op) +
+           ".";
   } else if (r.prescale != f.prescale) {
     what = "Mismatched prescale factors for " + Describe(f) + ": " + ranks + " sent " +
            Num(f.prescale) + " but " + other + " sent " + Num(r.prescale) + ".";
@@ -155,8 +156,8 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
     if (entry.disagreeing.size() > 1) {
       std::vector<int> d = entry.disagreeing;
       std::sort(d.begin(), d.end());
-      resp.error += " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) +
-                    ".";
+      resp.error +=
+          " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) + ".";
     }
     return resp;
   }
@@ -256,7 +257,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       Response err;
       err.op = OpType::kError;
       err.names = {name};
-      err.error = "Stalled for " + Num(static_cast<int>(age)) + " s: " + detail +
+      err.error = "Stalled for " + Num(std::round(age * 10) / 10) + " s: " + detail +
                   "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
                   " ended it. All ranks must submit the same tensors.";
       Request first = e.first;
@@ -271,7 +272,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       e.warned = true;
       e.last_warned = now;
       outcome->stall_warnings.push_back("Stall: " + detail + " (waiting " +
-                                        Num(static_cast<int>(age)) +
+                                        Num(std::round(age * 10) / 10) +
                                         " s). Those ranks may be slower, stuck, or taking a "
                                         "different code path.");
     }

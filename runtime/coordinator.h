@@ -50,9 +50,9 @@ class Coordinator {
     Request first;  // the first request that arrived; the others are compared with it
     std::vector<bool> submitted;
     int count = 0;
-    std::string mismatch;           // the first disagreement found, empty if none
-    std::vector<int> disagreeing;   // ranks that differ from `first`
-    std::vector<int64_t> dim0;      // allgather: dim 0 of every rank
+    std::string mismatch;          // the first disagreement found, empty if none
+    std::vector<int> disagreeing;  // ranks that differ from `first`
+    std::vector<int64_t> dim0;     // allgather: dim 0 of every rank
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;

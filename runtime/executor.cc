@@ -49,11 +49,21 @@ void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
   }
   for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes)) {
     switch (r.op) {
-      case OpType::kAllreduce: Allreduce(set, r); break;
-      case OpType::kAllgather: Allgather(set, r); break;
-      case OpType::kBroadcast: Broadcast(set, r); break;
-      case OpType::kAlltoall: Alltoall(set, r); break;
-      case OpType::kReducescatter: Reducescatter(set, r); break;
+      case OpType::kAllreduce:
+        Allreduce(set, r);
+        break;
+      case OpType::kAllgather:
+        Allgather(set, r);
+        break;
+      case OpType::kBroadcast:
+        Broadcast(set, r);
+        break;
+      case OpType::kAlltoall:
+        Alltoall(set, r);
+        break;
+      case OpType::kReducescatter:
+        Reducescatter(set, r);
+        break;
       case OpType::kError:
         for (const std::string& name : r.names) {
           if (set.Find(name) != nullptr) {
@@ -165,8 +175,8 @@ void Executor::Allgather(ProcessSet& set, const Response& r) {
   result.shape = shape;
   result.shape[0] = rows;
   result.data.resize(static_cast<size_t>(rows * row_bytes));
-  Status s = set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(),
-                                      recv_bytes);
+  Status s =
+      set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(), recv_bytes);
   Phase(*e, "ALLGATHER", start);
   Finish(set.Take(r.names[0]), s, &result);
 }
@@ -175,8 +185,8 @@ void Executor::Broadcast(ProcessSet& set, const Response& r) {
   TensorEntry* e = set.Find(r.names[0]);
   if (e == nullptr) return;
   const auto start = Clock::now();
-  Status s = set.backend().Broadcast(e->input.data, static_cast<int64_t>(e->input.NumBytes()),
-                                     r.root);
+  Status s =
+      set.backend().Broadcast(e->input.data, static_cast<int64_t>(e->input.NumBytes()), r.root);
   Phase(*e, "BROADCAST", start);
   Finish(set.Take(r.names[0]), s);
 }

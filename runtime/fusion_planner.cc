@@ -35,8 +35,7 @@ std::vector<Response> FusionPlanner::Plan(std::vector<Response> responses,
         taken[j] = true;
         bytes += more;
         for (auto& n : responses[j].names) fused.names.push_back(std::move(n));
-        fused.sizes.insert(fused.sizes.end(), responses[j].sizes.begin(),
-                           responses[j].sizes.end());
+        fused.sizes.insert(fused.sizes.end(), responses[j].sizes.begin(), responses[j].sizes.end());
       }
     }
     plan.push_back(std::move(fused));

@@ -31,7 +31,7 @@ class LogMessage {
 }  // namespace kolo
 
 // A loop that runs once, so the macro is safe inside an unbraced if/else.
-#define KOLO_LOG(level)                                                              \
+#define KOLO_LOG(level)                                                               \
   for (bool kolo_log_on_ = ::kolo::LogEnabled(::kolo::LogLevel::level); kolo_log_on_; \
-       kolo_log_on_ = false)                                                         \
+       kolo_log_on_ = false)                                                          \
   ::kolo::LogMessage(::kolo::LogLevel::level).stream()

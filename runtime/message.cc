@@ -24,8 +24,8 @@ bool ValidEnums(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
 bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
-         root == o.root && device == o.device && group == o.group &&
-         group_size == o.group_size && ranks == o.ranks;
+         root == o.root && device == o.device && group == o.group && group_size == o.group_size &&
+         ranks == o.ranks;
 }
 
 bool Response::operator==(const Response& o) const {

@@ -22,8 +22,8 @@ struct Request {
   double postscale = 1.0;
   int32_t root = -1;  // broadcast
   int32_t device = kCpuDevice;
-  std::string group;       // grouped allreduce: the group's name; empty when not grouped
-  int32_t group_size = 0;  // grouped allreduce: number of members
+  std::string group;           // grouped allreduce: the group's name; empty when not grouped
+  int32_t group_size = 0;      // grouped allreduce: number of members
   std::vector<int32_t> ranks;  // add_process_set: the ranks; remove: {id}
 
   bool operator==(const Request& o) const;

@@ -15,8 +15,13 @@ enum Flag : uint64_t {
   kHasUncached = 1,  // some rank has requests for the coordinator
   kShutdown = 2,     // some rank asked to shut down
   kJoined = 4,       // some rank has joined: the cache is bypassed
-  kHasPending = 8,   // some rank has tensors waiting
+  kStallCheck = 8,   // the coordinator holds waiting tensors and wants a round to check them
 };
+
+// How often the coordinator asks for a round while tensors wait on it.
+double StallCheckInterval(const Config& c) {
+  return std::max(0.05, std::min(1.0, c.stall_check_seconds / 4));
+}
 
 bool TestBit(const std::vector<uint64_t>& v, size_t word0, int bit) {
   return (v[word0 + bit / 64] >> (bit % 64)) & 1u;
@@ -27,8 +32,8 @@ void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
 
 }  // namespace
 
-ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
-                       const MpiOps* ops, const Config& config)
+ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
+                       const Config& config)
     : info_(std::move(info)),
       comm_(std::move(comm)),
       backend_(MakeMpiBackend(comm_.get(), ops)),
@@ -78,7 +83,7 @@ void ProcessSet::MoveToUncached(int bit) {
 
 // A cache hit that waits too long is sent to the coordinator instead, so that
 // the stall inspector can say which ranks are missing it.
-void ProcessSet::ExpireStalledCacheHits(Clock::time_point now, std::vector<uint64_t>* invalid) {
+void ProcessSet::ExpireStalledCacheHits(Clock::time_point now) {
   if (config_.stall_check_disabled || config_.stall_check_seconds <= 0) return;
   for (const auto& [bit, name] : cache_hits_) {
     auto it = pending_.find(name);
@@ -86,7 +91,6 @@ void ProcessSet::ExpireStalledCacheHits(Clock::time_point now, std::vector<uint6
     double age = std::chrono::duration<double>(now - it->second.picked_up).count();
     if (age >= config_.stall_check_seconds / 2) invalid_bits_.push_back(bit);
   }
-  (void)invalid;
 }
 
 Status ProcessSet::WaitForRequest(MPI_Request* request) {
@@ -107,8 +111,7 @@ Status ProcessSet::WaitForRequest(MPI_Request* request) {
 Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
                              NegotiationOutcome* outcome) {
   *outcome = NegotiationOutcome();
-  std::vector<uint64_t> unused;
-  ExpireStalledCacheHits(now, &unused);
+  ExpireStalledCacheHits(now);
 
   // 1. The bit vector: flags, cache hits, invalidated entries.
   const size_t words = (static_cast<size_t>(cache_.bit_bound()) + 63) / 64;
@@ -117,7 +120,11 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   if (!uncached_.empty()) flags |= kHasUncached;
   if (request_shutdown) flags |= kShutdown;
   if (joined_) flags |= kJoined;
-  if (!pending_.empty()) flags |= kHasPending;
+  if (coordinator_ && coordinator_->pending() > 0 && !config_.stall_check_disabled &&
+      std::chrono::duration<double>(now - last_slow_round_).count() >=
+          StallCheckInterval(config_)) {
+    flags |= kStallCheck;
+  }
   bits[0] = ~flags;
   for (const auto& hit : cache_hits_) SetBit(&bits, 1, hit.first);
   std::vector<uint64_t> invalid(words, 0);
@@ -126,14 +133,13 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   invalid_bits_.clear();
 
   MPI_Request request;
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits.data(),
-                                                static_cast<int>(bits.size()), MPI_UINT64_T,
-                                                MPI_BAND, comm_.get(), &request),
-                                 "MPI_Iallreduce"));
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()),
+                               MPI_UINT64_T, MPI_BAND, comm_.get(), &request),
+                "MPI_Iallreduce"));
   KOLO_RETURN_IF_ERROR(WaitForRequest(&request));
   flags = ~bits[0];
   outcome->shutdown = (flags & kShutdown) != 0;
-  outcome->any_pending = (flags & kHasPending) != 0;
   if (outcome->shutdown) return Status::OK();
 
   // 2. Entries some rank found stale leave every rank's cache; while a rank is
@@ -158,7 +164,8 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   }
 
   // 4. The slow path, when any rank has something new for the coordinator.
-  if ((flags & (kHasUncached | kJoined)) || any_invalid) {
+  if ((flags & (kHasUncached | kJoined | kStallCheck)) || any_invalid) {
+    last_slow_round_ = now;
     std::vector<Response> slow;
     KOLO_RETURN_IF_ERROR(RunSlowPath(now, &slow));
     CacheResponses(slow);
@@ -186,8 +193,7 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
     all.resize(static_cast<size_t>(total));
   }
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(mine.data(), my_size, MPI_BYTE, all.data(),
-                                             sizes.data(), displs.data(), MPI_BYTE, 0,
-                                             comm_.get()),
+                                             sizes.data(), displs.data(), MPI_BYTE, 0, comm_.get()),
                                  "MPI_Gatherv"));
   std::vector<uint8_t> reply;
   if (root) {
@@ -207,9 +213,9 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
   KOLO_RETURN_IF_ERROR(
       MpiStatus(MPI_Bcast(&reply_size, 1, MPI_INT64_T, 0, comm_.get()), "MPI_Bcast"));
   reply.resize(static_cast<size_t>(reply_size));
-  KOLO_RETURN_IF_ERROR(MpiStatus(
-      MPI_Bcast(reply.data(), static_cast<int>(reply_size), MPI_BYTE, 0, comm_.get()),
-      "MPI_Bcast"));
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Bcast(reply.data(), static_cast<int>(reply_size), MPI_BYTE, 0, comm_.get()),
+                "MPI_Bcast"));
   Result<std::vector<Response>> decoded = DecodeResponses(reply.data(), reply.size());
   if (!decoded.ok()) return decoded.status();
   *responses = std::move(decoded).value();

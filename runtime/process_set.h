@@ -27,7 +27,6 @@ struct ProcessSetInfo {
 struct NegotiationOutcome {
   std::vector<Response> responses;  // cached-ready first (bit order), then the coordinator's
   bool shutdown = false;            // some rank asked to shut down
-  bool any_pending = false;         // something still waits somewhere
 };
 
 class ProcessSet {
@@ -62,7 +61,7 @@ class ProcessSet {
 
  private:
   void Classify(TensorEntry& entry);
-  void ExpireStalledCacheHits(Clock::time_point now, std::vector<uint64_t>* invalid);
+  void ExpireStalledCacheHits(Clock::time_point now);
   Status WaitForRequest(MPI_Request* request);
   Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
   void CacheResponses(const std::vector<Response>& responses);
@@ -74,12 +73,13 @@ class ProcessSet {
   Config config_;
 
   std::unordered_map<std::string, TensorEntry> pending_;  // by name
-  std::vector<Request> uncached_;          // to send to the coordinator next round
+  std::vector<Request> uncached_;                         // to send to the coordinator next round
   std::map<int, std::string> cache_hits_;  // bit -> name, waiting for the bit everywhere
   std::vector<int> invalid_bits_;          // cached entries this rank found stale
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;
+  Clock::time_point last_slow_round_;
   std::vector<uint8_t> fusion_buffer_;
 };
 

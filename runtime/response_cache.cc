@@ -3,9 +3,8 @@
 namespace kolo {
 
 bool ResponseCache::Cacheable(const Response& r) {
-  return r.names.size() == 1 &&
-         (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
-          r.op == OpType::kAllgather || r.op == OpType::kReducescatter);
+  return r.names.size() == 1 && (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
+                                 r.op == OpType::kAllgather || r.op == OpType::kReducescatter);
 }
 
 ResponseCache::Lookup ResponseCache::Find(const Request& q, int rank_in_set) const {

@@ -160,13 +160,15 @@ Result<Handle> Runtime::EnqueueAllgather(const TensorView& input,
   if (!set.ok()) return set.status();
   KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
   if (input.shape.empty()) {
-    return Status::InvalidArgument("allgather needs a tensor with at least one dimension "
-                                   "(it concatenates along dimension 0); got a scalar");
+    return Status::InvalidArgument(
+        "allgather needs a tensor with at least one dimension "
+        "(it concatenates along dimension 0); got a scalar");
   }
   TensorEntry e;
   e.process_set = options.process_set;
-  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kAllgather), e.process_set)
-                                          : options.name;
+  std::string name = options.name.empty()
+                         ? impl_->AutoName(OpTypeName(OpType::kAllgather), e.process_set)
+                         : options.name;
   e.request = MakeRequest(OpType::kAllgather, name, input, set.value()->rank_in_set);
   e.input = e.output = input;
   std::vector<TensorEntry> entries;
@@ -187,8 +189,9 @@ Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank
   }
   TensorEntry e;
   e.process_set = options.process_set;
-  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kBroadcast), e.process_set)
-                                          : options.name;
+  std::string name = options.name.empty()
+                         ? impl_->AutoName(OpTypeName(OpType::kBroadcast), e.process_set)
+                         : options.name;
   e.request = MakeRequest(OpType::kBroadcast, name, tensor, set.value()->rank_in_set);
   e.request.root = root_rank;
   e.input = e.output = tensor;
@@ -197,8 +200,7 @@ Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank
   return impl_->Enqueue(std::move(entries));
 }
 
-Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input,
-                                        const std::vector<int64_t>& splits,
+Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vector<int64_t>& splits,
                                         const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
@@ -211,9 +213,9 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input,
   std::vector<int64_t> s = splits;
   if (s.empty()) {
     if (rows % n != 0) {
-      return Status::InvalidArgument(
-          "alltoall without splits needs dimension 0 (" + std::to_string(rows) +
-          ") divisible by the number of ranks (" + std::to_string(n) + "); pass splits");
+      return Status::InvalidArgument("alltoall without splits needs dimension 0 (" +
+                                     std::to_string(rows) + ") divisible by the number of ranks (" +
+                                     std::to_string(n) + "); pass splits");
     }
     s.assign(n, rows / n);
   }
@@ -236,8 +238,9 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input,
   }
   TensorEntry e;
   e.process_set = options.process_set;
-  std::string name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kAlltoall), e.process_set)
-                                          : options.name;
+  std::string name = options.name.empty()
+                         ? impl_->AutoName(OpTypeName(OpType::kAlltoall), e.process_set)
+                         : options.name;
   e.request = MakeRequest(OpType::kAlltoall, name, input, set.value()->rank_in_set);
   e.input = e.output = input;
   e.splits = std::move(s);
@@ -282,8 +285,9 @@ Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   e.process_set = options.process_set;
   e.request.op = OpType::kBarrier;
   e.request.rank = set.value()->rank_in_set;
-  e.request.name = options.name.empty() ? impl_->AutoName(OpTypeName(OpType::kBarrier), e.process_set)
-                                        : options.name;
+  e.request.name = options.name.empty()
+                       ? impl_->AutoName(OpTypeName(OpType::kBarrier), e.process_set)
+                       : options.name;
   std::vector<TensorEntry> entries;
   entries.push_back(std::move(e));
   return impl_->Enqueue(std::move(entries));

@@ -73,7 +73,8 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
   MpiComm local_owner(local);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(dup, local_rank_, rank_, &cross), "MPI_Comm_split"));
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split(dup, local_rank_, rank_, &cross), "MPI_Comm_split"));
   MpiComm cross_owner(cross);
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
@@ -94,8 +95,10 @@ Status RuntimeImpl::InitProcessSets(const InitOptions& options) {
     std::sort(sorted.begin(), sorted.end());
     if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
         sorted.front() < 0 || sorted.back() >= size_) {
-      return Status::InvalidArgument("a process set given to init() must list distinct ranks "
-                                     "between 0 and " + std::to_string(size_ - 1));
+      return Status::InvalidArgument(
+          "a process set given to init() must list distinct ranks "
+          "between 0 and " +
+          std::to_string(size_ - 1));
     }
     Result<int> id = CreateProcessSet(ranks);
     if (!id.ok()) return id.status();
@@ -111,13 +114,12 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
   info->rank_in_set = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
   MPI_Comm comm;
   int color = info->rank_in_set >= 0 ? 0 : MPI_UNDEFINED;
-  KOLO_RETURN_IF_ERROR(MpiStatus(
-      MPI_Comm_split(global_comm_.get(), color, std::max(info->rank_in_set, 0), &comm),
-      "MPI_Comm_split"));
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split(global_comm_.get(), color, std::max(info->rank_in_set, 0), &comm),
+                "MPI_Comm_split"));
   if (comm != MPI_COMM_NULL) {
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    sets_[info->id] =
-        std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_);
+    sets_[info->id] = std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_);
   }
   MutexLock lock(&sets_mutex_);
   set_infos_[info->id] = info;
@@ -166,9 +168,9 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
   {
     MutexLock lock(&queue_mutex_);
     if (!running_ || shutdown_requested_) {
-      return Status::Aborted("kolo is not running" +
-                             (stop_reason_.empty() ? std::string(" (shutdown() was called)")
-                                                   : " (" + stop_reason_ + ")"));
+      return Status::Aborted("kolo is not running" + (stop_reason_.empty()
+                                                          ? std::string(" (shutdown() was called)")
+                                                          : " (" + stop_reason_ + ")"));
     }
     for (size_t i = 0; i < entries.size(); ++i) {
       auto& names = pending_names_[entries[i].process_set];
@@ -177,7 +179,8 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
       for (size_t j = 0; j < i; ++j) repeated |= entries[j].request.name == name;
       if (names.count(name) || repeated) {
         return Status::InvalidArgument(
-            "a collective named '" + name + "' is already pending on this rank; names must be "
+            "a collective named '" + name +
+            "' is already pending on this rank; names must be "
             "unique among operations in flight (wait for the first one, or use another name)");
       }
     }
@@ -229,8 +232,8 @@ Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
 }
 
 void RuntimeImpl::WaitForWork(bool anything_pending) {
-  auto timeout = std::chrono::duration<double, std::milli>(
-      anything_pending ? config_.cycle_time_ms : config_.idle_tick_ms);
+  auto timeout = std::chrono::duration<double, std::milli>(anything_pending ? config_.cycle_time_ms
+                                                                            : config_.idle_tick_ms);
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   MutexLock lock(&queue_mutex_);
   while (queue_.empty() && !shutdown_requested_) {
@@ -266,14 +269,13 @@ bool RuntimeImpl::RunCycle() {
     e.picked_up = now;
     auto it = sets_.find(e.process_set);
     if (it == sets_.end()) {
-      executor_->Finish(std::move(e), Status::InvalidArgument(
-                                          "process set " + std::to_string(e.process_set) +
-                                          " was removed before this operation ran"));
+      executor_->Finish(std::move(e),
+                        Status::InvalidArgument("process set " + std::to_string(e.process_set) +
+                                                " was removed before this operation ran"));
       continue;
     }
     it->second->Add(std::move(e));
   }
-  bool any_pending_elsewhere = false;
   std::vector<int> ids;
   for (auto& [id, set] : sets_) ids.push_back(id);
   for (int id : ids) {
@@ -293,14 +295,12 @@ bool RuntimeImpl::RunCycle() {
                    : "another rank shut kolo down before this operation completed"));
       return false;
     }
-    any_pending_elsewhere |= outcome.any_pending;
     executor_->Execute(
         set, outcome.responses,
         [this](const std::vector<int>& ranks) { return CreateProcessSet(ranks); },
         [this](int removed) { return RemoveProcessSet(removed); });
   }
   timeline_.Flush();
-  (void)any_pending_elsewhere;
   return true;
 }
 

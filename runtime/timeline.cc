@@ -68,7 +68,8 @@ bool Timeline::mark_cycles() const {
 }
 
 long Timeline::Micros(Clock::time_point t) const {
-  return static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(t - start_).count());
+  return static_cast<long>(
+      std::chrono::duration_cast<std::chrono::microseconds>(t - start_).count());
 }
 
 void Timeline::WriteEvent(const std::string& json) {

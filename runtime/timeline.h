@@ -40,11 +40,11 @@ class Timeline {
   long Micros(Clock::time_point t) const;
 
   mutable std::mutex mutex_;
-  std::FILE* file_ = nullptr;      // guarded by mutex_
-  bool mark_cycles_ = false;       // guarded by mutex_
-  bool first_event_ = true;        // guarded by mutex_
-  bool tail_written_ = false;      // guarded by mutex_: the file ends with "]"
-  Clock::time_point start_;        // guarded by mutex_
+  std::FILE* file_ = nullptr;                  // guarded by mutex_
+  bool mark_cycles_ = false;                   // guarded by mutex_
+  bool first_event_ = true;                    // guarded by mutex_
+  bool tail_written_ = false;                  // guarded by mutex_: the file ends with "]"
+  Clock::time_point start_;                    // guarded by mutex_
   std::unordered_map<std::string, int> tids_;  // guarded by mutex_
 };
 

@@ -13,10 +13,14 @@ double Fold(ReduceOp op, DataType t, double acc, double v) {
     return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? (acc && v) : (acc || v);
   }
   switch (op) {
-    case ReduceOp::kMin: return std::min(acc, v);
-    case ReduceOp::kMax: return std::max(acc, v);
-    case ReduceOp::kProduct: return acc * v;
-    default: return acc + v;
+    case ReduceOp::kMin:
+      return std::min(acc, v);
+    case ReduceOp::kMax:
+      return std::max(acc, v);
+    case ReduceOp::kProduct:
+      return acc * v;
+    default:
+      return acc + v;
   }
 }
 
@@ -54,10 +58,12 @@ TEST_P(AllreduceTest, InPlaceOutOfPlaceAndFused) {
   opts.name = "single.out";
   ASSERT_TRUE(Run(rt_->EnqueueAllreduce(in[2].View(), out[2].View(), opts)).ok());
   for (int64_t i = 0; i < sizes[1]; ++i) {
-    ASSERT_EQ(in[1].Get(i), Expected(t, op, size_, i)) << "in-place, rank " << rank_ << " elem " << i;
+    ASSERT_EQ(in[1].Get(i), Expected(t, op, size_, i))
+        << "in-place, rank " << rank_ << " elem " << i;
   }
   for (int64_t i = 0; i < sizes[2]; ++i) {
-    ASSERT_EQ(out[2].Get(i), Expected(t, op, size_, i)) << "out-of-place, rank " << rank_ << " elem " << i;
+    ASSERT_EQ(out[2].Get(i), Expected(t, op, size_, i))
+        << "out-of-place, rank " << rank_ << " elem " << i;
   }
   // A group is negotiated as one unit, so its members are fused.
   for (size_t k = 0; k < sizes.size(); ++k) {
@@ -79,20 +85,21 @@ TEST_P(AllreduceTest, InPlaceOutOfPlaceAndFused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllDtypesAllOps, AllreduceTest,
-    ::testing::Combine(::testing::ValuesIn(AllDataTypes()),
-                       ::testing::Values(ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                         ReduceOp::kMax, ReduceOp::kProduct)),
-    [](const auto& info) {
-      return std::string(DataTypeName(std::get<0>(info.param))) + "_" +
-             ReduceOpName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllDtypesAllOps, AllreduceTest,
+                         ::testing::Combine(::testing::ValuesIn(AllDataTypes()),
+                                            ::testing::Values(ReduceOp::kSum, ReduceOp::kAverage,
+                                                              ReduceOp::kMin, ReduceOp::kMax,
+                                                              ReduceOp::kProduct)),
+                         [](const auto& info) {
+                           return std::string(DataTypeName(std::get<0>(info.param))) + "_" +
+                                  ReduceOpName(std::get<1>(info.param));
+                         });
 
 class Collectives : public RuntimeTest {};
 
 TEST_F(Collectives, AllreduceScaleFactors) {
-  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16}) {
+  for (DataType t :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16}) {
     Buffer b(t, 8);
     for (int i = 0; i < 8; ++i) b.Set(i, 4 * (rank_ + 1) * (i + 1));
     AllreduceOptions opts;

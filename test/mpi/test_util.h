@@ -57,35 +57,66 @@ class Buffer {
 
   static double Read(const void* p, DataType t, int64_t i) {
     switch (t) {
-      case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
-      case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
-      case DataType::kUInt16: return static_cast<const uint16_t*>(p)[i];
-      case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
-      case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
-      case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-      case DataType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-      case DataType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-      case DataType::kFloat32: return static_cast<const float*>(p)[i];
-      case DataType::kFloat64: return static_cast<const double*>(p)[i];
-      case DataType::kBool: return static_cast<const bool*>(p)[i] ? 1 : 0;
+      case DataType::kUInt8:
+        return static_cast<const uint8_t*>(p)[i];
+      case DataType::kInt8:
+        return static_cast<const int8_t*>(p)[i];
+      case DataType::kUInt16:
+        return static_cast<const uint16_t*>(p)[i];
+      case DataType::kInt16:
+        return static_cast<const int16_t*>(p)[i];
+      case DataType::kInt32:
+        return static_cast<const int32_t*>(p)[i];
+      case DataType::kInt64:
+        return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+      case DataType::kFloat16:
+        return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+      case DataType::kBFloat16:
+        return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+      case DataType::kFloat32:
+        return static_cast<const float*>(p)[i];
+      case DataType::kFloat64:
+        return static_cast<const double*>(p)[i];
+      case DataType::kBool:
+        return static_cast<const bool*>(p)[i] ? 1 : 0;
     }
     return 0;
   }
   static void Write(void* p, DataType t, int64_t i, double v) {
     switch (t) {
-      case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-      case DataType::kUInt16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
-      case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-      case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-      case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v)); break;
+      case DataType::kUInt8:
+        static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8:
+        static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+        break;
+      case DataType::kUInt16:
+        static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+        break;
+      case DataType::kInt16:
+        static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+        break;
+      case DataType::kInt32:
+        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+        break;
+      case DataType::kInt64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+        break;
+      case DataType::kFloat16:
+        static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+        break;
       case DataType::kBFloat16:
         static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
         break;
-      case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
-      case DataType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
+      case DataType::kFloat32:
+        static_cast<float*>(p)[i] = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        static_cast<double*>(p)[i] = v;
+        break;
+      case DataType::kBool:
+        static_cast<bool*>(p)[i] = v != 0;
+        break;
     }
   }
 
@@ -97,9 +128,9 @@ class Buffer {
 
 inline const std::vector<DataType>& AllDataTypes() {
   static const std::vector<DataType> kAll = {
-      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
-      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+      DataType::kUInt8,   DataType::kInt8,    DataType::kUInt16,  DataType::kInt16,
+      DataType::kInt32,   DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+      DataType::kFloat32, DataType::kFloat64, DataType::kBool};
   return kAll;
 }
 

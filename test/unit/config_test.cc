@@ -99,3 +99,22 @@ TEST(Config, ByteSizes) {
 
 }  // namespace
 }  // namespace kolo
+
+#include <fstream>
+#include <sstream>
+
+namespace kolo {
+namespace {
+
+TEST(Config, DocsCarryTheGeneratedTable) {
+  std::ifstream f(KOLO_SOURCE_DIR "/docs/configuration.md");
+  ASSERT_TRUE(f.good()) << "docs/configuration.md is missing";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find(SettingsMarkdownTable()), std::string::npos)
+      << "docs/configuration.md is out of date; regenerate the table with "
+         "build/runtime/kolo_config_doc";
+}
+
+}  // namespace
+}  // namespace kolo

@@ -69,9 +69,11 @@ Request WithShape(Request r, std::vector<int64_t> s) {
 std::vector<MismatchCase> MismatchCases() {
   Request base = Allreduce("t", {17, 17, 17});
   std::vector<MismatchCase> cases;
-  cases.push_back({"shape", base, WithShape(base, {18, 18, 18}),
-                   {"Mismatched allreduce tensor shapes for tensor 't'", "rank 0",
-                    "[17, 17, 17]", "rank 1", "[18, 18, 18]"}});
+  cases.push_back({"shape",
+                   base,
+                   WithShape(base, {18, 18, 18}),
+                   {"Mismatched allreduce tensor shapes for tensor 't'", "rank 0", "[17, 17, 17]",
+                    "rank 1", "[18, 18, 18]"}});
   Request dtype = base;
   dtype.dtype = DataType::kInt32;
   cases.push_back({"dtype", base, dtype, {"Mismatched data types", "float32", "int32", "rank 1"}});
@@ -95,9 +97,11 @@ std::vector<MismatchCase> MismatchCases() {
   b2.root = 1;
   cases.push_back({"root", b1, b2, {"Mismatched broadcast root ranks", "root 0", "root 1"}});
   Request g1 = Op(OpType::kAllgather, "t", {2, 3}), g2 = Op(OpType::kAllgather, "t", {2, 4});
-  cases.push_back({"allgather rest dims", g1, g2,
-                   {"Mismatched allgather tensor shapes", "all dimensions but the first",
-                    "[2, 3]", "[2, 4]"}});
+  cases.push_back(
+      {"allgather rest dims",
+       g1,
+       g2,
+       {"Mismatched allgather tensor shapes", "all dimensions but the first", "[2, 3]", "[2, 4]"}});
   Request p1 = Op(OpType::kAddProcessSet, "ps"), p2 = p1;
   p1.ranks = {0, 1};
   p2.ranks = {0, 2};

@@ -38,7 +38,8 @@ TEST(Kernels, ScaleAndReduce) {
   std::vector<int32_t> ints = {7, -7, 3};
   ScaleBuffer(ints.data(), 3, DataType::kInt32, 0.5);
   EXPECT_EQ(ints, (std::vector<int32_t>{3, -3, 1}));  // truncated toward zero
-  std::vector<uint16_t> h = {FloatToHalf(2), FloatToHalf(-4)}, in = {FloatToHalf(1), FloatToHalf(5)};
+  std::vector<uint16_t> h = {FloatToHalf(2), FloatToHalf(-4)},
+                        in = {FloatToHalf(1), FloatToHalf(5)};
   ScaleBuffer(h.data(), 2, DataType::kFloat16, 0.5);
   EXPECT_EQ(HalfToFloat(h[0]), 1.0f);
   ReduceHalf(in.data(), h.data(), 2, ReduceOp::kMax, false);

@@ -122,8 +122,7 @@ class Runtime {
                                  const CollectiveOptions& options);
   // Reduces, then rank i keeps the i-th block of rows; when dim 0 does not
   // divide, the first (dim0 % n) ranks get one row more.
-  Result<Handle> EnqueueReducescatter(const TensorView& input,
-                                      const ReducescatterOptions& options);
+  Result<Handle> EnqueueReducescatter(const TensorView& input, const ReducescatterOptions& options);
   Result<Handle> EnqueueBarrier(const CollectiveOptions& options);
   // For uneven data: after joining, this rank takes part in other ranks'
   // allreduces with zeros until every rank has joined. The result's `value` is

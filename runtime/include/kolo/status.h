@@ -51,7 +51,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return status_.ok(); }
@@ -68,8 +68,8 @@ class [[nodiscard]] Result {
 }  // namespace kolo
 
 // Returns early from the enclosing function when `expr` yields an error Status.
-#define KOLO_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::kolo::Status kolo_status_ = (expr);    \
+#define KOLO_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::kolo::Status kolo_status_ = (expr);        \
     if (!kolo_status_.ok()) return kolo_status_; \
   } while (0)
