@@ -126,81 +126,72 @@ Result<LogLevel> ParseLogLevel(const std::string& raw) {
   return Status::InvalidArgument("is not a log level (use trace, debug, info, warning, error)");
 }
 
+namespace {
+
+// Parsers that store into one field of Config.
+using Parser = std::function<Status(const std::string&, Config*)>;
+
+template <typename T, typename Parse>
+Parser Into(T Config::*field, Parse parse) {
+  return [field, parse](const std::string& text, Config* c) -> Status {
+    auto v = parse(text);
+    if (!v.ok()) return v.status();
+    c->*field = v.value();
+    return Status::OK();
+  };
+}
+
+Parser Milliseconds(double Config::*field) {
+  return
+      [field](const std::string& text, Config* c) { return ParsePositiveMs(text, &(c->*field)); };
+}
+
+Result<int64_t> ParseCacheCapacity(const std::string& text) {
+  Result<int64_t> v = ParseNonNegativeInt(text);
+  if (v.ok() && v.value() > (1 << 20)) return Status::InvalidArgument("is more than 1048576");
+  return v;
+}
+
+Result<std::string> ParsePath(const std::string& text) { return Trim(text); }
+
+}  // namespace
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
       {"KOLO_FUSION_THRESHOLD", "67108864 (64 MiB)",
        "Bytes per fused allreduce buffer; 0 turns fusion off. Accepts K/M/G suffixes.",
-       [](const std::string& t, Config* c) {
-         Result<int64_t> v = ParseByteSize(t);
-         if (!v.ok()) return v.status();
-         c->fusion_threshold_bytes = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::fusion_threshold_bytes, ParseByteSize)},
       {"KOLO_CYCLE_TIME", "0.5",
        "Milliseconds between negotiation rounds while tensors are pending on some rank. A new "
        "tensor wakes the background thread at once; this only paces the rounds that wait for "
        "other ranks.",
-       [](const std::string& t, Config* c) { return ParsePositiveMs(t, &c->cycle_time_ms); }},
+       Milliseconds(&Config::cycle_time_ms)},
       {"KOLO_CACHE_CAPACITY", "1024",
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
        "seen); 0 turns the cache off.",
-       [](const std::string& t, Config* c) {
-         Result<int64_t> v = ParseNonNegativeInt(t);
-         if (!v.ok()) return v.status();
-         if (v.value() > (1 << 20)) return Status::InvalidArgument("is more than 1048576");
-         c->cache_capacity = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::cache_capacity, ParseCacheCapacity)},
       {"KOLO_TIMELINE", "(off)",
        "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "
        "chrome://tracing).",
-       [](const std::string& t, Config* c) {
-         c->timeline_path = Trim(t);
-         return Status::OK();
-       }},
+       Into(&Config::timeline_path, ParsePath)},
       {"KOLO_TIMELINE_MARK_CYCLES", "0", "Also mark every negotiation cycle in the timeline.",
-       [](const std::string& t, Config* c) {
-         Result<bool> v = ParseBool(t);
-         if (!v.ok()) return v.status();
-         c->timeline_mark_cycles = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::timeline_mark_cycles, ParseBool)},
       {"KOLO_STALL_CHECK_TIME_SECONDS", "60",
        "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
        "missing it.",
-       [](const std::string& t, Config* c) {
-         Result<double> v = ParseNonNegativeDouble(t);
-         if (!v.ok()) return v.status();
-         c->stall_check_seconds = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::stall_check_seconds, ParseNonNegativeDouble)},
       {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "0",
        "Seconds after which a stalled tensor fails on every rank with an error naming the "
        "missing ranks; 0 = never.",
-       [](const std::string& t, Config* c) {
-         Result<double> v = ParseNonNegativeDouble(t);
-         if (!v.ok()) return v.status();
-         c->stall_shutdown_seconds = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::stall_shutdown_seconds, ParseNonNegativeDouble)},
       {"KOLO_STALL_CHECK_DISABLE", "0", "Turns the stall warnings and the stall shutdown off.",
-       [](const std::string& t, Config* c) {
-         Result<bool> v = ParseBool(t);
-         if (!v.ok()) return v.status();
-         c->stall_check_disabled = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::stall_check_disabled, ParseBool)},
       {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning or error.",
-       [](const std::string& t, Config* c) {
-         Result<LogLevel> v = ParseLogLevel(t);
-         if (!v.ok()) return v.status();
-         c->log_level = v.value();
-         return Status::OK();
-       }},
+       Into(&Config::log_level, ParseLogLevel)},
       {"KOLO_IDLE_TICK_MS", "100",
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
-       [](const std::string& t, Config* c) { return ParsePositiveMs(t, &c->idle_tick_ms); }},
+       Milliseconds(&Config::idle_tick_ms)},
   };
   return kSettings;
 }

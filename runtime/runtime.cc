@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "logging.h"
 #include "runtime_impl.h"
@@ -154,26 +155,41 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
   return impl_->Enqueue(std::move(entries));
 }
 
+namespace {
+
+// Names, builds and queues the single entry of a one-tensor operation;
+// `fill` sets the op-specific fields.
+Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
+                          int rank_in_set, const TensorView& tensor,
+                          const std::function<void(TensorEntry&)>& fill = nullptr) {
+  TensorEntry e;
+  e.process_set = options.process_set;
+  std::string name =
+      options.name.empty() ? impl.AutoName(OpTypeName(op), options.process_set) : options.name;
+  e.request = MakeRequest(op, name, tensor, rank_in_set);
+  e.input = e.output = tensor;
+  if (fill) fill(e);
+  std::vector<TensorEntry> entries;
+  entries.push_back(std::move(e));
+  return impl.Enqueue(std::move(entries));
+}
+
+Status CheckHasDimension(const TensorView& t, const char* op, const char* why) {
+  if (!t.shape.empty()) return Status::OK();
+  return Status::InvalidArgument(std::string(op) + " needs a tensor with at least one dimension" +
+                                 why + "; got a scalar");
+}
+
+}  // namespace
+
 Result<Handle> Runtime::EnqueueAllgather(const TensorView& input,
                                          const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
   KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
-  if (input.shape.empty()) {
-    return Status::InvalidArgument(
-        "allgather needs a tensor with at least one dimension "
-        "(it concatenates along dimension 0); got a scalar");
-  }
-  TensorEntry e;
-  e.process_set = options.process_set;
-  std::string name = options.name.empty()
-                         ? impl_->AutoName(OpTypeName(OpType::kAllgather), e.process_set)
-                         : options.name;
-  e.request = MakeRequest(OpType::kAllgather, name, input, set.value()->rank_in_set);
-  e.input = e.output = input;
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  KOLO_RETURN_IF_ERROR(
+      CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
+  return EnqueueOne(*impl_, OpType::kAllgather, options, set.value()->rank_in_set, input);
 }
 
 Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank,
@@ -187,28 +203,13 @@ Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank
                                    " is out of range: the process set has ranks 0.." +
                                    std::to_string(n - 1));
   }
-  TensorEntry e;
-  e.process_set = options.process_set;
-  std::string name = options.name.empty()
-                         ? impl_->AutoName(OpTypeName(OpType::kBroadcast), e.process_set)
-                         : options.name;
-  e.request = MakeRequest(OpType::kBroadcast, name, tensor, set.value()->rank_in_set);
-  e.request.root = root_rank;
-  e.input = e.output = tensor;
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return EnqueueOne(*impl_, OpType::kBroadcast, options, set.value()->rank_in_set, tensor,
+                    [&](TensorEntry& e) { e.request.root = root_rank; });
 }
 
-Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vector<int64_t>& splits,
-                                        const CollectiveOptions& options) {
-  auto set = MemberSet(*impl_, options.process_set);
-  if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckTensor(input, "alltoall input"));
-  if (input.shape.empty()) {
-    return Status::InvalidArgument("alltoall needs a tensor with at least one dimension");
-  }
-  const int n = static_cast<int>(set.value()->ranks.size());
+// The rows `input` sends to each rank: `splits`, or an even split when empty.
+Result<std::vector<int64_t>> AlltoallSplits(const TensorView& input,
+                                            const std::vector<int64_t>& splits, int n) {
   const int64_t rows = input.shape[0];
   std::vector<int64_t> s = splits;
   if (s.empty()) {
@@ -236,17 +237,19 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vect
     return Status::InvalidArgument("alltoall splits sum to " + std::to_string(sum) +
                                    " but the tensor's dimension 0 is " + std::to_string(rows));
   }
-  TensorEntry e;
-  e.process_set = options.process_set;
-  std::string name = options.name.empty()
-                         ? impl_->AutoName(OpTypeName(OpType::kAlltoall), e.process_set)
-                         : options.name;
-  e.request = MakeRequest(OpType::kAlltoall, name, input, set.value()->rank_in_set);
-  e.input = e.output = input;
-  e.splits = std::move(s);
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return s;
+}
+
+Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vector<int64_t>& splits,
+                                        const CollectiveOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  KOLO_RETURN_IF_ERROR(CheckTensor(input, "alltoall input"));
+  KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "alltoall", ""));
+  auto s = AlltoallSplits(input, splits, static_cast<int>(set.value()->ranks.size()));
+  if (!s.ok()) return s.status();
+  return EnqueueOne(*impl_, OpType::kAlltoall, options, set.value()->rank_in_set, input,
+                    [&](TensorEntry& e) { e.splits = std::move(s).value(); });
 }
 
 Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
@@ -254,56 +257,33 @@ Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
   KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
-  if (input.shape.empty()) {
-    return Status::InvalidArgument("reducescatter needs a tensor with at least one dimension");
-  }
+  KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "reducescatter", ""));
   if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
     return Status::InvalidArgument(std::string("reducescatter supports sum and average, not ") +
                                    ReduceOpName(options.op));
   }
   KOLO_RETURN_IF_ERROR(
       CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
-  TensorEntry e;
-  e.process_set = options.process_set;
-  std::string name = options.name.empty()
-                         ? impl_->AutoName(OpTypeName(OpType::kReducescatter), e.process_set)
-                         : options.name;
-  e.request = MakeRequest(OpType::kReducescatter, name, input, set.value()->rank_in_set);
-  e.request.reduce_op = options.op;
-  e.request.prescale = options.prescale_factor;
-  e.request.postscale = options.postscale_factor;
-  e.input = e.output = input;
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return EnqueueOne(*impl_, OpType::kReducescatter, options, set.value()->rank_in_set, input,
+                    [&](TensorEntry& e) {
+                      e.request.reduce_op = options.op;
+                      e.request.prescale = options.prescale_factor;
+                      e.request.postscale = options.postscale_factor;
+                    });
 }
 
 Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  TensorEntry e;
-  e.process_set = options.process_set;
-  e.request.op = OpType::kBarrier;
-  e.request.rank = set.value()->rank_in_set;
-  e.request.name = options.name.empty()
-                       ? impl_->AutoName(OpTypeName(OpType::kBarrier), e.process_set)
-                       : options.name;
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return EnqueueOne(*impl_, OpType::kBarrier, options, set.value()->rank_in_set, TensorView{});
 }
 
 Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  TensorEntry e;
-  e.process_set = options.process_set;
-  e.request.op = OpType::kJoin;
-  e.request.rank = set.value()->rank_in_set;
-  e.request.name = "join";
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  CollectiveOptions named = options;
+  named.name = "join";  // one join per set at a time
+  return EnqueueOne(*impl_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
 }
 
 Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
@@ -314,14 +294,8 @@ Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
     return Status::InvalidArgument("a process set must list distinct ranks between 0 and " +
                                    std::to_string(size() - 1));
   }
-  TensorEntry e;
-  e.request.op = OpType::kAddProcessSet;
-  e.request.rank = rank();
-  e.request.name = impl_->AutoName(OpTypeName(OpType::kAddProcessSet), kGlobalProcessSet);
-  e.request.ranks.assign(ranks.begin(), ranks.end());
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return EnqueueOne(*impl_, OpType::kAddProcessSet, {}, rank(), TensorView{},
+                    [&](TensorEntry& e) { e.request.ranks.assign(ranks.begin(), ranks.end()); });
 }
 
 Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
@@ -330,14 +304,8 @@ Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
   }
   auto info = impl_->SetInfo(process_set);
   if (!info.ok()) return info.status();
-  TensorEntry e;
-  e.request.op = OpType::kRemoveProcessSet;
-  e.request.rank = rank();
-  e.request.name = impl_->AutoName(OpTypeName(OpType::kRemoveProcessSet), kGlobalProcessSet);
-  e.request.ranks = {process_set};
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl_->Enqueue(std::move(entries));
+  return EnqueueOne(*impl_, OpType::kRemoveProcessSet, {}, rank(), TensorView{},
+                    [&](TensorEntry& e) { e.request.ranks = {process_set}; });
 }
 
 bool Runtime::Poll(Handle handle) const { return impl_->Poll(handle); }
