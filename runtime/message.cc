@@ -1,5 +1,7 @@
 #include "message.h"
 
+#include <cstring>
+
 #include "wire_generated.h"
 
 namespace kolo {
@@ -7,10 +9,38 @@ namespace {
 
 namespace fb = flatbuffers;
 
+static_assert(FLATBUFFERS_LITTLEENDIAN, "the wire format is read by memcpy on little-endian hosts");
+
+// Copies a vector of scalars byte-wise: flatbuffers 2.0's verifier checks the
+// alignment of a vector's length field but not of its 8-byte elements, so a
+// corrupt message could otherwise make us read misaligned.
 template <typename T>
 std::vector<T> ToVector(const fb::Vector<T>* v) {
-  return v == nullptr ? std::vector<T>() : std::vector<T>(v->begin(), v->end());
+  if (v == nullptr) return {};
+  std::vector<T> out(v->size());
+  if (!out.empty()) std::memcpy(out.data(), v->Data(), out.size() * sizeof(T));
+  return out;
 }
+
+// Messages gathered from several ranks start at arbitrary byte offsets;
+// flatbuffers reads scalars in place, so decode from an 8-byte aligned copy.
+class AlignedBytes {
+ public:
+  AlignedBytes(const uint8_t* data, size_t size) : data_(data), size_(size) {
+    if (data != nullptr && reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+      copy_.resize((size + 7) / 8);
+      std::memcpy(copy_.data(), data, size);
+      data_ = reinterpret_cast<const uint8_t*>(copy_.data());
+    }
+  }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  std::vector<uint64_t> copy_;
+};
 
 std::string ToString(const fb::String* s) { return s == nullptr ? std::string() : s->str(); }
 
@@ -64,7 +94,9 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
-Result<std::vector<Request>> DecodeRequests(const uint8_t* data, size_t size) {
+Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
+  AlignedBytes bytes(raw, size);
+  const uint8_t* data = bytes.data();
   fb::Verifier verifier(data, size);
   if (data == nullptr || !verifier.VerifyBuffer<wire::RequestList>(nullptr)) {
     return Status::Internal("received a malformed request list (" + std::to_string(size) +
@@ -97,7 +129,9 @@ Result<std::vector<Request>> DecodeRequests(const uint8_t* data, size_t size) {
   return out;
 }
 
-Result<std::vector<Response>> DecodeResponses(const uint8_t* data, size_t size) {
+Result<std::vector<Response>> DecodeResponses(const uint8_t* raw, size_t size) {
+  AlignedBytes bytes(raw, size);
+  const uint8_t* data = bytes.data();
   fb::Verifier verifier(data, size);
   if (data == nullptr || !verifier.VerifyBuffer<wire::ResponseList>(nullptr)) {
     return Status::Internal("received a malformed response list (" + std::to_string(size) +

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 namespace kolo {
@@ -88,6 +89,22 @@ TEST(Message, GarbageIsRejected) {
   std::vector<uint8_t> garbage(64, 0xff);
   EXPECT_FALSE(DecodeResponses(garbage.data(), garbage.size()).ok());
   EXPECT_FALSE(DecodeResponses(nullptr, 0).ok());
+}
+
+}  // namespace
+}  // namespace kolo
+
+namespace kolo {
+namespace {
+
+TEST(Message, DecodesFromAnUnalignedOffset) {
+  // A gathered buffer holds each rank's message at an arbitrary byte offset.
+  std::vector<uint8_t> bytes = EncodeRequests({SampleRequest()});
+  std::vector<uint8_t> shifted(bytes.size() + 3);
+  std::memcpy(shifted.data() + 3, bytes.data(), bytes.size());
+  Result<std::vector<Request>> out = DecodeRequests(shifted.data() + 3, bytes.size());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out.value()[0] == SampleRequest());
 }
 
 }  // namespace
