@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iterations + 100; ++i) {
       auto t = Clock::now();
       MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, comm);
-      if (i >= 100) raw_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+      if (i >= 100)
+        raw_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
     }
     MPI_Comm_free(&comm);
   }
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
       auto t = Clock::now();
       kolo::Status s = rt.value()->Wait(rt.value()->EnqueueAllreduce(v, v, opts).value());
       if (!s.ok()) return 1;
-      if (i >= 100) kolo_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+      if (i >= 100)
+        kolo_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
     }
     kolo::Status s = rt.value()->Shutdown();
     (void)s;
@@ -67,8 +69,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("4-byte allreduce, np=%d, %d iterations (us)\n", size, iterations);
     std::printf("| path | p50 | p99 |\n| --- | --- | --- |\n");
-    std::printf("| raw MPI_Allreduce | %.1f | %.1f |\n", Percentile(raw_us, 0.5), Percentile(raw_us, 0.99));
-    std::printf("| kolo C++ API | %.1f | %.1f |\n", Percentile(kolo_us, 0.5), Percentile(kolo_us, 0.99));
+    std::printf("| raw MPI_Allreduce | %.1f | %.1f |\n", Percentile(raw_us, 0.5),
+                Percentile(raw_us, 0.99));
+    std::printf("| kolo C++ API | %.1f | %.1f |\n", Percentile(kolo_us, 0.5),
+                Percentile(kolo_us, 0.99));
   }
   MPI_Finalize();
   return 0;

@@ -1,0 +1,359 @@
+#include "hosts.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <sstream>
+
+namespace kolo::launcher {
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::vector<std::string> Words(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  for (std::string w; is >> w;) out.push_back(w);
+  return out;
+}
+
+// A positive count, or an error naming what it counts.
+Result<int> PositiveInt(const std::string& text, const std::string& what) {
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return Status::InvalidArgument(what + " '" + text + "' is not a positive whole number");
+  }
+  int v = std::stoi(text);
+  if (v <= 0) return Status::InvalidArgument(what + " must be at least 1, got " + text);
+  return v;
+}
+
+bool ValidHostName(const std::string& h) {
+  return !h.empty() && std::all_of(h.begin(), h.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == ':';
+  });
+}
+
+Status CheckHost(const std::string& host, const std::string& where) {
+  if (ValidHostName(host)) return Status::OK();
+  return Status::InvalidArgument(where + ": '" + host + "' is not a valid host name");
+}
+
+// Adds up repeated hosts (PBS, LSB_HOSTS style) keeping first-seen order.
+std::vector<HostSlots> CountRepeats(const std::vector<std::string>& names) {
+  std::vector<HostSlots> out;
+  for (const std::string& n : names) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const HostSlots& h) { return h.host == n; });
+    if (it == out.end()) {
+      out.push_back({n, 1});
+    } else {
+      ++it->slots;
+    }
+  }
+  return out;
+}
+
+Status CheckNoDuplicates(const std::vector<HostSlots>& hosts, const std::string& where) {
+  std::set<std::string> seen;
+  for (const HostSlots& h : hosts) {
+    if (!seen.insert(h.host).second) {
+      return Status::InvalidArgument(where + ": host '" + h.host +
+                                     "' is listed twice; give each host once with its slots");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec) {
+  if (Trim(spec).empty()) return Status::InvalidArgument("-H: the host list is empty");
+  std::vector<HostSlots> out;
+  for (const std::string& raw : Split(spec, ',')) {
+    std::string item = Trim(raw);
+    if (item.empty()) {
+      return Status::InvalidArgument("-H '" + spec + "': empty entry (a stray comma?)");
+    }
+    HostSlots h;
+    size_t colon = item.rfind(':');
+    h.host = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      Result<int> slots = PositiveInt(item.substr(colon + 1), "-H '" + item + "': slot count");
+      if (!slots.ok()) return slots.status();
+      h.slots = slots.value();
+    }
+    KOLO_RETURN_IF_ERROR(CheckHost(h.host, "-H '" + spec + "'"));
+    out.push_back(h);
+  }
+  KOLO_RETURN_IF_ERROR(CheckNoDuplicates(out, "-H '" + spec + "'"));
+  return out;
+}
+
+Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
+  std::vector<HostSlots> out;
+  std::vector<std::string> lines = Split(text, '\n');
+  for (size_t n = 0; n < lines.size(); ++n) {
+    std::string line = lines[n];
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    std::vector<std::string> words = Words(line);
+    if (words.empty()) continue;
+    const std::string where = "hostfile line " + std::to_string(n + 1);
+    HostSlots h{words[0], 1};
+    KOLO_RETURN_IF_ERROR(CheckHost(h.host, where));
+    for (size_t w = 1; w < words.size(); ++w) {
+      const std::string& word = words[w];
+      size_t eq = word.find('=');
+      std::string key = word.substr(0, eq);
+      if (eq == std::string::npos || (key != "slots" && key != "max_slots")) {
+        return Status::InvalidArgument(where + ": expected 'host slots=N', got '" +
+                                       Trim(lines[n]) + "'");
+      }
+      if (key == "slots") {
+        Result<int> slots = PositiveInt(word.substr(eq + 1), where + ": slots");
+        if (!slots.ok()) return slots.status();
+        h.slots = slots.value();
+      }
+    }
+    out.push_back(h);
+  }
+  if (out.empty()) return Status::InvalidArgument("the hostfile lists no hosts");
+  KOLO_RETURN_IF_ERROR(CheckNoDuplicates(out, "hostfile"));
+  return out;
+}
+
+Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
+  std::vector<std::string> out;
+  // Split on commas that are not inside brackets.
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : list) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0 || depth > 1) {
+      return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': unbalanced brackets");
+    }
+    if (c == ',' && depth == 0) {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) {
+    return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': unbalanced brackets");
+  }
+  items.push_back(cur);
+  for (const std::string& raw : items) {
+    std::string item = Trim(raw);
+    if (item.empty()) {
+      return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': empty entry");
+    }
+    size_t open = item.find('[');
+    if (open == std::string::npos) {
+      KOLO_RETURN_IF_ERROR(CheckHost(item, "SLURM_JOB_NODELIST"));
+      out.push_back(item);
+      continue;
+    }
+    size_t close = item.find(']', open);
+    std::string prefix = item.substr(0, open), suffix = item.substr(close + 1);
+    for (const std::string& range : Split(item.substr(open + 1, close - open - 1), ',')) {
+      size_t dash = range.find('-');
+      std::string lo = range.substr(0, dash);
+      std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+      auto digits = [](const std::string& s) {
+        return !s.empty() && s.size() < 10 &&
+               std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+      };
+      if (!digits(lo) || !digits(hi) || std::stol(lo) > std::stol(hi)) {
+        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': bad range '" + range +
+                                       "'");
+      }
+      if (std::stol(hi) - std::stol(lo) > 100000) {
+        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': range too large");
+      }
+      for (long v = std::stol(lo); v <= std::stol(hi); ++v) {
+        std::string num = std::to_string(v);
+        if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
+        out.push_back(prefix + num + suffix);
+        KOLO_RETURN_IF_ERROR(CheckHost(out.back(), "SLURM_JOB_NODELIST"));
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::vector<int>> ParseSlurmTasksPerNode(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& raw : Split(text, ',')) {
+    std::string item = Trim(raw);
+    size_t paren = item.find("(x");
+    int repeat = 1;
+    std::string count = item;
+    if (paren != std::string::npos) {
+      if (item.back() != ')') {
+        return Status::InvalidArgument("SLURM_TASKS_PER_NODE '" + text + "': bad entry '" +
+                                       item + "'");
+      }
+      Result<int> r = PositiveInt(item.substr(paren + 2, item.size() - paren - 3),
+                                  "SLURM_TASKS_PER_NODE repeat");
+      if (!r.ok()) return r.status();
+      repeat = r.value();
+      count = item.substr(0, paren);
+    }
+    Result<int> c = PositiveInt(count, "SLURM_TASKS_PER_NODE count");
+    if (!c.ok()) return c.status();
+    out.insert(out.end(), repeat, c.value());
+  }
+  return out;
+}
+
+Result<std::vector<HostSlots>> ParsePbsNodefile(const std::string& text) {
+  std::vector<std::string> names;
+  for (const std::string& line : Split(text, '\n')) {
+    std::string host = Trim(line);
+    if (host.empty()) continue;
+    KOLO_RETURN_IF_ERROR(CheckHost(host, "PBS_NODEFILE"));
+    names.push_back(host);
+  }
+  if (names.empty()) return Status::InvalidArgument("PBS_NODEFILE lists no hosts");
+  return CountRepeats(names);
+}
+
+Result<std::vector<HostSlots>> ParseSgeHostfile(const std::string& text) {
+  std::vector<HostSlots> out;
+  std::vector<std::string> lines = Split(text, '\n');
+  for (size_t n = 0; n < lines.size(); ++n) {
+    std::vector<std::string> words = Words(lines[n]);
+    if (words.empty()) continue;
+    const std::string where = "PE_HOSTFILE line " + std::to_string(n + 1);
+    if (words.size() < 2) {
+      return Status::InvalidArgument(where + ": expected 'host nslots queue range'");
+    }
+    KOLO_RETURN_IF_ERROR(CheckHost(words[0], where));
+    Result<int> slots = PositiveInt(words[1], where + ": nslots");
+    if (!slots.ok()) return slots.status();
+    out.push_back({words[0], slots.value()});
+  }
+  if (out.empty()) return Status::InvalidArgument("PE_HOSTFILE lists no hosts");
+  return out;
+}
+
+Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text) {
+  std::vector<std::string> words = Words(text);
+  if (words.empty() || words.size() % 2 != 0) {
+    return Status::InvalidArgument("LSB_MCPU_HOSTS '" + text +
+                                   "': expected pairs 'host slots host slots ...'");
+  }
+  std::vector<HostSlots> out;
+  for (size_t i = 0; i < words.size(); i += 2) {
+    KOLO_RETURN_IF_ERROR(CheckHost(words[i], "LSB_MCPU_HOSTS"));
+    Result<int> slots = PositiveInt(words[i + 1], "LSB_MCPU_HOSTS slots of " + words[i]);
+    if (!slots.ok()) return slots.status();
+    out.push_back({words[i], slots.value()});
+  }
+  return out;
+}
+
+int TotalSlots(const std::vector<HostSlots>& hosts) {
+  int total = 0;
+  for (const HostSlots& h : hosts) total += h.slots;
+  return total;
+}
+
+std::vector<int> MapBySlot(const std::vector<HostSlots>& hosts, int np) {
+  std::vector<int> out;
+  for (size_t h = 0; h < hosts.size() && static_cast<int>(out.size()) < np; ++h) {
+    for (int s = 0; s < hosts[h].slots && static_cast<int>(out.size()) < np; ++s) {
+      out.push_back(static_cast<int>(h));
+    }
+  }
+  return out;
+}
+
+Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string& hostfile,
+                                const std::map<std::string, std::string>& env, int np,
+                                int local_cores, FileReader read_file) {
+  auto get = [&](const char* name) {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  Allocation a;
+  if (!host_spec.empty() && !hostfile.empty()) {
+    return Status::InvalidArgument("-H and --hostfile cannot be used together; pick one");
+  }
+  Result<std::vector<HostSlots>> hosts = Status::OK();
+  if (!host_spec.empty()) {
+    a.source = "-H";
+    hosts = ParseHostSpec(host_spec);
+  } else if (!hostfile.empty()) {
+    a.source = "--hostfile " + hostfile;
+    Result<std::string> text = read_file(hostfile);
+    if (!text.ok()) return text.status();
+    hosts = ParseHostfile(text.value());
+    if (!hosts.ok()) return Status::InvalidArgument(hostfile + ": " + hosts.status().message());
+  } else if (!get("SLURM_JOB_NODELIST").empty() || !get("SLURM_NODELIST").empty()) {
+    a.source = "Slurm";
+    std::string list = get("SLURM_JOB_NODELIST");
+    if (list.empty()) list = get("SLURM_NODELIST");
+    Result<std::vector<std::string>> names = ExpandSlurmNodelist(list);
+    if (!names.ok()) return names.status();
+    std::vector<int> tasks(names.value().size(), 1);
+    if (!get("SLURM_TASKS_PER_NODE").empty()) {
+      Result<std::vector<int>> t = ParseSlurmTasksPerNode(get("SLURM_TASKS_PER_NODE"));
+      if (!t.ok()) return t.status();
+      if (t.value().size() != names.value().size()) {
+        return Status::InvalidArgument(
+            "SLURM_TASKS_PER_NODE gives " + std::to_string(t.value().size()) +
+            " counts but SLURM_JOB_NODELIST has " + std::to_string(names.value().size()) +
+            " hosts");
+      }
+      tasks = t.value();
+    }
+    std::vector<HostSlots> h;
+    for (size_t i = 0; i < tasks.size(); ++i) h.push_back({names.value()[i], tasks[i]});
+    hosts = h;
+  } else if (!get("PBS_NODEFILE").empty()) {
+    a.source = "PBS";
+    Result<std::string> text = read_file(get("PBS_NODEFILE"));
+    if (!text.ok()) return text.status();
+    hosts = ParsePbsNodefile(text.value());
+  } else if (!get("PE_HOSTFILE").empty()) {
+    a.source = "SGE";
+    Result<std::string> text = read_file(get("PE_HOSTFILE"));
+    if (!text.ok()) return text.status();
+    hosts = ParseSgeHostfile(text.value());
+  } else if (!get("LSB_MCPU_HOSTS").empty()) {
+    a.source = "LSF";
+    hosts = ParseLsfMcpuHosts(get("LSB_MCPU_HOSTS"));
+  } else {
+    a.source = "localhost";
+    hosts = std::vector<HostSlots>{{"localhost", np > 0 ? np : std::max(local_cores, 1)}};
+  }
+  if (!hosts.ok()) return hosts.status();
+  a.hosts = std::move(hosts).value();
+  return a;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,59 @@
+// Where the ranks go: host lists from -H, hostfiles and scheduler allocations.
+// Pure functions of their text input, tested without processes.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+
+namespace kolo::launcher {
+
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+  bool operator==(const HostSlots& o) const { return host == o.host && slots == o.slots; }
+};
+
+// "a:2,b:2" or "a,b" (1 slot each). Duplicate hosts are an error.
+Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec);
+
+// Lines "host slots=N" (Open MPI, DeepSpeed, Horovod), "host" alone = 1 slot,
+// '#' comments, blank lines. Duplicates and malformed lines are errors that
+// name the line number.
+Result<std::vector<HostSlots>> ParseHostfile(const std::string& text);
+
+// Slurm's compressed host list: "gpu[01-04,07],login1" -> gpu01..gpu04, gpu07, login1.
+Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list);
+// Slurm's tasks per node: "2(x3),1" -> {2, 2, 2, 1}.
+Result<std::vector<int>> ParseSlurmTasksPerNode(const std::string& text);
+
+// PBS_NODEFILE: one host per line; a host repeated N times has N slots.
+Result<std::vector<HostSlots>> ParsePbsNodefile(const std::string& text);
+// SGE PE_HOSTFILE: "host nslots queue processor-range" lines.
+Result<std::vector<HostSlots>> ParseSgeHostfile(const std::string& text);
+// LSF LSB_MCPU_HOSTS: "hostA 2 hostB 1".
+Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text);
+
+struct Allocation {
+  std::string source;  // "-H", "--hostfile FILE", "Slurm", "PBS", "SGE", "LSF", "localhost"
+  std::vector<HostSlots> hosts;
+};
+
+// Picks the hosts in kolorun's order: -H / --hostfile, then a scheduler
+// allocation found in `env` (Slurm, PBS, SGE, LSF), then localhost with
+// `np` slots (or `local_cores` when np is 0). `read_file` reads a file or
+// fails with a message.
+using FileReader = Result<std::string> (*)(const std::string& path);
+Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string& hostfile,
+                                const std::map<std::string, std::string>& env, int np,
+                                int local_cores, FileReader read_file);
+
+int TotalSlots(const std::vector<HostSlots>& hosts);
+
+// Host of each rank when `np` ranks fill the hosts slot by slot (mpirun
+// -map-by slot): rank -> host index.
+std::vector<int> MapBySlot(const std::vector<HostSlots>& hosts, int np);
+
+}  // namespace kolo::launcher

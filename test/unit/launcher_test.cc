@@ -1,0 +1,162 @@
+#include <gtest/gtest.h>
+
+#include "command.h"
+#include "hosts.h"
+
+namespace kolo::launcher {
+namespace {
+
+using H = std::vector<HostSlots>;
+
+void ExpectError(const Status& s, const std::string& fragment) {
+  ASSERT_FALSE(s.ok()) << "accepted; wanted an error with '" << fragment << "'";
+  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+}
+
+TEST(HostSpec, GoodAndBad) {
+  EXPECT_EQ(ParseHostSpec("a:2,b:2").value(), (H{{"a", 2}, {"b", 2}}));
+  EXPECT_EQ(ParseHostSpec("node1,127.0.0.2:4").value(), (H{{"node1", 1}, {"127.0.0.2", 4}}));
+  ExpectError(ParseHostSpec("").status(), "empty");
+  ExpectError(ParseHostSpec("a:2,,b").status(), "empty entry");
+  ExpectError(ParseHostSpec("a:0").status(), "at least 1");
+  ExpectError(ParseHostSpec("a:x").status(), "not a positive whole number");
+  ExpectError(ParseHostSpec("a:2,a:3").status(), "listed twice");
+  ExpectError(ParseHostSpec("a b:2").status(), "not a valid host name");
+}
+
+TEST(Hostfile, OpenMpiDeepSpeedStyle) {
+  auto h = ParseHostfile("# cluster\nnode1 slots=4\n\n  node2 slots=2 # gpu box\nnode3\n");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h.value(), (H{{"node1", 4}, {"node2", 2}, {"node3", 1}}));
+  ExpectError(ParseHostfile("node1 slots=4\nnode1 slots=2\n").status(), "listed twice");
+  ExpectError(ParseHostfile("node1 slots=four\n").status(), "line 1");
+  ExpectError(ParseHostfile("a slots=1\nnode1 cores=4\n").status(), "line 2: expected 'host slots=N'");
+  ExpectError(ParseHostfile("# nothing\n\n").status(), "no hosts");
+}
+
+TEST(Slurm, Nodelists) {
+  EXPECT_EQ(ExpandSlurmNodelist("gpu[01-04,07],login1").value(),
+            (std::vector<std::string>{"gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "login1"}));
+  EXPECT_EQ(ExpandSlurmNodelist("n[8-10]").value(), (std::vector<std::string>{"n8", "n9", "n10"}));
+  EXPECT_EQ(ExpandSlurmNodelist("a,b").value(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ExpandSlurmNodelist("rack[1-2]-gpu").value(),
+            (std::vector<std::string>{"rack1-gpu", "rack2-gpu"}));
+  ExpectError(ExpandSlurmNodelist("gpu[01-04").status(), "unbalanced");
+  ExpectError(ExpandSlurmNodelist("gpu[4-1]").status(), "bad range");
+  ExpectError(ExpandSlurmNodelist("gpu[a-b]").status(), "bad range");
+  ExpectError(ExpandSlurmNodelist("a,,b").status(), "empty entry");
+}
+
+TEST(Slurm, TasksPerNode) {
+  EXPECT_EQ(ParseSlurmTasksPerNode("2(x3),1").value(), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(ParseSlurmTasksPerNode("4").value(), (std::vector<int>{4}));
+  ExpectError(ParseSlurmTasksPerNode("2(x3").status(), "bad entry");
+  ExpectError(ParseSlurmTasksPerNode("0").status(), "at least 1");
+}
+
+TEST(Schedulers, PbsSgeLsf) {
+  EXPECT_EQ(ParsePbsNodefile("a\na\nb\n").value(), (H{{"a", 2}, {"b", 1}}));
+  ExpectError(ParsePbsNodefile("\n").status(), "no hosts");
+  EXPECT_EQ(ParseSgeHostfile("hostA 4 all.q@hostA UNDEFINED\nhostB 2 all.q@hostB UNDEFINED\n").value(),
+            (H{{"hostA", 4}, {"hostB", 2}}));
+  ExpectError(ParseSgeHostfile("hostA\n").status(), "line 1");
+  EXPECT_EQ(ParseLsfMcpuHosts("hA 2 hB 1").value(), (H{{"hA", 2}, {"hB", 1}}));
+  ExpectError(ParseLsfMcpuHosts("hA 2 hB").status(), "pairs");
+}
+
+Result<std::string> FakeRead(const std::string& path) {
+  if (path == "/pbs") return std::string("n1\nn1\nn2\n");
+  if (path == "/hosts") return std::string("x slots=2\n");
+  return Status::InvalidArgument("cannot read '" + path + "'");
+}
+
+TEST(ResolveHosts, OrderOfSources) {
+  std::map<std::string, std::string> slurm = {{"SLURM_JOB_NODELIST", "n[1-2]"},
+                                              {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                                              {"PBS_NODEFILE", "/pbs"}};
+  auto a = ResolveHosts("h:3", "", slurm, 0, 2, FakeRead);
+  EXPECT_EQ(a.value().source, "-H");
+  a = ResolveHosts("", "/hosts", slurm, 0, 2, FakeRead);
+  EXPECT_EQ(a.value().hosts, (H{{"x", 2}}));
+  a = ResolveHosts("", "", slurm, 0, 2, FakeRead);
+  EXPECT_EQ(a.value().source, "Slurm");
+  EXPECT_EQ(a.value().hosts, (H{{"n1", 2}, {"n2", 2}}));
+  slurm.erase("SLURM_JOB_NODELIST");
+  a = ResolveHosts("", "", slurm, 0, 2, FakeRead);
+  EXPECT_EQ(a.value().source, "PBS");
+  EXPECT_EQ(a.value().hosts, (H{{"n1", 2}, {"n2", 1}}));
+  a = ResolveHosts("", "", {{"LSB_MCPU_HOSTS", "a 1 b 2"}}, 0, 2, FakeRead);
+  EXPECT_EQ(a.value().source, "LSF");
+  a = ResolveHosts("", "", {}, 3, 2, FakeRead);
+  EXPECT_EQ(a.value().hosts, (H{{"localhost", 3}}));
+  ExpectError(ResolveHosts("a", "/hosts", {}, 0, 2, FakeRead).status(), "cannot be used together");
+  ExpectError(ResolveHosts("", "/missing", {}, 0, 2, FakeRead).status(), "cannot read '/missing'");
+  ExpectError(ResolveHosts("", "", {{"SLURM_JOB_NODELIST", "a,b"}, {"SLURM_TASKS_PER_NODE", "1"}},
+                           0, 2, FakeRead)
+                  .status(),
+              "gives 1 counts but SLURM_JOB_NODELIST has 2");
+}
+
+TEST(MapBySlot, FillsHostsInOrder) {
+  EXPECT_EQ(MapBySlot({{"a", 2}, {"b", 2}}, 3), (std::vector<int>{0, 0, 1}));
+}
+
+TEST(Command, HorovodLikeLineForTwoHosts) {
+  LaunchPlan p;
+  p.np = 4;
+  p.hosts = {{"a", 2}, {"b", 2}};
+  p.as_root = true;
+  p.env = {{"KOLO_FUSION_THRESHOLD", "1"}, {"PATH", "/bin"}};
+  p.rank_exec = "/opt/kolo/bin/kolo-rank";
+  p.command = {"python", "train.py", "--lr", "0.1"};
+  std::vector<std::string> want = {
+      "mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2",
+      "--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
+      "-x", "KOLO_FUSION_THRESHOLD", "-x", "PATH", "/opt/kolo/bin/kolo-rank", "python",
+      "train.py", "--lr", "0.1"};
+  EXPECT_EQ(BuildMpirunCommand(p), want);
+}
+
+TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
+  LaunchPlan p;
+  p.np = 2;
+  p.hosts = {{"localhost", 2}};
+  p.oversubscribe = true;
+  p.binding = "core";
+  p.ssh_port = 2222;
+  p.ssh_identity_file = "/k/id";
+  p.network_interfaces = {"eth0", "ib0"};
+  p.extra_mpi_args = {"--mca", "foo", "bar"};
+  p.command = {"prog"};
+  std::vector<std::string> want = {
+      "mpirun", "--tag-output", "-np", "2", "-H", "localhost:2", "--bind-to", "core", "--map-by",
+      "slot", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--mca", "pml", "ob1",
+      "--mca", "btl", "^openib", "--mca", "btl_tcp_if_include", "eth0,ib0", "--mca",
+      "oob_tcp_if_include", "eth0,ib0", "--mca", "plm_rsh_args", "-p 2222 -i /k/id", "--mca",
+      "foo", "bar", "prog"};
+  EXPECT_EQ(BuildMpirunCommand(p), want);
+}
+
+TEST(Command, ManyHostsDisableTreeSpawn) {
+  LaunchPlan p;
+  for (int i = 0; i < 64; ++i) p.hosts.push_back({"h" + std::to_string(i), 1});
+  auto argv = BuildMpirunCommand(p);
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "plm_rsh_no_tree_spawn"), argv.end());
+}
+
+TEST(Command, SplitArgsAndQuote) {
+  EXPECT_EQ(SplitArgs("--mca btl_tcp_if_include 'eth 0' \"x y\"").value(),
+            (std::vector<std::string>{"--mca", "btl_tcp_if_include", "eth 0", "x y"}));
+  ExpectError(SplitArgs("'open").status(), "unterminated");
+  EXPECT_EQ(ShellQuote({"a", "b c", "it's"}), "a 'b c' 'it'\\''s'");
+}
+
+TEST(Command, ForwardedNames) {
+  std::map<std::string, std::string> env = {
+      {"KOLO_X", "1"}, {"NCCL_DEBUG", "INFO"}, {"PATH", "/bin"}, {"HOME", "/root"}};
+  EXPECT_EQ(ForwardedNames(env, {"MY_VAR", "PATH"}),
+            (std::vector<std::string>{"KOLO_X", "NCCL_DEBUG", "PATH", "MY_VAR"}));
+}
+
+}  // namespace
+}  // namespace kolo::launcher
