@@ -21,8 +21,8 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
   if (!plan.network_interfaces.empty()) {
     std::string nics;
     for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
-    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include",
-                             nics});
+    argv.insert(argv.end(),
+                {"--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics});
   }
   std::string rsh_args;
   if (plan.ssh_port > 0) rsh_args += "-p " + std::to_string(plan.ssh_port);
@@ -76,7 +76,8 @@ Result<std::vector<std::string>> SplitArgs(const std::string& text) {
       in_word = true;
     }
   }
-  if (quote != 0) return Status::InvalidArgument("--mpi-args: unterminated quote in '" + text + "'");
+  if (quote != 0)
+    return Status::InvalidArgument("--mpi-args: unterminated quote in '" + text + "'");
   if (in_word) out.push_back(cur);
   return out;
 }
@@ -85,8 +86,8 @@ std::string ShellQuote(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
     bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](unsigned char c) {
-      return std::isalnum(c) || std::string("-_./:=,^@%+").find(static_cast<char>(c)) !=
-                                    std::string::npos;
+      return std::isalnum(c) ||
+             std::string("-_./:=,^@%+").find(static_cast<char>(c)) != std::string::npos;
     });
     if (!out.empty()) out += ' ';
     if (plain) {

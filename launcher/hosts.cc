@@ -126,8 +126,8 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
       size_t eq = word.find('=');
       std::string key = word.substr(0, eq);
       if (eq == std::string::npos || (key != "slots" && key != "max_slots")) {
-        return Status::InvalidArgument(where + ": expected 'host slots=N', got '" +
-                                       Trim(lines[n]) + "'");
+        return Status::InvalidArgument(where + ": expected 'host slots=N', got '" + Trim(lines[n]) +
+                                       "'");
       }
       if (key == "slots") {
         Result<int> slots = PositiveInt(word.substr(eq + 1), where + ": slots");
@@ -213,8 +213,8 @@ Result<std::vector<int>> ParseSlurmTasksPerNode(const std::string& text) {
     std::string count = item;
     if (paren != std::string::npos) {
       if (item.back() != ')') {
-        return Status::InvalidArgument("SLURM_TASKS_PER_NODE '" + text + "': bad entry '" +
-                                       item + "'");
+        return Status::InvalidArgument("SLURM_TASKS_PER_NODE '" + text + "': bad entry '" + item +
+                                       "'");
       }
       Result<int> r = PositiveInt(item.substr(paren + 2, item.size() - paren - 3),
                                   "SLURM_TASKS_PER_NODE repeat");
@@ -324,10 +324,10 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
       Result<std::vector<int>> t = ParseSlurmTasksPerNode(get("SLURM_TASKS_PER_NODE"));
       if (!t.ok()) return t.status();
       if (t.value().size() != names.value().size()) {
-        return Status::InvalidArgument(
-            "SLURM_TASKS_PER_NODE gives " + std::to_string(t.value().size()) +
-            " counts but SLURM_JOB_NODELIST has " + std::to_string(names.value().size()) +
-            " hosts");
+        return Status::InvalidArgument("SLURM_TASKS_PER_NODE gives " +
+                                       std::to_string(t.value().size()) +
+                                       " counts but SLURM_JOB_NODELIST has " +
+                                       std::to_string(names.value().size()) + " hosts");
       }
       tasks = t.value();
     }

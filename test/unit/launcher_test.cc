@@ -30,7 +30,8 @@ TEST(Hostfile, OpenMpiDeepSpeedStyle) {
   EXPECT_EQ(h.value(), (H{{"node1", 4}, {"node2", 2}, {"node3", 1}}));
   ExpectError(ParseHostfile("node1 slots=4\nnode1 slots=2\n").status(), "listed twice");
   ExpectError(ParseHostfile("node1 slots=four\n").status(), "line 1");
-  ExpectError(ParseHostfile("a slots=1\nnode1 cores=4\n").status(), "line 2: expected 'host slots=N'");
+  ExpectError(ParseHostfile("a slots=1\nnode1 cores=4\n").status(),
+              "line 2: expected 'host slots=N'");
   ExpectError(ParseHostfile("# nothing\n\n").status(), "no hosts");
 }
 
@@ -57,8 +58,9 @@ TEST(Slurm, TasksPerNode) {
 TEST(Schedulers, PbsSgeLsf) {
   EXPECT_EQ(ParsePbsNodefile("a\na\nb\n").value(), (H{{"a", 2}, {"b", 1}}));
   ExpectError(ParsePbsNodefile("\n").status(), "no hosts");
-  EXPECT_EQ(ParseSgeHostfile("hostA 4 all.q@hostA UNDEFINED\nhostB 2 all.q@hostB UNDEFINED\n").value(),
-            (H{{"hostA", 4}, {"hostB", 2}}));
+  EXPECT_EQ(
+      ParseSgeHostfile("hostA 4 all.q@hostA UNDEFINED\nhostB 2 all.q@hostB UNDEFINED\n").value(),
+      (H{{"hostA", 4}, {"hostB", 2}}));
   ExpectError(ParseSgeHostfile("hostA\n").status(), "line 1");
   EXPECT_EQ(ParseLsfMcpuHosts("hA 2 hB 1").value(), (H{{"hA", 2}, {"hB", 1}}));
   ExpectError(ParseLsfMcpuHosts("hA 2 hB").status(), "pairs");
@@ -109,11 +111,32 @@ TEST(Command, HorovodLikeLineForTwoHosts) {
   p.env = {{"KOLO_FUSION_THRESHOLD", "1"}, {"PATH", "/bin"}};
   p.rank_exec = "/opt/kolo/bin/kolo-rank";
   p.command = {"python", "train.py", "--lr", "0.1"};
-  std::vector<std::string> want = {
-      "mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2",
-      "--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
-      "-x", "KOLO_FUSION_THRESHOLD", "-x", "PATH", "/opt/kolo/bin/kolo-rank", "python",
-      "train.py", "--lr", "0.1"};
+  std::vector<std::string> want = {"mpirun",
+                                   "--allow-run-as-root",
+                                   "--tag-output",
+                                   "-np",
+                                   "4",
+                                   "-H",
+                                   "a:2,b:2",
+                                   "--bind-to",
+                                   "none",
+                                   "--map-by",
+                                   "slot",
+                                   "--mca",
+                                   "pml",
+                                   "ob1",
+                                   "--mca",
+                                   "btl",
+                                   "^openib",
+                                   "-x",
+                                   "KOLO_FUSION_THRESHOLD",
+                                   "-x",
+                                   "PATH",
+                                   "/opt/kolo/bin/kolo-rank",
+                                   "python",
+                                   "train.py",
+                                   "--lr",
+                                   "0.1"};
   EXPECT_EQ(BuildMpirunCommand(p), want);
 }
 
@@ -128,12 +151,39 @@ TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
   p.network_interfaces = {"eth0", "ib0"};
   p.extra_mpi_args = {"--mca", "foo", "bar"};
   p.command = {"prog"};
-  std::vector<std::string> want = {
-      "mpirun", "--tag-output", "-np", "2", "-H", "localhost:2", "--bind-to", "core", "--map-by",
-      "slot", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--mca", "pml", "ob1",
-      "--mca", "btl", "^openib", "--mca", "btl_tcp_if_include", "eth0,ib0", "--mca",
-      "oob_tcp_if_include", "eth0,ib0", "--mca", "plm_rsh_args", "-p 2222 -i /k/id", "--mca",
-      "foo", "bar", "prog"};
+  std::vector<std::string> want = {"mpirun",
+                                   "--tag-output",
+                                   "-np",
+                                   "2",
+                                   "-H",
+                                   "localhost:2",
+                                   "--bind-to",
+                                   "core",
+                                   "--map-by",
+                                   "slot",
+                                   "--oversubscribe",
+                                   "--mca",
+                                   "mpi_yield_when_idle",
+                                   "1",
+                                   "--mca",
+                                   "pml",
+                                   "ob1",
+                                   "--mca",
+                                   "btl",
+                                   "^openib",
+                                   "--mca",
+                                   "btl_tcp_if_include",
+                                   "eth0,ib0",
+                                   "--mca",
+                                   "oob_tcp_if_include",
+                                   "eth0,ib0",
+                                   "--mca",
+                                   "plm_rsh_args",
+                                   "-p 2222 -i /k/id",
+                                   "--mca",
+                                   "foo",
+                                   "bar",
+                                   "prog"};
   EXPECT_EQ(BuildMpirunCommand(p), want);
 }
 
@@ -156,6 +206,64 @@ TEST(Command, ForwardedNames) {
       {"KOLO_X", "1"}, {"NCCL_DEBUG", "INFO"}, {"PATH", "/bin"}, {"HOME", "/root"}};
   EXPECT_EQ(ForwardedNames(env, {"MY_VAR", "PATH"}),
             (std::vector<std::string>{"KOLO_X", "NCCL_DEBUG", "PATH", "MY_VAR"}));
+}
+
+}  // namespace
+}  // namespace kolo::launcher
+
+#include "output.h"
+
+namespace kolo::launcher {
+namespace {
+
+std::vector<std::string> Render(const std::vector<OutputLine>& lines) {
+  std::vector<std::string> out;
+  for (const auto& l : lines) {
+    out.push_back(std::to_string(l.rank) + (l.is_stderr ? "E:" : ":") + l.text);
+  }
+  return out;
+}
+
+TEST(Output, FragmentsBecomeWholeLinesPerRank) {
+  OutputAssembler a;
+  // An unbuffered print("ENV", 1) on two ranks, interleaved write by write.
+  std::vector<std::string> lines = Render(
+      a.Feed("[1,1]<stdout>:ENV[1,0]<stdout>:ENV[1,1]<stdout>: [1,1]<stdout>:1[1,0]<stdout>: "
+             "[1,1]<stdout>:\n[1,0]<stdout>:0[1,0]<stdout>:\n",
+             false));
+  EXPECT_EQ(lines, (std::vector<std::string>{"1:ENV 1", "0:ENV 0"}));
+}
+
+TEST(Output, TagsCutBetweenReadsAndStderr) {
+  OutputAssembler a;
+  EXPECT_TRUE(a.Feed("[1,0]<std", true).empty());
+  EXPECT_TRUE(a.Feed("err>:Traceback (most", true).empty());
+  auto lines = Render(a.Feed(" recent call last):\n", true));
+  EXPECT_EQ(lines, (std::vector<std::string>{"0E:Traceback (most recent call last):"}));
+}
+
+TEST(Output, UntaggedMpirunLinesAndFlush) {
+  OutputAssembler a;
+  auto lines = Render(a.Feed("mpirun noticed something\n[1,2]<stdout>:partial", false));
+  EXPECT_EQ(lines, (std::vector<std::string>{"-1:mpirun noticed something"}));
+  EXPECT_EQ(Render(a.Flush()), (std::vector<std::string>{"2:partial"}));
+}
+
+TEST(Output, BracketsInUserTextAreNotTags) {
+  OutputAssembler a;
+  auto lines = Render(a.Feed("[1,0]<stdout>:list [1, 2] and [3,4]x\n", false));
+  EXPECT_EQ(lines, (std::vector<std::string>{"0:list [1, 2] and [3,4]x"}));
+}
+
+TEST(Output, RankExitMarker) {
+  RankExit e;
+  ASSERT_TRUE(ParseRankExit("KOLORUN-RANK-EXIT rank=3 host=node2 code=7", &e));
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.host, "node2");
+  EXPECT_EQ(e.code, 7);
+  ASSERT_TRUE(ParseRankExit("KOLORUN-RANK-EXIT rank=1 host=h signal=9", &e));
+  EXPECT_EQ(e.signal, 9);
+  EXPECT_FALSE(ParseRankExit("hello", &e));
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+// kolo-rank: the first program of every rank under kolorun. It gives the
+// rank the environment that other libraries expect (RANK, LOCAL_RANK,
+// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, ...) from Open MPI's
+// OMPI_COMM_WORLD_* values, runs the user's command as its child, forwards
+// SIGINT/SIGTERM to it, and when the command fails it prints one marker line
+// that kolorun turns into "rank R on host H exited with code C".
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hosts.h"
+#include "kolo/env_names.h"
+
+namespace {
+
+pid_t g_child = -1;
+
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+std::string Get(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+void Set(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
+
+// The node index of `rank` when ranks fill the hosts slot by slot.
+int NodeRank(int rank) {
+  auto hosts = kolo::launcher::ParseHostSpec(Get(kolo::env::kLaunchHosts));
+  if (!hosts.ok()) return 0;
+  std::vector<int> map = kolo::launcher::MapBySlot(hosts.value(), rank + 1);
+  return map.empty() ? 0 : map.back();
+}
+
+void SetRankEnvironment() {
+  const std::string rank = Get("OMPI_COMM_WORLD_RANK", Get("PMI_RANK", "0").c_str());
+  const std::string size = Get("OMPI_COMM_WORLD_SIZE", Get("PMI_SIZE", "1").c_str());
+  const std::string local_rank = Get("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+  const std::string local_size = Get("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+  const std::string node = std::to_string(NodeRank(std::atoi(rank.c_str())));
+  Set("RANK", rank);
+  Set("WORLD_SIZE", size);
+  Set("LOCAL_RANK", local_rank);
+  Set("LOCAL_WORLD_SIZE", local_size);
+  Set("NODE_RANK", node);
+  Set("GROUP_RANK", node);
+  Set("ROLE_RANK", rank);
+  Set("ROLE_WORLD_SIZE", size);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "kolo-rank: no command given (kolorun starts this program)\n");
+    return 2;
+  }
+  SetRankEnvironment();
+  g_child = fork();
+  if (g_child < 0) {
+    std::perror("kolo-rank: fork");
+    return 2;
+  }
+  if (g_child == 0) {
+    execvp(argv[1], argv + 1);
+    std::fprintf(stderr, "kolo-rank: cannot run '%s': %s\n", argv[1], std::strerror(errno));
+    _exit(127);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int status = 0;
+  while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
+  }
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string rank = Get("RANK");
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s signal=%d\n", rank.c_str(), host, sig);
+    std::fflush(stderr);
+    return 128 + sig;
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (code != 0) {
+    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s code=%d\n", rank.c_str(), host, code);
+    std::fflush(stderr);
+  }
+  return code;
+}

@@ -1,0 +1,21 @@
+// The environment variables that kolorun sets and the runtime reads: the only
+// thing the launcher and the runtime share.
+#pragma once
+
+namespace kolo::env {
+
+inline constexpr const char* kFusionThreshold = "KOLO_FUSION_THRESHOLD";
+inline constexpr const char* kCycleTime = "KOLO_CYCLE_TIME";
+inline constexpr const char* kCacheCapacity = "KOLO_CACHE_CAPACITY";
+inline constexpr const char* kTimeline = "KOLO_TIMELINE";
+inline constexpr const char* kTimelineMarkCycles = "KOLO_TIMELINE_MARK_CYCLES";
+inline constexpr const char* kStallCheckTime = "KOLO_STALL_CHECK_TIME_SECONDS";
+inline constexpr const char* kStallShutdownTime = "KOLO_STALL_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char* kStallCheckDisable = "KOLO_STALL_CHECK_DISABLE";
+inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
+inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
+
+// Set by kolorun for its per-rank wrapper (not runtime settings).
+inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";  // "a:2,b:2", ranks mapped by slot
+
+}  // namespace kolo::env
