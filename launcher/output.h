@@ -27,8 +27,8 @@ class OutputAssembler {
 
  private:
   struct Pipe {
-    std::string pending;       // bytes not yet parsed (may end in a partial tag)
-    int rank = -1;             // whose content follows
+    std::string pending;  // bytes not yet parsed (may end in a partial tag)
+    int rank = -1;        // whose content follows
     bool is_stderr = false;
   };
   void Append(int rank, bool is_stderr, const std::string& text, std::vector<OutputLine>* out);

@@ -1,0 +1,409 @@
+// kolorun: turns -np / -H / --hostfile / a scheduler allocation into one
+// mpirun command line, checks the hosts first, starts every rank through
+// kolo-rank, prints each rank's output as whole tagged lines, and ends with
+// which rank failed, where and how.
+#include <mpi.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "command.h"
+#include "hosts.h"
+#include "kolo/env_names.h"
+#include "output.h"
+#include "preflight.h"
+
+extern char** environ;
+
+namespace kolo::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  int np = 0;
+  std::string hosts, hostfile;
+  int ssh_port = 0;
+  std::string ssh_identity_file;
+  double start_timeout = 30;
+  std::vector<std::string> network_interfaces, env_vars;
+  std::string mpi_args, binding = "none";
+  double fusion_threshold_mb = -1, cycle_time_ms = -1, stall_warning = -1, stall_shutdown = -1;
+  int cache_capacity = -1;
+  bool hierarchical = false, timeline_mark_cycles = false, no_stall_check = false;
+  std::string timeline, log_level, output_dir;
+  bool verbose = false, dry_run = false, check_build = false;
+  std::vector<std::string> command;
+};
+
+int Fail(const std::string& message, int code = 2) {
+  std::cerr << "kolorun: " << message << "\n";
+  return code;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    return Status::InvalidArgument("cannot read '" + path + "': " + std::strerror(errno));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  return env;
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// The KOLO_* settings that kolorun's flags ask for.
+std::map<std::string, std::string> RuntimeSettings(const Options& o) {
+  std::map<std::string, std::string> s;
+  if (o.fusion_threshold_mb >= 0) {
+    s[env::kFusionThreshold] = std::to_string(static_cast<int64_t>(o.fusion_threshold_mb * 1048576));
+  }
+  if (o.cycle_time_ms >= 0) s[env::kCycleTime] = Num(o.cycle_time_ms);
+  if (o.cache_capacity >= 0) s[env::kCacheCapacity] = std::to_string(o.cache_capacity);
+  if (o.hierarchical) s[env::kHierarchicalAllreduce] = "1";
+  if (!o.timeline.empty()) s[env::kTimeline] = o.timeline;
+  if (o.timeline_mark_cycles) s[env::kTimelineMarkCycles] = "1";
+  if (o.no_stall_check) s[env::kStallCheckDisable] = "1";
+  if (o.stall_warning >= 0) s[env::kStallCheckTime] = Num(o.stall_warning);
+  if (o.stall_shutdown >= 0) s[env::kStallShutdownTime] = Num(o.stall_shutdown);
+  if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level;
+  return s;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// The directory holding this executable (kolo-rank lives beside kolorun).
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+std::string Capture(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+int CheckBuild() {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_line(mpi, static_cast<size_t>(len));
+  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+  const char* python = std::getenv("KOLO_PYTHON") ? std::getenv("KOLO_PYTHON") : "/usr/bin/python3";
+  std::string torch = Capture(std::string(python) +
+                              " -c 'import torch; print(torch.__version__)' 2>/dev/null");
+  std::string binding = Capture(std::string(python) + " -c 'import kolo; print(\"yes\")' 2>/dev/null");
+  std::printf("kolo %s build:\n", KOLO_VERSION);
+  std::printf("  %-16s %s\n", "MPI", mpi_line.c_str());
+  std::printf("  %-16s %s\n", "CUDA / NCCL", KOLO_CUDA_FOUND ? "toolkit found at build time; GPU path not built yet" : "no");
+  std::printf("  %-16s %s\n", "Python binding", binding == "yes" ? "yes" : "no");
+  std::printf("  %-16s %s\n", "PyTorch", torch.empty() ? "not found" : torch.c_str());
+  return 0;
+}
+
+volatile sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+// Runs mpirun, prints whole lines per rank, returns kolorun's exit code.
+int Supervise(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              const Options& o) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return Fail("pipe failed");
+  pid_t child = fork();
+  if (child < 0) return Fail("fork failed");
+  if (child == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> cargv;
+    for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "kolorun: cannot run '%s': %s\n", cargv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files;
+  std::vector<RankExit> exits;
+  OutputAssembler assembler;
+  auto emit = [&](const std::vector<OutputLine>& lines) {
+    for (const OutputLine& l : lines) {
+      RankExit e;
+      if (ParseRankExit(l.text, &e)) {
+        exits.push_back(e);
+        continue;
+      }
+      std::string text = l.rank < 0 ? l.text
+                                    : "[" + std::to_string(l.rank) + "]<" +
+                                          (l.is_stderr ? "stderr" : "stdout") + ">:" + l.text;
+      text += "\n";
+      FILE* stream = l.is_stderr ? stderr : stdout;
+      std::fwrite(text.data(), 1, text.size(), stream);
+      std::fflush(stream);
+      if (!o.output_dir.empty() && l.rank >= 0) {
+        auto& f = files[{l.rank, l.is_stderr}];
+        if (!f) {
+          fs::path dir = fs::path(o.output_dir) / ("rank." + std::to_string(l.rank));
+          fs::create_directories(dir);
+          f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"));
+        }
+        *f << l.text << "\n" << std::flush;
+      }
+    }
+  };
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_pipes = 2;
+  bool forwarded = false;
+  while (open_pipes > 0) {
+    if (g_signal != 0 && !forwarded) {
+      kill(child, SIGTERM);  // mpirun tears the ranks down
+      forwarded = true;
+    }
+    if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+      char buf[65536];
+      ssize_t n = read(fds[k].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fds[k].fd);
+        fds[k].fd = -1;
+        --open_pipes;
+        continue;
+      }
+      emit(assembler.Feed(std::string(buf, static_cast<size_t>(n)), k == 1));
+    }
+  }
+  emit(assembler.Flush());
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!exits.empty()) {
+    const RankExit& e = exits.front();
+    if (e.signal != 0) {
+      const char* name = sigabbrev_np(e.signal);
+      std::fprintf(stderr, "kolorun: rank %d on host %s was killed by signal %d (SIG%s)\n", e.rank,
+                   e.host.c_str(), e.signal, name ? name : "?");
+      return 128 + e.signal;
+    }
+    std::fprintf(stderr, "kolorun: rank %d on host %s exited with code %d\n", e.rank,
+                 e.host.c_str(), e.code);
+    return e.code;
+  }
+  if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
+  if (WIFSIGNALED(status)) return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(status)), 1);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (code != 0) return Fail("mpirun exited with code " + std::to_string(code), code);
+  return 0;
+}
+
+int Run(Options& o) {
+  if (o.check_build) return CheckBuild();
+  if (o.command.empty()) return Fail("no command to run; usage: kolorun -np N [options] command ...");
+  std::map<std::string, std::string> environment = Environment();
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  Result<Allocation> alloc =
+      ResolveHosts(o.hosts, o.hostfile, environment, o.np, cores, ReadFile);
+  if (!alloc.ok()) return Fail(alloc.status().message());
+  std::vector<HostSlots> hosts = alloc.value().hosts;
+  const int slots = TotalSlots(hosts);
+  if (o.np == 0) o.np = slots;
+  if (o.np < 1) return Fail("-np must be at least 1");
+  if (o.np > slots) {
+    return Fail("-np " + std::to_string(o.np) + " asks for more ranks than the " +
+                std::to_string(slots) + " slots that " + alloc.value().source +
+                " provides; lower -np or add slots");
+  }
+  // Only the hosts that get ranks, with the ranks they get.
+  std::vector<int> map = MapBySlot(hosts, o.np);
+  std::vector<HostSlots> used;
+  for (int h : map) {
+    if (used.empty() || used.back().host != hosts[h].host) used.push_back({hosts[h].host, 0});
+    ++used.back().slots;
+  }
+  if (o.verbose) {
+    std::cerr << "kolorun: hosts from " << alloc.value().source << ":";
+    for (const HostSlots& h : used) std::cerr << " " << h.host << ":" << h.slots;
+    std::cerr << "\n";
+  }
+  // A custom remote agent (qrsh, a test stand-in) is not ssh: no ssh probe then.
+  const bool custom_agent = o.mpi_args.find("plm_rsh_agent") != std::string::npos;
+  if (!o.dry_run && !custom_agent) {
+    Status s = CheckHosts(used, o.ssh_port, o.start_timeout);
+    if (!s.ok()) return Fail(s.message());
+  }
+  LaunchPlan plan;
+  plan.np = o.np;
+  plan.hosts = used;
+  plan.as_root = geteuid() == 0;
+  for (const HostSlots& h : used) plan.oversubscribe |= IsLocalHost(h.host) && h.slots > cores;
+  plan.binding = o.binding;
+  plan.ssh_port = o.ssh_port;
+  plan.ssh_identity_file = o.ssh_identity_file;
+  plan.network_interfaces = o.network_interfaces;
+  Result<std::vector<std::string>> extra = SplitArgs(o.mpi_args);
+  if (!extra.ok()) return Fail(extra.status().message());
+  plan.extra_mpi_args = extra.value();
+  plan.rank_exec = (fs::path(SelfDir()) / "kolo-rank").string();
+  plan.command = o.command;
+  // The variables each rank gets: settings, rendezvous data, the user's -x.
+  std::map<std::string, std::string> child_env = RuntimeSettings(o);
+  std::string master = used.front().host;
+  child_env["MASTER_ADDR"] = IsLocalHost(master) && master == "localhost" ? "127.0.0.1" : master;
+  child_env["MASTER_PORT"] = std::to_string(FreePort());
+  std::string host_list;
+  for (const HostSlots& h : used) host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+  child_env[env::kLaunchHosts] = host_list;
+  if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
+  std::vector<std::string> user_names;
+  for (const std::string& x : o.env_vars) {
+    size_t eq = x.find('=');
+    std::string name = x.substr(0, eq);
+    if (name.empty()) return Fail("-x '" + x + "': expected VAR or VAR=VALUE");
+    if (eq != std::string::npos) {
+      child_env[name] = x.substr(eq + 1);
+    } else if (!environment.count(name)) {
+      return Fail("-x " + name + ": " + name + " is not set in kolorun's environment");
+    }
+    user_names.push_back(name);
+  }
+  std::map<std::string, std::string> merged = environment;
+  for (const auto& [k, v] : child_env) merged[k] = v;
+  for (const std::string& name : ForwardedNames(merged, user_names)) plan.env[name] = merged[name];
+  for (const auto& [k, v] : child_env) plan.env[k] = v;
+  std::vector<std::string> argv = BuildMpirunCommand(plan);
+  if (o.dry_run || o.verbose) {
+    std::string vars;
+    for (const auto& [k, v] : child_env) vars += k + "=" + ShellQuote({v}) + " ";
+    std::cout << vars << ShellQuote(argv) << std::endl;
+    if (o.dry_run) return 0;
+  }
+  return Supervise(argv, child_env, o);
+}
+
+}  // namespace
+}  // namespace kolo::launcher
+
+int main(int argc, char** argv) {
+  using kolo::launcher::Options;
+  Options o;
+  CLI::App app{"kolorun: launch a kolo job on N ranks across hosts.\n"
+               "usage: kolorun [options] [--] command args...",
+               "kolorun"};
+  app.footer(
+      "Examples:\n"
+      "  kolorun -np 4 python train.py                    4 ranks on this machine\n"
+      "  kolorun -np 8 -H node1:4,node2:4 python train.py  two hosts\n"
+      "  kolorun --hostfile hosts.txt python train.py      every slot of the hostfile\n"
+      "  kolorun python train.py                           inside a Slurm/PBS/SGE/LSF allocation\n"
+      "  kolorun -np 2 --dry-run python train.py           print the mpirun command only");
+  app.set_version_flag("--version", std::string("kolorun ") + KOLO_VERSION);
+  app.add_option("--np", o.np, "Number of ranks (default: all slots)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-H,--hosts", o.hosts, "Hosts and slots: host1:2,host2:2");
+  app.add_option("--hostfile", o.hostfile, "File of 'host slots=N' lines");
+  app.add_option("-p,--ssh-port", o.ssh_port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535));
+  app.add_option("-i,--ssh-identity-file", o.ssh_identity_file, "ssh identity file");
+  app.add_option("--start-timeout", o.start_timeout, "Seconds to wait for hosts (default 30)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--network-interface", o.network_interfaces, "NIC for MPI and NCCL (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("-x", o.env_vars, "Pass VAR (or set VAR=VALUE) for every rank (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--mpi-args", o.mpi_args, "Extra arguments for mpirun");
+  app.add_option("--binding", o.binding, "mpirun --bind-to value (default none)")
+      ->check(CLI::IsMember({"none", "core", "socket", "numa", "hwthread"}));
+  app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb, "KOLO_FUSION_THRESHOLD in MiB")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cycle-time-ms", o.cycle_time_ms, "KOLO_CYCLE_TIME")->check(CLI::PositiveNumber);
+  app.add_option("--cache-capacity", o.cache_capacity, "KOLO_CACHE_CAPACITY")->check(CLI::NonNegativeNumber);
+  app.add_flag("--hierarchical-allreduce", o.hierarchical, "KOLO_HIERARCHICAL_ALLREDUCE=1");
+  app.add_option("--timeline-filename", o.timeline, "KOLO_TIMELINE");
+  app.add_flag("--timeline-mark-cycles", o.timeline_mark_cycles, "KOLO_TIMELINE_MARK_CYCLES=1");
+  app.add_flag("--no-stall-check", o.no_stall_check, "KOLO_STALL_CHECK_DISABLE=1");
+  app.add_option("--stall-check-warning-time-seconds", o.stall_warning, "KOLO_STALL_CHECK_TIME_SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stall-check-shutdown-time-seconds", o.stall_shutdown,
+                 "KOLO_STALL_SHUTDOWN_TIME_SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-level", o.log_level, "KOLO_LOG_LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error"}));
+  app.add_option("--output-filename", o.output_dir, "Also write each rank's output to DIR/rank.N/");
+  app.add_flag("--verbose", o.verbose, "Say where hosts came from and the command run");
+  app.add_flag("--dry-run", o.dry_run, "Print the mpirun command and run nothing");
+  app.add_flag("--check-build", o.check_build, "Show what this build has, then exit");
+  // The first positional argument starts the program's command line.
+  app.prefix_command();
+  // Accept horovodrun's/mpirun's single-dash "-np N".
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (!args.empty() && args.back() == "--") {
+      args.push_back(a);
+      continue;
+    }
+    args.push_back(a == "-np" ? "--np" : a);
+  }
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // prefix_command(): everything after the program's name belongs to it.
+  for (const std::string& a : app.remaining()) o.command.push_back(a);
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+  return kolo::launcher::Run(o);
+}
