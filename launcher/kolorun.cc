@@ -82,7 +82,8 @@ std::string Num(double v) {
 std::map<std::string, std::string> RuntimeSettings(const Options& o) {
   std::map<std::string, std::string> s;
   if (o.fusion_threshold_mb >= 0) {
-    s[env::kFusionThreshold] = std::to_string(static_cast<int64_t>(o.fusion_threshold_mb * 1048576));
+    s[env::kFusionThreshold] =
+        std::to_string(static_cast<int64_t>(o.fusion_threshold_mb * 1048576));
   }
   if (o.cycle_time_ms >= 0) s[env::kCycleTime] = Num(o.cycle_time_ms);
   if (o.cache_capacity >= 0) s[env::kCacheCapacity] = std::to_string(o.cache_capacity);
@@ -136,12 +137,14 @@ int CheckBuild() {
   std::string mpi_line(mpi, static_cast<size_t>(len));
   mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
   const char* python = std::getenv("KOLO_PYTHON") ? std::getenv("KOLO_PYTHON") : "/usr/bin/python3";
-  std::string torch = Capture(std::string(python) +
-                              " -c 'import torch; print(torch.__version__)' 2>/dev/null");
-  std::string binding = Capture(std::string(python) + " -c 'import kolo; print(\"yes\")' 2>/dev/null");
+  std::string torch =
+      Capture(std::string(python) + " -c 'import torch; print(torch.__version__)' 2>/dev/null");
+  std::string binding =
+      Capture(std::string(python) + " -c 'import kolo; print(\"yes\")' 2>/dev/null");
   std::printf("kolo %s build:\n", KOLO_VERSION);
   std::printf("  %-16s %s\n", "MPI", mpi_line.c_str());
-  std::printf("  %-16s %s\n", "CUDA / NCCL", KOLO_CUDA_FOUND ? "toolkit found at build time; GPU path not built yet" : "no");
+  std::printf("  %-16s %s\n", "CUDA / NCCL",
+              KOLO_CUDA_FOUND ? "toolkit found at build time; GPU path not built yet" : "no");
   std::printf("  %-16s %s\n", "Python binding", binding == "yes" ? "yes" : "no");
   std::printf("  %-16s %s\n", "PyTorch", torch.empty() ? "not found" : torch.c_str());
   return 0;
@@ -244,7 +247,8 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
     return e.code;
   }
   if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
-  if (WIFSIGNALED(status)) return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(status)), 1);
+  if (WIFSIGNALED(status))
+    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(status)), 1);
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   if (code != 0) return Fail("mpirun exited with code " + std::to_string(code), code);
   return 0;
@@ -252,11 +256,11 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
 
 int Run(Options& o) {
   if (o.check_build) return CheckBuild();
-  if (o.command.empty()) return Fail("no command to run; usage: kolorun -np N [options] command ...");
+  if (o.command.empty())
+    return Fail("no command to run; usage: kolorun -np N [options] command ...");
   std::map<std::string, std::string> environment = Environment();
   int cores = static_cast<int>(std::thread::hardware_concurrency());
-  Result<Allocation> alloc =
-      ResolveHosts(o.hosts, o.hostfile, environment, o.np, cores, ReadFile);
+  Result<Allocation> alloc = ResolveHosts(o.hosts, o.hostfile, environment, o.np, cores, ReadFile);
   if (!alloc.ok()) return Fail(alloc.status().message());
   std::vector<HostSlots> hosts = alloc.value().hosts;
   const int slots = TotalSlots(hosts);
@@ -305,7 +309,8 @@ int Run(Options& o) {
   child_env["MASTER_ADDR"] = IsLocalHost(master) && master == "localhost" ? "127.0.0.1" : master;
   child_env["MASTER_PORT"] = std::to_string(FreePort());
   std::string host_list;
-  for (const HostSlots& h : used) host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+  for (const HostSlots& h : used)
+    host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
   child_env[env::kLaunchHosts] = host_list;
   if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
   std::vector<std::string> user_names;
@@ -340,9 +345,10 @@ int Run(Options& o) {
 int main(int argc, char** argv) {
   using kolo::launcher::Options;
   Options o;
-  CLI::App app{"kolorun: launch a kolo job on N ranks across hosts.\n"
-               "usage: kolorun [options] [--] command args...",
-               "kolorun"};
+  CLI::App app{
+      "kolorun: launch a kolo job on N ranks across hosts.\n"
+      "usage: kolorun [options] [--] command args...",
+      "kolorun"};
   app.footer(
       "Examples:\n"
       "  kolorun -np 4 python train.py                    4 ranks on this machine\n"
@@ -351,10 +357,12 @@ int main(int argc, char** argv) {
       "  kolorun python train.py                           inside a Slurm/PBS/SGE/LSF allocation\n"
       "  kolorun -np 2 --dry-run python train.py           print the mpirun command only");
   app.set_version_flag("--version", std::string("kolorun ") + KOLO_VERSION);
-  app.add_option("--np", o.np, "Number of ranks (default: all slots)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--np", o.np, "Number of ranks (default: all slots)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("-H,--hosts", o.hosts, "Hosts and slots: host1:2,host2:2");
   app.add_option("--hostfile", o.hostfile, "File of 'host slots=N' lines");
-  app.add_option("-p,--ssh-port", o.ssh_port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535));
+  app.add_option("-p,--ssh-port", o.ssh_port, "ssh port of the remote hosts")
+      ->check(CLI::Range(1, 65535));
   app.add_option("-i,--ssh-identity-file", o.ssh_identity_file, "ssh identity file");
   app.add_option("--start-timeout", o.start_timeout, "Seconds to wait for hosts (default 30)")
       ->check(CLI::PositiveNumber);
@@ -368,12 +376,14 @@ int main(int argc, char** argv) {
   app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb, "KOLO_FUSION_THRESHOLD in MiB")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--cycle-time-ms", o.cycle_time_ms, "KOLO_CYCLE_TIME")->check(CLI::PositiveNumber);
-  app.add_option("--cache-capacity", o.cache_capacity, "KOLO_CACHE_CAPACITY")->check(CLI::NonNegativeNumber);
+  app.add_option("--cache-capacity", o.cache_capacity, "KOLO_CACHE_CAPACITY")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--hierarchical-allreduce", o.hierarchical, "KOLO_HIERARCHICAL_ALLREDUCE=1");
   app.add_option("--timeline-filename", o.timeline, "KOLO_TIMELINE");
   app.add_flag("--timeline-mark-cycles", o.timeline_mark_cycles, "KOLO_TIMELINE_MARK_CYCLES=1");
   app.add_flag("--no-stall-check", o.no_stall_check, "KOLO_STALL_CHECK_DISABLE=1");
-  app.add_option("--stall-check-warning-time-seconds", o.stall_warning, "KOLO_STALL_CHECK_TIME_SECONDS")
+  app.add_option("--stall-check-warning-time-seconds", o.stall_warning,
+                 "KOLO_STALL_CHECK_TIME_SECONDS")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stall-check-shutdown-time-seconds", o.stall_shutdown,
                  "KOLO_STALL_SHUTDOWN_TIME_SECONDS")

@@ -41,9 +41,8 @@ struct Probe : std::enable_shared_from_this<Probe> {
   void Start() {
     auto self = shared_from_this();
     resolver.async_resolve(host, std::to_string(port),
-                           [self](const boost::system::error_code& ec, tcp::resolver::results_type r) {
-                             self->OnResolved(ec, r);
-                           });
+                           [self](const boost::system::error_code& ec,
+                                  tcp::resolver::results_type r) { self->OnResolved(ec, r); });
   }
   void OnResolved(const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
     if (ec) {
@@ -59,14 +58,15 @@ struct Probe : std::enable_shared_from_this<Probe> {
       return;
     }
     auto self = shared_from_this();
-    asio::async_connect(socket, results, [self](const boost::system::error_code& e, const tcp::endpoint&) {
-      if (e) {
-        self->problem = "host '" + self->host + "': nothing answers on ssh port " +
-                        std::to_string(self->port) + " (" + e.message() +
-                        "); is sshd running there, or does it use another port (-p)?";
-      }
-      self->done = true;
-    });
+    asio::async_connect(
+        socket, results, [self](const boost::system::error_code& e, const tcp::endpoint&) {
+          if (e) {
+            self->problem = "host '" + self->host + "': nothing answers on ssh port " +
+                            std::to_string(self->port) + " (" + e.message() +
+                            "); is sshd running there, or does it use another port (-p)?";
+          }
+          self->done = true;
+        });
   }
   std::string host;
   int port;

@@ -1,0 +1,203 @@
+"""End-to-end tests of kolorun with real processes (all traffic on loopback).
+
+Run by CTest: /usr/bin/python3 -m pytest test/launcher, with KOLORUN,
+PRINT_RANKS and AVERAGE_TENSORS pointing at the built programs.
+"""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+KOLORUN = os.environ["KOLORUN"]
+PRINT_RANKS = os.environ["PRINT_RANKS"]
+AVERAGE_TENSORS = os.environ["AVERAGE_TENSORS"]
+PYTHON = "/usr/bin/python3"
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
+
+
+def kolorun(*args, timeout=60, env=None):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([KOLORUN, *args], capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+def script(tmp_path, body):
+    path = tmp_path / "script.py"
+    path.write_text(body)
+    return str(path)
+
+
+ENV_SCRIPT = """
+import os
+keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+        "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "MY_SETTING", "KOLO_CYCLE_TIME"]
+# Unbuffered fragments: several write() calls per line.
+print("ENV", *[k + "=" + os.environ.get(k, "-") for k in keys])
+"""
+
+
+def parse_env_lines(stdout):
+    ranks = {}
+    for line in stdout.splitlines():
+        m = re.match(r"\[(\d+)\]<stdout>:ENV (.*)$", line)
+        assert m, "not a whole tagged line: %r" % line
+        ranks[int(m.group(1))] = dict(kv.split("=", 1) for kv in m.group(2).split())
+    return ranks
+
+
+def test_every_rank_gets_the_environment_other_libraries_expect(tmp_path):
+    r = kolorun("-np", "2", "-x", "MY_SETTING=hello", "--cycle-time-ms", "2", PYTHON,
+                script(tmp_path, ENV_SCRIPT), env={"PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0, r.stderr
+    ranks = parse_env_lines(r.stdout)
+    assert sorted(ranks) == [0, 1]
+    ports = set()
+    for rank, env in ranks.items():
+        assert env["RANK"] == str(rank) == env["OMPI_COMM_WORLD_RANK"]
+        assert env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["NODE_RANK"] == "0" == env["GROUP_RANK"]
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MY_SETTING"] == "hello"
+        assert env["KOLO_CYCLE_TIME"] == "2"
+        ports.add(env["MASTER_PORT"])
+    assert len(ports) == 1 and int(ports.pop()) > 0
+
+
+def test_two_hosts_over_loopback_give_right_local_node_and_cross_ranks():
+    r = kolorun("-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2", "--mpi-args",
+                "--mca plm_rsh_agent " + FAKE_SSH, PRINT_RANKS, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\[(\d+)\]<stdout>:rank (\d+) size 4 local (\d+)/2 cross (\d+)/2 sum 10$", line)
+        assert m, line
+        seen[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    # Ranks 0,1 on the first host, 2,3 on the second: local = rank % 2, cross = host index.
+    assert seen == {0: (0, 0, 0), 1: (1, 1, 0), 2: (2, 0, 1), 3: (3, 1, 1)}
+
+
+def test_two_hosts_node_rank_and_hostname(tmp_path):
+    body = "import os, socket\nprint('N', os.environ['NODE_RANK'], os.environ['LOCAL_RANK'], socket.gethostname())\n"
+    r = kolorun("-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2", "--mpi-args",
+                "--mca plm_rsh_agent " + FAKE_SSH, PYTHON, script(tmp_path, body), timeout=90)
+    assert r.returncode == 0, r.stderr
+    lines = dict(re.match(r"\[(\d+)\]<stdout>:N (.*)$", l).groups() for l in r.stdout.splitlines())
+    assert lines["2"].startswith("1 0 kolo-127.0.0.2") and lines["3"].startswith("1 1 kolo-127.0.0.2")
+    assert lines["0"].startswith("0 0 ") and lines["1"].startswith("0 1 ")
+
+
+def test_the_cpp_main_job_runs_under_kolorun():
+    r = kolorun("-np", "2", AVERAGE_TENSORS)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:ranks: 2, weights identical across ranks: yes" in r.stdout
+
+
+FAIL_SCRIPT = """
+import os, signal, sys, time
+if os.environ["RANK"] == "1":
+    print("marker-%s" % sys.argv[2], flush=True)
+    if sys.argv[1] == "exit":
+        sys.exit(3)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ValueError("bad batch on rank 1")
+time.sleep(60)
+"""
+
+
+def no_process_matches(pattern):
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return out.stdout.strip() == ""
+
+
+def test_rank_exit_code_becomes_kolorun_exit_code_and_is_named(tmp_path):
+    tag = "exit%d" % os.getpid()
+    start = time.monotonic()
+    r = kolorun("-np", "2", PYTHON, script(tmp_path, FAIL_SCRIPT), "exit", tag)
+    assert r.returncode == 3
+    assert re.search(r"kolorun: rank 1 on host \S+ exited with code 3\s*$", r.stderr), r.stderr
+    assert time.monotonic() - start < 20
+    assert no_process_matches(tag)
+
+
+def test_rank_killed_by_sigkill_ends_the_job_within_seconds(tmp_path):
+    tag = "kill%d" % os.getpid()
+    start = time.monotonic()
+    r = kolorun("-np", "2", PYTHON, script(tmp_path, FAIL_SCRIPT), "kill", tag)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 137
+    assert "kolorun: rank 1 on host" in r.stderr and "killed by signal 9 (SIGKILL)" in r.stderr
+    assert elapsed < 10, elapsed
+    assert no_process_matches(tag)
+
+
+def test_python_exception_shows_the_traceback_of_that_rank(tmp_path):
+    r = kolorun("-np", "2", PYTHON, script(tmp_path, FAIL_SCRIPT), "raise", "x")
+    assert r.returncode == 1
+    assert "[1]<stderr>:Traceback (most recent call last):" in r.stderr
+    assert "[1]<stderr>:ValueError: bad batch on rank 1" in r.stderr
+    assert "kolorun: rank 1 on host" in r.stderr
+
+
+def test_output_filename_writes_one_file_per_rank(tmp_path):
+    out = tmp_path / "logs"
+    r = kolorun("-np", "2", "--output-filename", str(out), PYTHON, "-c",
+                "import os; print('hello from', os.environ['RANK'])")
+    assert r.returncode == 0, r.stderr
+    assert (out / "rank.0" / "stdout").read_text() == "hello from 0\n"
+    assert (out / "rank.1" / "stdout").read_text() == "hello from 1\n"
+    assert "[1]<stdout>:hello from 1" in r.stdout  # and the live console
+
+
+def test_dry_run_prints_the_command_and_settings():
+    r = kolorun("-np", "2", "--dry-run", "--fusion-threshold-mb", "32", "--no-stall-check",
+                "--binding", "core", "prog", "--flag")
+    assert r.returncode == 0, r.stderr
+    assert "KOLO_FUSION_THRESHOLD=33554432" in r.stdout and "KOLO_STALL_CHECK_DISABLE=1" in r.stdout
+    assert "--tag-output -np 2 -H localhost:2 --bind-to core" in r.stdout
+    assert "-x KOLO_FUSION_THRESHOLD" in r.stdout and r.stdout.rstrip().endswith("prog --flag")
+
+
+def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# two slots here\nlocalhost slots=2\n")
+    r = kolorun("--hostfile", str(hostfile), "--dry-run", "prog")
+    assert "-np 2 -H localhost:2" in r.stdout
+    slurm = {"SLURM_JOB_NODELIST": "localhost", "SLURM_TASKS_PER_NODE": "3"}
+    r = kolorun("--verbose", "--dry-run", "prog", env=slurm)
+    assert "hosts from Slurm: localhost:3" in r.stderr and "-np 3 -H localhost:3" in r.stdout
+    r = kolorun("-np", "2", "--hostfile", str(hostfile), PYTHON, "-c", "print('ok')")
+    assert r.returncode == 0 and r.stdout.count("ok") == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-np", "5", "-H", "127.0.0.1:2,127.0.0.2:2", "true"], "-np 5 asks for more ranks than the 4 slots"),
+    (["-H", "a:two", "true"], "slot count 'two' is not a positive whole number"),
+    (["-H", "a:2,,b", "true"], "empty entry"),
+    (["--hostfile", "/nonexistent/hosts", "true"], "cannot read '/nonexistent/hosts'"),
+    (["-H", "a:1", "--hostfile", "/etc/hostname", "true"], "cannot be used together"),
+    (["-np", "1", "-H", "a" * 64 + ".invalid:1", "true"], "does not resolve"),
+    (["-np", "1", "-H", "127.0.0.2:1", "-p", "2222", "--start-timeout", "3", "true"],
+     "nothing answers on ssh port 2222"),
+    (["-np", "2", "-x", "KOLO_UNSET_FOR_TEST", "true"], "is not set in kolorun's environment"),
+    (["-np", "2"], "no command to run"),
+    (["-np", "0", "true"], "not in range"),
+    (["--log-level", "loud", "true"], "loud"),
+    (["--mpi-args", "'unterminated", "true"], "unterminated quote"),
+])
+def test_bad_input_ends_with_one_clear_line_and_starts_nothing(args, message):
+    r = kolorun(*args, timeout=30)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+    assert "[0]<" not in r.stdout  # no rank ran
+
+
+def test_check_build_and_version():
+    r = kolorun("--check-build")
+    assert r.returncode == 0 and "Open MPI" in r.stdout and "PyTorch" in r.stdout
+    assert kolorun("--version").stdout.startswith("kolorun ")
