@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The main job: data-parallel training on 2 ranks, gradients averaged by kolo.
+# The main job: data-parallel training on 2 ranks under kolorun, gradients averaged by kolo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/mpi_env.sh
-exec mpirun -np "${KOLO_NP:-2}" "${KOLO_MPIRUN_FLAGS[@]}" build/examples/average_tensors
+exec build/launcher/kolorun -np "${KOLO_NP:-2}" build/examples/average_tensors
