@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "kolo/env_names.h"
 #include "output.h"
 #include "preflight.h"
+#include "rendezvous.h"
 
 extern char** environ;
 
@@ -154,13 +156,39 @@ volatile sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
 
 // Runs mpirun, prints whole lines per rank, returns kolorun's exit code.
+// Ends the job when the rendezvous says it cannot go on; returns the message.
+std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::string>& rank_hosts,
+                            double seconds_since_start, double start_timeout) {
+  RendezvousServer::Snapshot s = server.Take();
+  for (const std::string& note : s.notes) std::fprintf(stderr, "kolorun: %s\n", note.c_str());
+  if (!s.fatal.empty()) return s.fatal;
+  const int np = static_cast<int>(rank_hosts.size());
+  if (static_cast<int>(s.registered.size()) < np && seconds_since_start > start_timeout) {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < np; ++r) {
+      if (s.registered.count(r)) continue;
+      if (++count <= 16) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (" + rank_hosts[r] + ")";
+      }
+    }
+    if (count > 16) missing += " and " + std::to_string(count - 16) + " more";
+    return "rank(s) " + missing + " did not start within " +
+           std::to_string(static_cast<int>(start_timeout)) +
+           " s (--start-timeout); is the host slow to start processes, or unreachable?";
+  }
+  return "";
+}
+
 int Supervise(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-              const Options& o) {
+              const Options& o, RendezvousServer& server,
+              const std::vector<std::string>& rank_hosts) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return Fail("pipe failed");
   pid_t child = fork();
   if (child < 0) return Fail("fork failed");
   if (child == 0) {
+    setpgid(0, 0);  // mpirun and everything it starts here form one group kolorun can kill
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     close(out_pipe[0]);
@@ -211,10 +239,34 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_pipes = 2;
   bool forwarded = false;
+  std::string ended;  // why kolorun ended the job itself
+  const auto start = std::chrono::steady_clock::now();
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  std::chrono::steady_clock::time_point term_sent, mpirun_gone;
+  bool killed = false, reaped = false;
+  int status = 0;
   while (open_pipes > 0) {
-    if (g_signal != 0 && !forwarded) {
+    // Teardown is bounded: whatever still runs 5 s after SIGTERM, or holds the
+    // output open 2 s after mpirun exited, is killed with the whole group.
+    if (!reaped && waitpid(child, &status, WNOHANG) == child) {
+      reaped = true;
+      mpirun_gone = now();
+    }
+    if (!killed && ((forwarded && now() - term_sent > std::chrono::seconds(5)) ||
+                    (reaped && now() - mpirun_gone > std::chrono::seconds(2)))) {
+      kill(-child, SIGKILL);
+      killed = true;
+    }
+    if (killed && reaped && now() - mpirun_gone > std::chrono::seconds(3)) break;
+    if (ended.empty()) {
+      double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ended = CheckRendezvous(server, rank_hosts, elapsed, o.start_timeout);
+    }
+    if ((g_signal != 0 || !ended.empty()) && !forwarded) {
       kill(child, SIGTERM);  // mpirun tears the ranks down
       forwarded = true;
+      term_sent = now();
     }
     if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     for (int k = 0; k < 2; ++k) {
@@ -231,9 +283,11 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
     }
   }
   emit(assembler.Flush());
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  while (!reaped && waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  if (!ended.empty()) return Fail(ended);
+  // Ranks killed by kolorun's own teardown are not the cause.
+  if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
   if (!exits.empty()) {
     const RankExit& e = exits.front();
     if (e.signal != 0) {
@@ -246,7 +300,6 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
                  e.host.c_str(), e.code);
     return e.code;
   }
-  if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
   if (WIFSIGNALED(status))
     return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(status)), 1);
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
@@ -313,6 +366,21 @@ int Run(Options& o) {
     host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
   child_env[env::kLaunchHosts] = host_list;
   if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
+  // The rendezvous listens on loopback when every host is this machine or a
+  // loopback address, otherwise on all interfaces under this host's name.
+  bool all_loopback = true;
+  for (const HostSlots& h : used)
+    all_loopback &= IsLocalHost(h.host) || h.host.rfind("127.", 0) == 0;
+  const std::string token = NewToken();
+  RendezvousServer server(token, o.np);
+  if (!o.dry_run) {
+    Result<int> port = server.Start(all_loopback ? "127.0.0.1" : "0.0.0.0");
+    if (!port.ok()) return Fail(port.status().message());
+    char name[256] = {0};
+    gethostname(name, sizeof name - 1);
+    child_env[env::kRendezvous] = (all_loopback ? std::string("127.0.0.1") : std::string(name)) +
+                                  ":" + std::to_string(port.value());
+  }
   std::vector<std::string> user_names;
   for (const std::string& x : o.env_vars) {
     size_t eq = x.find('=');
@@ -329,6 +397,12 @@ int Run(Options& o) {
   for (const auto& [k, v] : child_env) merged[k] = v;
   for (const std::string& name : ForwardedNames(merged, user_names)) plan.env[name] = merged[name];
   for (const auto& [k, v] : child_env) plan.env[k] = v;
+  // The token goes to the ranks but is never printed.
+  std::map<std::string, std::string> launch_env = child_env;
+  if (!o.dry_run) {
+    launch_env[env::kToken] = token;
+    plan.env[env::kToken] = token;
+  }
   std::vector<std::string> argv = BuildMpirunCommand(plan);
   if (o.dry_run || o.verbose) {
     std::string vars;
@@ -336,7 +410,9 @@ int Run(Options& o) {
     std::cout << vars << ShellQuote(argv) << std::endl;
     if (o.dry_run) return 0;
   }
-  return Supervise(argv, child_env, o);
+  std::vector<std::string> rank_hosts;
+  for (int h : MapBySlot(used, o.np)) rank_hosts.push_back(used[h].host);
+  return Supervise(argv, launch_env, o, server, rank_hosts);
 }
 
 }  // namespace

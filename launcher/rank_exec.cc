@@ -16,6 +16,7 @@
 
 #include "hosts.h"
 #include "kolo/env_names.h"
+#include "rendezvous.h"
 
 namespace {
 
@@ -64,6 +65,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetRankEnvironment();
+  // Tell kolorun that this rank started (skipped when run without kolorun).
+  const std::string rendezvous = Get(kolo::env::kRendezvous);
+  if (!rendezvous.empty()) {
+    size_t colon = rendezvous.rfind(':');
+    kolo::launcher::Registration me;
+    me.rank = std::atoi(Get("RANK").c_str());
+    me.local_rank = std::atoi(Get("LOCAL_RANK").c_str());
+    char name[256] = "?";
+    gethostname(name, sizeof name - 1);
+    me.host = name;
+    me.pid = getpid();
+    kolo::Status s = kolo::launcher::Register(
+        rendezvous.substr(0, colon), std::atoi(rendezvous.substr(colon + 1).c_str()),
+        kolo::launcher::RegistrationMessage(Get(kolo::env::kToken), me), 10.0);
+    if (!s.ok()) {
+      std::fprintf(stderr, "kolo-rank: rank %d: %s\n", me.rank, s.message().c_str());
+      return 2;
+    }
+  }
   g_child = fork();
   if (g_child < 0) {
     std::perror("kolo-rank: fork");

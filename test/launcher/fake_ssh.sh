@@ -13,4 +13,6 @@ while [ $# -gt 0 ]; do
 done
 host="$1"
 shift
+# FAKE_SSH_DELAY=S plays a host that is slow to start processes.
+sleep "${FAKE_SSH_DELAY:-0}"
 exec unshare --uts /bin/sh -c 'hostname "kolo-$0" && exec /bin/sh -c "$*"' "$host" "$@"

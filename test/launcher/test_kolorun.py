@@ -201,3 +201,58 @@ def test_check_build_and_version():
     r = kolorun("--check-build")
     assert r.returncode == 0 and "Open MPI" in r.stdout and "PyTorch" in r.stdout
     assert kolorun("--version").stdout.startswith("kolorun ")
+
+
+def test_rank_that_does_not_start_in_time_is_named(tmp_path):
+    start = time.monotonic()
+    r = kolorun("-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2", "--start-timeout", "2", "--mpi-args",
+                "--mca plm_rsh_agent " + FAKE_SSH, PYTHON, "-c", "import time; time.sleep(30)",
+                env={"FAKE_SSH_DELAY": "15"}, timeout=60)
+    assert r.returncode == 2
+    # Open MPI starts ranks only once every host's daemon is up, so the slow
+    # host holds back all ranks; the message names them with their hosts.
+    assert re.search(r"rank\(s\) .*2 \(127\.0\.0\.2\), 3 \(127\.0\.0\.2\) did not start within 2 s "
+                     r"\(--start-timeout\)", r.stderr), r.stderr
+    assert time.monotonic() - start < 12
+
+
+INTRUDER = """
+import os, socket
+host, port = os.environ["KOLORUN_RENDEZVOUS"].rsplit(":", 1)
+if os.environ["RANK"] == "0":
+    token = os.environ["KOLORUN_TOKEN"] if "{mode}" == "duplicate" else "not-the-token"
+    s = socket.create_connection((host, int(port)))
+    s.sendall(("KOLO1 %s 1 0 intruder 99\\n" % token).encode())
+    print("reply", s.recv(100).decode().strip(), flush=True)
+import time; time.sleep({sleep})
+print("done", os.environ["RANK"], flush=True)
+"""
+
+
+def test_connection_without_the_token_is_refused_and_the_job_goes_on(tmp_path):
+    r = kolorun("-np", "2", PYTHON, script(tmp_path, INTRUDER.format(mode="token", sleep=0.5)))
+    assert r.returncode == 0, r.stderr
+    assert "kolorun: refused a registration from 127.0.0.1" in r.stderr and "wrong job token" in r.stderr
+    assert "[0]<stdout>:done 0" in r.stdout and "[1]<stdout>:done 1" in r.stdout
+
+
+def test_two_processes_claiming_one_rank_end_the_job(tmp_path):
+    r = kolorun("-np", "2", PYTHON, script(tmp_path, INTRUDER.format(mode="duplicate", sleep=30)),
+                timeout=40)
+    assert r.returncode == 2
+    assert re.search(r"kolorun: two processes claim rank 1: pid \d+ on host \S+ and pid 99 on host intruder",
+                     r.stderr), r.stderr
+
+
+def test_sigterm_to_kolorun_tears_the_job_down(tmp_path):
+    tag = "sigterm%d" % os.getpid()
+    p = subprocess.Popen([KOLORUN, "-np", "2", PYTHON, "-c",
+                          "import time, sys; print('up', flush=True); time.sleep(60)", tag],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "up" in p.stdout.readline()
+    p.terminate()
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 128 + 15, err
+    assert "stopped by" in err
+    time.sleep(0.5)
+    assert no_process_matches(tag)

@@ -268,3 +268,72 @@ TEST(Output, RankExitMarker) {
 
 }  // namespace
 }  // namespace kolo::launcher
+
+#include <boost/asio.hpp>
+#include <thread>
+
+#include "rendezvous.h"
+
+namespace kolo::launcher {
+namespace {
+
+TEST(Rendezvous, ParseRegistration) {
+  auto r = ParseRegistration("KOLO1 tok 3 1 node2 4242", "tok", 4);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value().rank, 3);
+  EXPECT_EQ(r.value().local_rank, 1);
+  EXPECT_EQ(r.value().host, "node2");
+  EXPECT_EQ(r.value().pid, 4242);
+  ExpectError(ParseRegistration("KOLO1 bad 3 1 node2 4242", "tok", 4).status(), "wrong job token");
+  ExpectError(ParseRegistration("KOLO1 tok 4 1 node2 4242", "tok", 4).status(), "out of range");
+  ExpectError(ParseRegistration("KOLO1 tok -1 1 node2 4242", "tok", 4).status(), "not a number");
+  ExpectError(ParseRegistration("GET / HTTP/1.1", "tok", 4).status(), "malformed");
+  ExpectError(ParseRegistration("", "tok", 4).status(), "malformed");
+  Registration me{2, 0, "h", 7};
+  EXPECT_EQ(RegistrationMessage("tok", me), "KOLO1 tok 2 0 h 7\n");
+  EXPECT_EQ(NewToken().size(), 32u);
+  EXPECT_NE(NewToken(), NewToken());
+}
+
+// Sends raw bytes to the server and returns its reply.
+std::string SendRaw(int port, const std::string& bytes) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket s(io);
+  s.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  boost::system::error_code ec;
+  boost::asio::write(s, boost::asio::buffer(bytes), ec);
+  std::string reply;
+  boost::asio::read_until(s, boost::asio::dynamic_buffer(reply, 256), '\n', ec);
+  return reply;
+}
+
+TEST(Rendezvous, ServerAcceptsRefusesAndDetectsDuplicates) {
+  RendezvousServer server("secret", 2);
+  Result<int> port = server.Start("127.0.0.1");
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  EXPECT_TRUE(
+      Register("127.0.0.1", port.value(), RegistrationMessage("secret", {0, 0, "a", 10}), 5).ok());
+  Status wrong =
+      Register("127.0.0.1", port.value(), RegistrationMessage("guess", {1, 0, "b", 11}), 5);
+  ExpectError(wrong, "wrong job token");
+  EXPECT_EQ(SendRaw(port.value(), std::string(2000, 'x')), "ERR bad message\n");
+  EXPECT_EQ(SendRaw(port.value(), "KOLO1 secret 1 0 b\n").substr(0, 4), "ERR ");
+  auto snap = server.Take();
+  EXPECT_EQ(snap.registered.size(), 1u);
+  EXPECT_TRUE(snap.fatal.empty());
+  ASSERT_EQ(snap.notes.size(), 3u);
+  EXPECT_NE(snap.notes[0].find("wrong job token"), std::string::npos) << snap.notes[0];
+  EXPECT_NE(snap.notes[1].find("longer than 512 bytes"), std::string::npos) << snap.notes[1];
+  EXPECT_TRUE(server.Take().notes.empty());  // handed out once
+  ExpectError(
+      Register("127.0.0.1", port.value(), RegistrationMessage("secret", {0, 0, "c", 12}), 5),
+      "already registered");
+  snap = server.Take();
+  EXPECT_NE(snap.fatal.find("two processes claim rank 0: pid 10 on host a and pid 12 on host c"),
+            std::string::npos)
+      << snap.fatal;
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace kolo::launcher

@@ -16,6 +16,8 @@ inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
 inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
-inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";  // "a:2,b:2", ranks mapped by slot
+inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot
+inline constexpr const char* kRendezvous = "KOLORUN_RENDEZVOUS";  // "address:port" of kolorun
+inline constexpr const char* kToken = "KOLORUN_TOKEN";            // the job's random token
 
 }  // namespace kolo::env

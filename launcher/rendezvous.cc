@@ -1,0 +1,229 @@
+#include "rendezvous.h"
+
+#include <boost/asio.hpp>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+namespace kolo::launcher {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+Result<long> ParseLong(const std::string& text, const char* what) {
+  if (text.empty() || text.size() > 18 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument(std::string(what) + " '" + text.substr(0, 20) +
+                                   "' is not a number");
+  }
+  return std::stol(text);
+}
+
+}  // namespace
+
+Result<Registration> ParseRegistration(const std::string& line, const std::string& token, int np) {
+  std::istringstream is(line);
+  std::vector<std::string> w;
+  for (std::string word; is >> word && w.size() < 8;) w.push_back(word);
+  if (w.size() != 6 || w[0] != "KOLO1") {
+    return Status::InvalidArgument("malformed registration (expected 6 fields starting KOLO1)");
+  }
+  if (w[1] != token) return Status::PreconditionFailed("wrong job token");
+  Registration r;
+  Result<long> rank = ParseLong(w[2], "rank");
+  Result<long> local = ParseLong(w[3], "local rank");
+  Result<long> pid = ParseLong(w[5], "pid");
+  for (const Status* s : {&rank.status(), &local.status(), &pid.status()}) {
+    if (!s->ok()) return *s;
+  }
+  if (rank.value() >= np) {
+    return Status::InvalidArgument("rank " + w[2] + " is out of range for " + std::to_string(np) +
+                                   " ranks");
+  }
+  r.rank = static_cast<int>(rank.value());
+  r.local_rank = static_cast<int>(local.value());
+  r.host = w[4];
+  r.pid = pid.value();
+  return r;
+}
+
+std::string RegistrationMessage(const std::string& token, const Registration& r) {
+  return "KOLO1 " + token + " " + std::to_string(r.rank) + " " + std::to_string(r.local_rank) +
+         " " + r.host + " " + std::to_string(r.pid) + "\n";
+}
+
+std::string NewToken() {
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16] = {0};
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  std::ostringstream os;
+  for (unsigned char b : bytes) os << std::hex << std::setw(2) << std::setfill('0') << int{b};
+  return os.str();
+}
+
+class RendezvousServer::Impl {
+ public:
+  Impl(std::string token, int np) : token_(std::move(token)), np_(np), acceptor_(io_) {}
+
+  Result<int> Start(const std::string& address) {
+    boost::system::error_code ec;
+    tcp::endpoint ep(asio::ip::make_address(address, ec), 0);
+    if (ec) return Status::InvalidArgument("rendezvous address '" + address + "': " + ec.message());
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status::Internal("cannot listen for ranks on " + address + ": " + ec.message());
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+    return static_cast<int>(acceptor_.local_endpoint().port());
+  }
+
+  void Stop() {
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Snapshot Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Snapshot s = state_;
+    state_.notes.clear();
+    return s;
+  }
+
+ private:
+  struct Connection {
+    explicit Connection(asio::io_context& io) : socket(io), timer(io) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::string buffer;
+  };
+
+  void Accept() {
+    auto c = std::make_shared<Connection>(io_);
+    acceptor_.async_accept(c->socket, [this, c](const boost::system::error_code& ec) {
+      if (ec) return;  // stopped
+      Read(c);
+      Accept();
+    });
+  }
+
+  void Read(const std::shared_ptr<Connection>& c) {
+    // A connection that says nothing is dropped after a few seconds.
+    c->timer.expires_after(std::chrono::seconds(5));
+    c->timer.async_wait([c](const boost::system::error_code& ec) {
+      if (!ec) c->socket.close();
+    });
+    asio::async_read_until(
+        c->socket, asio::dynamic_buffer(c->buffer, kMaxMessageBytes), '\n',
+        [this, c](const boost::system::error_code& ec, size_t n) { OnMessage(c, ec, n); });
+  }
+
+  void OnMessage(const std::shared_ptr<Connection>& c, const boost::system::error_code& ec,
+                 size_t n) {
+    c->timer.cancel();
+    boost::system::error_code ignored;
+    std::string peer = "?";
+    auto ep = c->socket.remote_endpoint(ignored);
+    if (!ignored) peer = ep.address().to_string() + ":" + std::to_string(ep.port());
+    std::string reply;
+    if (ec) {
+      Note("rejected a connection from " + peer + ": " +
+           (ec == asio::error::not_found ? "message longer than " +
+                                               std::to_string(kMaxMessageBytes) + " bytes"
+                                         : "no complete message (" + ec.message() + ")"));
+      reply = "ERR bad message\n";
+    } else {
+      Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, np_);
+      if (!r.ok()) {
+        Note("refused a registration from " + peer + ": " + r.status().message());
+        reply = "ERR " + r.status().message() + "\n";
+      } else {
+        reply = Accepted(r.value());
+      }
+    }
+    auto out = std::make_shared<std::string>(reply);
+    asio::async_write(c->socket, asio::buffer(*out),
+                      [c, out](const boost::system::error_code&, size_t) { c->socket.close(); });
+  }
+
+  std::string Accepted(const Registration& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = state_.registered.find(r.rank);
+    if (it != state_.registered.end()) {
+      if (state_.fatal.empty()) {
+        state_.fatal = "two processes claim rank " + std::to_string(r.rank) + ": pid " +
+                       std::to_string(it->second.pid) + " on host " + it->second.host +
+                       " and pid " + std::to_string(r.pid) + " on host " + r.host;
+      }
+      return "ERR rank " + std::to_string(r.rank) + " is already registered\n";
+    }
+    state_.registered[r.rank] = r;
+    return "OK\n";
+  }
+
+  void Note(const std::string& note) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.notes.push_back(note);
+  }
+
+  std::string token_;
+  int np_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::mutex mu_;
+  Snapshot state_;  // guarded by mu_
+};
+
+RendezvousServer::RendezvousServer(std::string token, int np)
+    : impl_(std::make_unique<Impl>(std::move(token), np)) {}
+RendezvousServer::~RendezvousServer() { Stop(); }
+Result<int> RendezvousServer::Start(const std::string& address) { return impl_->Start(address); }
+void RendezvousServer::Stop() { impl_->Stop(); }
+RendezvousServer::Snapshot RendezvousServer::Take() { return impl_->Take(); }
+
+Status Register(const std::string& address, int port, const std::string& message,
+                double timeout_seconds) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  tcp::resolver resolver(io);
+  std::string reply;
+  boost::system::error_code result = asio::error::timed_out;
+  resolver.async_resolve(address, std::to_string(port),
+                         [&](const boost::system::error_code& ec, tcp::resolver::results_type r) {
+                           if (ec) {
+                             result = ec;
+                             return;
+                           }
+                           asio::async_connect(socket, r, [&](const boost::system::error_code& e,
+                                                               const tcp::endpoint&) {
+                             if (e) {
+                               result = e;
+                               return;
+                             }
+                             asio::async_write(socket, asio::buffer(message), [&](const boost::system::error_code& w, size_t) {
+                               if (w) {
+                                 result = w;
+                                 return;
+                               }
+                               asio::async_read_until(socket, asio::dynamic_buffer(reply, 256), '\n',
+                                                      [&](const boost::system::error_code& rd, size_t) {
+                                                        result = rd;
+                                                      });
+                             });
+                           });
+                         });
+  io.run_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  if (result) {
+    return Status::Internal("cannot register with kolorun at " + address + ":" +
+                            std::to_string(port) + ": " + result.message());
+  }
+  if (reply.rfind("OK", 0) != 0) {
+    return Status::PreconditionFailed("kolorun refused this rank: " +
+                                      reply.substr(reply.find(' ') + 1));
+  }
+  return Status::OK();
+}
+
+}  // namespace kolo::launcher
