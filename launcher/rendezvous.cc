@@ -129,9 +129,9 @@ class RendezvousServer::Impl {
     std::string reply;
     if (ec) {
       Note("rejected a connection from " + peer + ": " +
-           (ec == asio::error::not_found ? "message longer than " +
-                                               std::to_string(kMaxMessageBytes) + " bytes"
-                                         : "no complete message (" + ec.message() + ")"));
+           (ec == asio::error::not_found
+                ? "message longer than " + std::to_string(kMaxMessageBytes) + " bytes"
+                : "no complete message (" + ec.message() + ")"));
       reply = "ERR bad message\n";
     } else {
       Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, np_);
@@ -190,30 +190,31 @@ Status Register(const std::string& address, int port, const std::string& message
   tcp::resolver resolver(io);
   std::string reply;
   boost::system::error_code result = asio::error::timed_out;
-  resolver.async_resolve(address, std::to_string(port),
-                         [&](const boost::system::error_code& ec, tcp::resolver::results_type r) {
-                           if (ec) {
-                             result = ec;
-                             return;
-                           }
-                           asio::async_connect(socket, r, [&](const boost::system::error_code& e,
-                                                               const tcp::endpoint&) {
-                             if (e) {
-                               result = e;
-                               return;
-                             }
-                             asio::async_write(socket, asio::buffer(message), [&](const boost::system::error_code& w, size_t) {
-                               if (w) {
-                                 result = w;
-                                 return;
-                               }
-                               asio::async_read_until(socket, asio::dynamic_buffer(reply, 256), '\n',
-                                                      [&](const boost::system::error_code& rd, size_t) {
-                                                        result = rd;
-                                                      });
-                             });
-                           });
-                         });
+  resolver.async_resolve(
+      address, std::to_string(port),
+      [&](const boost::system::error_code& ec, tcp::resolver::results_type r) {
+        if (ec) {
+          result = ec;
+          return;
+        }
+        asio::async_connect(
+            socket, r, [&](const boost::system::error_code& e, const tcp::endpoint&) {
+              if (e) {
+                result = e;
+                return;
+              }
+              asio::async_write(
+                  socket, asio::buffer(message), [&](const boost::system::error_code& w, size_t) {
+                    if (w) {
+                      result = w;
+                      return;
+                    }
+                    asio::async_read_until(
+                        socket, asio::dynamic_buffer(reply, 256), '\n',
+                        [&](const boost::system::error_code& rd, size_t) { result = rd; });
+                  });
+            });
+      });
   io.run_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
   if (result) {
     return Status::Internal("cannot register with kolorun at " + address + ":" +

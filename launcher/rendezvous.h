@@ -44,8 +44,8 @@ class RendezvousServer {
 
   struct Snapshot {
     std::map<int, Registration> registered;
-    std::string fatal;                // e.g. two processes claim one rank
-    std::vector<std::string> notes;   // rejected connections, to log
+    std::string fatal;               // e.g. two processes claim one rank
+    std::vector<std::string> notes;  // rejected connections, to log
   };
   // What happened so far; `notes` are handed out once.
   Snapshot Take();

@@ -188,6 +188,10 @@ const std::vector<Setting>& Settings() {
        Into(&Config::stall_check_disabled, ParseBool)},
       {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning or error.",
        Into(&Config::log_level, ParseLogLevel)},
+      {"KOLO_HIERARCHICAL_ALLREDUCE", "0",
+       "Reduce within each host, then across hosts, then gather within the host. Not "
+       "implemented yet: kolo warns and uses a flat allreduce.",
+       Into(&Config::hierarchical_allreduce, ParseBool)},
       {"KOLO_IDLE_TICK_MS", "100",
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",

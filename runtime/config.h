@@ -26,6 +26,7 @@ struct Config {
   bool stall_check_disabled = false;
   LogLevel log_level = LogLevel::kWarning;
   double idle_tick_ms = 100.0;
+  bool hierarchical_allreduce = false;
 };
 
 struct Setting {

@@ -22,6 +22,10 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
                          << (close.empty() ? "" : "; did you mean " + close + "?");
     }
   }
+  if (rt->config_.hierarchical_allreduce && rt->rank_ == 0) {
+    KOLO_LOG(kWarning) << "KOLO_HIERARCHICAL_ALLREDUCE=1: hierarchical allreduce is not "
+                          "implemented yet; using a flat allreduce";
+  }
   KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
   if (!rt->config_.timeline_path.empty() && rt->rank_ == 0) {
     KOLO_RETURN_IF_ERROR(
