@@ -1,0 +1,155 @@
+// kolo._core: a thin, framework-neutral Python module over the C++ API.
+// Tensors cross as (data pointer, dtype, shape, device); nothing here links
+// against a framework, so one build serves every PyTorch version. The GIL is
+// released while waiting. A Status becomes ValueError (bad argument on this
+// rank) or KoloInternalError (collective failure, with the coordinator's text).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "kolo/runtime.h"
+
+namespace py = pybind11;
+
+namespace kolo {
+namespace {
+
+// The one runtime of this process (the only mutable global besides logging).
+std::unique_ptr<Runtime>& TheRuntime() {
+  static std::unique_ptr<Runtime> runtime;
+  return runtime;
+}
+
+PyObject* g_internal_error = nullptr;
+
+[[noreturn]] void Raise(const Status& s) {
+  if (s.code() == StatusCode::kInvalidArgument) throw py::value_error(s.message());
+  PyErr_SetString(g_internal_error, s.message().c_str());
+  throw py::error_already_set();
+}
+
+Runtime& Rt() {
+  if (!TheRuntime() || !TheRuntime()->is_running()) {
+    Raise(Status(StatusCode::kPreconditionFailed,
+                 TheRuntime() ? "kolo is not running (it was shut down); call kolo.init() again"
+                              : "kolo is not initialized; call kolo.init() first"));
+  }
+  return *TheRuntime();
+}
+
+template <typename T>
+T Check(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(r).value();
+}
+
+TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int device) {
+  if (dtype < 0 || dtype >= kNumDataTypes) throw py::type_error("unsupported dtype code");
+  return TensorView{reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), shape, device};
+}
+
+// What a finished operation produced, for the Python side to copy out.
+struct Output {
+  WorkResult result;
+  py::tuple shape() const { return py::cast(result.shape); }
+  void CopyTo(uintptr_t ptr, size_t nbytes) const {
+    if (nbytes != result.data.size()) {
+      throw py::value_error("output buffer has " + std::to_string(nbytes) + " bytes, result has " +
+                            std::to_string(result.data.size()));
+    }
+    if (nbytes > 0) std::memcpy(reinterpret_cast<void*>(ptr), result.data.data(), nbytes);
+  }
+};
+
+Output Wait(Handle h) {
+  Output out;
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = Rt().Wait(h, &out.result);
+  }
+  if (!s.ok()) Raise(s);
+  return out;
+}
+
+}  // namespace
+}  // namespace kolo
+
+PYBIND11_MODULE(_core, m) {
+  using namespace kolo;
+  m.doc() = "kolo's framework-neutral core (use kolo.torch or kolo.numpy)";
+  static py::exception<std::runtime_error> internal(m, "KoloInternalError", PyExc_RuntimeError);
+  g_internal_error = internal.ptr();
+
+  m.def(
+      "init",
+      [](std::vector<std::vector<int>> process_sets) {
+        if (TheRuntime() && TheRuntime()->is_running()) return;  // like Horovod: init is idempotent
+        InitOptions options;
+        options.process_sets = std::move(process_sets);
+        TheRuntime() = Check(Runtime::Create(options));
+      },
+      py::arg("process_sets") = std::vector<std::vector<int>>());
+  m.def("shutdown", [] {
+    if (!TheRuntime()) return;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = TheRuntime()->Shutdown();
+    }
+    if (!s.ok()) Raise(s);
+  });
+  m.def("is_initialized", [] { return TheRuntime() && TheRuntime()->is_running(); });
+  m.def("rank", [] { return Rt().rank(); });
+  m.def("size", [] { return Rt().size(); });
+  m.def("local_rank", [] { return Rt().local_rank(); });
+  m.def("local_size", [] { return Rt().local_size(); });
+  m.def("cross_rank", [] { return Rt().cross_rank(); });
+  m.def("cross_size", [] { return Rt().cross_size(); });
+  m.def("mpi_threads_supported", [] { return Rt().mpi_threads_supported(); });
+
+  m.def("allreduce_async",
+        [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int device,
+           const std::string& name, int op, double prescale, double postscale, int process_set) {
+          AllreduceOptions o;
+          o.name = name;
+          o.op = static_cast<ReduceOp>(op);
+          o.prescale_factor = prescale;
+          o.postscale_factor = postscale;
+          o.process_set = process_set;
+          return Check(Rt().EnqueueAllreduce(View(in, dtype, shape, device),
+                                             View(out, dtype, shape, device), o));
+        });
+  m.def("allgather_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
+                              const std::string& name, int process_set) {
+    CollectiveOptions o;
+    o.name = name;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueAllgather(View(in, dtype, shape, device), o));
+  });
+  m.def("broadcast_async", [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device,
+                              int root, const std::string& name, int process_set) {
+    CollectiveOptions o;
+    o.name = name;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root, o));
+  });
+  m.def("barrier_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueBarrier(o));
+  });
+  m.def("poll", [](Handle h) { return Rt().Poll(h); });
+  m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
+
+  py::class_<Output>(m, "Output")
+      .def_property_readonly("shape", &Output::shape)
+      .def_property_readonly("received_splits",
+                             [](const Output& o) { return o.result.received_splits; })
+      .def_property_readonly("value", [](const Output& o) { return o.result.value; })
+      .def_property_readonly("nbytes", [](const Output& o) { return o.result.data.size(); })
+      .def("copy_to", &Output::CopyTo);
+}

@@ -1,0 +1,230 @@
+"""kolo for PyTorch, with Horovod's names: ``import kolo.torch as hvd`` reads naturally.
+
+Collectives run on kolo's background thread; the ``*_async`` forms return a
+handle for :func:`poll` and :func:`synchronize`.
+"""
+import atexit
+
+import torch
+
+from kolo import _core
+from kolo._core import KoloInternalError
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "mpi_enabled",
+    "nccl_built", "cuda_built", "gloo_built", "Average", "Sum", "Min", "Max", "Product",
+    "Adasum", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "allgather",
+    "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "barrier", "poll", "synchronize", "broadcast_parameters", "KoloInternalError",
+]
+
+# Reduce operations (values match kolo::ReduceOp).
+Average, Sum, Min, Max, Product = 0, 1, 2, 3, 4
+Adasum = "Adasum"
+
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 3, torch.int32: 4, torch.int64: 5,
+    torch.float16: 6, torch.bfloat16: 7, torch.float32: 8, torch.float64: 9, torch.bool: 10,
+}
+_GLOBAL_SET = 0
+
+# handle -> (what to return from synchronize, how to build it from the output)
+_pending = {}
+
+
+def init(comm=None, process_sets=None):
+    """Starts kolo (MPI and the background thread). Idempotent."""
+    if comm is not None:
+        raise NotImplementedError("init(comm=...) is not supported yet; kolo uses MPI_COMM_WORLD")
+    sets = [list(getattr(s, "ranks", s)) for s in (process_sets or [])]
+    _core.init(sets)
+
+
+def shutdown():
+    """Stops kolo; pending operations on every rank fail with KoloInternalError."""
+    _core.shutdown()
+    _pending.clear()
+
+
+atexit.register(shutdown)
+
+is_initialized = _core.is_initialized
+rank = _core.rank
+size = _core.size
+local_rank = _core.local_rank
+local_size = _core.local_size
+cross_rank = _core.cross_rank
+cross_size = _core.cross_size
+mpi_threads_supported = _core.mpi_threads_supported
+
+
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def nccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.dtype not in _DTYPES:
+        raise TypeError("%s has dtype %s, which kolo does not support; supported: %s" % (
+            what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
+    if not tensor.is_contiguous():
+        raise ValueError("%s is not contiguous; call .contiguous() first" % what)
+    if tensor.is_sparse:
+        raise ValueError("%s is sparse; kolo reduces dense tensors" % what)
+
+
+def _device(tensor):
+    return tensor.device.index if tensor.is_cuda else -1
+
+
+def _view(tensor):
+    return (tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape), _device(tensor))
+
+
+def _reduce_op(op, average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("pass either op or the deprecated average, not both")
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported yet; use Average or Sum")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product")
+    return op
+
+
+def _set_id(process_set):
+    return _GLOBAL_SET if process_set is None else getattr(process_set, "process_set_id", process_set)
+
+
+def _enqueue_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    _check_tensor(tensor, "allreduce input")
+    data, dtype, shape, device = _view(tensor)
+    return _core.allreduce_async(data, output.data_ptr(), dtype, shape, device, name or "",
+                                 op, float(prescale_factor), float(postscale_factor),
+                                 _set_id(process_set))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    """Starts an in-place allreduce of ``tensor``; returns a handle."""
+    op = _reduce_op(op, average)
+    h = _enqueue_allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+    _pending[h] = (tensor, None)
+    return h
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    """Starts an allreduce into a new tensor; returns a handle."""
+    op = _reduce_op(op, average)
+    _check_tensor(tensor, "allreduce input")
+    output = torch.empty_like(tensor)
+    h = _enqueue_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+    _pending[h] = (output, tensor)  # keep the input alive until done
+    return h
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                       postscale_factor, process_set))
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """Starts gathering every rank's tensor along dimension 0 (sizes may differ)."""
+    _check_tensor(tensor, "allgather input")
+    data, dtype, shape, device = _view(tensor)
+    h = _core.allgather_async(data, dtype, shape, device, name or "", _set_id(process_set))
+    _pending[h] = (None, tensor)
+    return h
+
+
+def allgather(tensor, name=None, process_set=None):
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    """Starts broadcasting ``tensor`` from ``root_rank`` in place."""
+    _check_tensor(tensor, "broadcast tensor")
+    data, dtype, shape, device = _view(tensor)
+    h = _core.broadcast_async(data, dtype, shape, device, int(root_rank), name or "",
+                              _set_id(process_set))
+    _pending[h] = (tensor, None)
+    return h
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    _check_tensor(tensor, "broadcast tensor")
+    output = tensor.clone()
+    h = broadcast_async_(output, root_rank, name, process_set)
+    return h
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def barrier(process_set=None):
+    synchronize(_core.barrier_async(_set_id(process_set)))
+
+
+def poll(handle):
+    """True once the operation behind ``handle`` has finished."""
+    return _core.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for ``handle`` and returns its result tensor."""
+    result, keep = _pending.pop(handle, (None, None))
+    out = _core.wait(handle)
+    if result is None and out.nbytes >= 0 and keep is not None:
+        result = torch.empty(tuple(out.shape), dtype=keep.dtype)
+        out.copy_to(result.data_ptr(), result.numel() * result.element_size())
+    return result
+
+
+def broadcast_parameters(params, root_rank):
+    """Broadcasts a ``state_dict()`` or ``named_parameters()`` from ``root_rank`` in place."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+    handles = []
+    for name, p in items:
+        if not isinstance(p, torch.Tensor):
+            continue
+        target = p.data if isinstance(p, torch.nn.Parameter) else p
+        handles.append(broadcast_async_(target, root_rank, name="broadcast_parameters." + name))
+    for h in handles:
+        synchronize(h)

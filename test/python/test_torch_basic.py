@@ -1,0 +1,151 @@
+"""kolo.torch under kolorun (every rank runs the same tests in the same order)."""
+import pytest
+import torch
+
+import kolo.torch as hvd
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64, torch.bool]
+OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
+
+
+def value(dtype, rank, op, n=7):
+    i = torch.arange(n)
+    if dtype == torch.bool:
+        return ((i + rank) % 3 == 0)
+    if op == hvd.Product:
+        return (1 + (i + rank) % 2).to(dtype)
+    return ((rank + 1) * (i % 5 + 1)).to(dtype)
+
+
+def expected(dtype, op, n=7):
+    vals = [value(dtype, r, op, n).to(torch.float64) for r in range(N)]
+    stacked = torch.stack(vals)
+    if dtype == torch.bool:
+        out = stacked.min(0).values if op in (hvd.Min, hvd.Product) else stacked.max(0).values
+        return out.to(torch.bool)
+    if op in (hvd.Sum, hvd.Average):
+        out = stacked.sum(0)
+    elif op == hvd.Min:
+        out = stacked.min(0).values
+    elif op == hvd.Max:
+        out = stacked.max(0).values
+    else:
+        out = stacked.prod(0)
+    out = out.to(dtype)
+    if op == hvd.Average:
+        if dtype.is_floating_point:
+            out = out * (1.0 / N)
+        else:  # kolo scales integers in double and truncates
+            out = (out.to(torch.float64) * (1.0 / N)).to(dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", OPS, ids=["sum", "average", "min", "max", "product"])
+def test_allreduce_every_dtype_and_op(dtype, op):
+    if dtype == torch.bool and op == hvd.Average:
+        with pytest.raises(ValueError, match="average is not defined"):
+            hvd.allreduce(value(dtype, R, op), op=op)
+        return
+    x = value(dtype, R, op)
+    out = hvd.allreduce(x, op=op, name="ar.%s.%d" % (dtype, op))
+    assert torch.equal(out, expected(dtype, op)), (R, out, expected(dtype, op))
+    assert torch.equal(x, value(dtype, R, op))  # input untouched
+    y = value(dtype, R, op)
+    assert hvd.allreduce_(y, op=op) is y and torch.equal(y, expected(dtype, op))
+
+
+def test_average_is_the_default_and_average_flag_is_honoured():
+    x = torch.full((3,), float(R + 1))
+    assert torch.allclose(hvd.allreduce(x), torch.full((3,), (N + 1) / 2))
+    assert torch.allclose(hvd.allreduce(x, average=False), torch.full((3,), N * (N + 1) / 2))
+
+
+def test_scale_factors():
+    x = torch.full((4,), 2.0)
+    out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
+    assert torch.allclose(out, torch.full((4,), 3.0 * N))
+
+
+def test_async_poll_and_synchronize():
+    handles = [hvd.allreduce_async(torch.full((10,), float(k)), name="async.%d" % k, op=hvd.Sum)
+               for k in range(5)]
+    for k, h in enumerate(handles):
+        out = hvd.synchronize(h)
+        assert hvd.poll(h)
+        assert torch.equal(out, torch.full((10,), float(k * N)))
+
+
+def test_allgather_with_different_first_dimensions():
+    x = torch.full((R + 1, 3), float(R), dtype=torch.float64)
+    out = hvd.allgather(x)
+    assert out.shape == (N * (N + 1) // 2, 3)
+    want = torch.cat([torch.full((r + 1, 3), float(r), dtype=torch.float64) for r in range(N)])
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("root", range(3))
+def test_broadcast_from_every_root(root):
+    if root >= N:
+        pytest.skip("fewer ranks")
+    x = torch.arange(6, dtype=torch.int32) * (R + 1)
+    out = hvd.broadcast(x, root)
+    assert torch.equal(out, torch.arange(6, dtype=torch.int32) * (root + 1))
+    assert torch.equal(x, torch.arange(6, dtype=torch.int32) * (R + 1))
+    hvd.broadcast_(x, root)
+    assert torch.equal(x, out)
+
+
+def test_broadcast_parameters_makes_models_equal():
+    torch.manual_seed(100 + R)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    for r in range(N):
+        assert torch.equal(gathered[r], flat)
+
+
+def test_mismatched_shapes_raise_the_same_error_on_every_rank():
+    with pytest.raises(hvd.KoloInternalError) as info:
+        hvd.allreduce(torch.ones(R + 2), name="mismatch")
+    assert "Mismatched allreduce tensor shapes for tensor 'mismatch'" in str(info.value)
+    assert "rank 0 sent a tensor of shape [2]" in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_name_reused_while_pending_raises_value_error():
+    x = torch.ones(2)
+    if R == 0:
+        h = hvd.allreduce_async(x, name="held")
+        with pytest.raises(ValueError, match="'held' is already pending"):
+            hvd.allreduce_async(x, name="held")
+        hvd.barrier()
+        hvd.synchronize(h)
+    else:
+        hvd.barrier()
+        hvd.allreduce(x, name="held")
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="not contiguous"):
+        hvd.allreduce(torch.ones(4, 4).t())
+    with pytest.raises(TypeError, match="does not support"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        hvd.allreduce([1, 2])
+    with pytest.raises(ValueError, match="out of range"):
+        hvd.broadcast(torch.ones(2), N)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="either op or the deprecated average"):
+        hvd.allreduce(torch.ones(2), op=hvd.Sum, average=True)
+
+
+def test_build_flags():
+    assert hvd.mpi_built() and not hvd.gloo_built()
+    assert hvd.local_size() >= 1 and 0 <= hvd.local_rank() < hvd.local_size()
