@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <tuple>
+
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -136,6 +138,46 @@ PYBIND11_MODULE(_core, m) {
     o.name = name;
     o.process_set = process_set;
     return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root, o));
+  });
+  m.def("grouped_allreduce_async",
+        [](std::vector<std::tuple<uintptr_t, uintptr_t, int, std::vector<int64_t>, int>> tensors,
+           const std::string& name, int op, double prescale, double postscale, int process_set) {
+          std::vector<TensorView> in, out;
+          for (const auto& [i, o, dtype, shape, device] : tensors) {
+            in.push_back(View(i, dtype, shape, device));
+            out.push_back(View(o, dtype, shape, device));
+          }
+          AllreduceOptions opt;
+          opt.name = name;
+          opt.op = static_cast<ReduceOp>(op);
+          opt.prescale_factor = prescale;
+          opt.postscale_factor = postscale;
+          opt.process_set = process_set;
+          return Check(Rt().EnqueueGroupedAllreduce(in, out, opt));
+        });
+  m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
+                             std::vector<int64_t> splits, const std::string& name,
+                             int process_set) {
+    CollectiveOptions o;
+    o.name = name;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, o));
+  });
+  m.def("reducescatter_async",
+        [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
+           int op, double prescale, double postscale, int process_set) {
+          ReducescatterOptions o;
+          o.name = name;
+          o.op = static_cast<ReduceOp>(op);
+          o.prescale_factor = prescale;
+          o.postscale_factor = postscale;
+          o.process_set = process_set;
+          return Check(Rt().EnqueueReducescatter(View(in, dtype, shape, device), o));
+        });
+  m.def("join_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueJoin(o));
   });
   m.def("barrier_async", [](int process_set) {
     CollectiveOptions o;

@@ -204,13 +204,24 @@ def poll(handle):
     return _core.poll(handle)
 
 
+def _copy_out(out, like):
+    result = torch.empty(tuple(out.shape), dtype=like.dtype)
+    out.copy_to(result.data_ptr(), result.numel() * result.element_size())
+    return result
+
+
 def synchronize(handle):
-    """Waits for ``handle`` and returns its result tensor."""
-    result, keep = _pending.pop(handle, (None, None))
+    """Waits for ``handle`` and returns its result."""
+    entry = _pending.pop(handle, (None, None))
     out = _core.wait(handle)
-    if result is None and out.nbytes >= 0 and keep is not None:
-        result = torch.empty(tuple(out.shape), dtype=keep.dtype)
-        out.copy_to(result.data_ptr(), result.numel() * result.element_size())
+    if entry[0] == "alltoall":
+        _, like, with_splits = entry
+        result = _copy_out(out, like)
+        return (result, torch.tensor(out.received_splits, dtype=torch.int32)) if with_splits \
+            else result
+    result, keep = entry
+    if result is None and keep is not None:
+        result = _copy_out(out, keep)
     return result
 
 
@@ -228,3 +239,82 @@ def broadcast_parameters(params, root_rank):
         handles.append(broadcast_async_(target, root_rank, name="broadcast_parameters." + name))
     for h in handles:
         synchronize(h)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    """Starts one allreduce for a group of tensors, negotiated and fused as a unit."""
+    op = _reduce_op(op, average)
+    outputs = []
+    specs = []
+    for i, t in enumerate(tensors):
+        _check_tensor(t, "grouped_allreduce input %d" % i)
+        out = torch.empty_like(t)
+        outputs.append(out)
+        data, dtype, shape, device = _view(t)
+        specs.append((data, out.data_ptr(), dtype, shape, device))
+    h = _core.grouped_allreduce_async(specs, name or "", op, float(prescale_factor),
+                                      float(postscale_factor), _set_id(process_set))
+    _pending[h] = (outputs, list(tensors))
+    return h
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                               postscale_factor, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Starts sending ``splits[i]`` rows of ``tensor`` to rank i (even split when None)."""
+    _check_tensor(tensor, "alltoall input")
+    if splits is None:
+        split_list = []
+    else:
+        split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    data, dtype, shape, device = _view(tensor)
+    h = _core.alltoall_async(data, dtype, shape, device, split_list, name or "",
+                             _set_id(process_set))
+    _pending[h] = ("alltoall", tensor, splits is not None)
+    return h
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Returns the received tensor, and ``(output, received_splits)`` when splits are given."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=None):
+    op = Average if op is None else op
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports kolo.torch.Average and Sum")
+    _check_tensor(tensor, "reducescatter input")
+    data, dtype, shape, device = _view(tensor)
+    h = _core.reducescatter_async(data, dtype, shape, device, name or "", op,
+                                  float(prescale_factor), float(postscale_factor),
+                                  _set_id(process_set))
+    _pending[h] = (None, tensor)
+    return h
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=None):
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+
+def join(device=-1):
+    """Joins: this rank takes part in others' allreduces with zeros until every rank has
+    joined. Returns the last rank to join."""
+    return _core.wait(_core.join_async(_GLOBAL_SET)).value
+
+
+from kolo.torch.compression import Compression  # noqa: E402
+from kolo.torch.functions import (allgather_object, broadcast_object,  # noqa: E402
+                                  broadcast_optimizer_state)
+from kolo.torch.optimizer import DistributedOptimizer  # noqa: E402
+
+__all__ += ["grouped_allreduce", "grouped_allreduce_async", "alltoall", "alltoall_async",
+            "reducescatter", "reducescatter_async", "join", "Compression", "allgather_object",
+            "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer"]

@@ -1,0 +1,158 @@
+"""DistributedOptimizer, state broadcasts and the remaining collectives, under kolorun."""
+import pytest
+import torch
+
+import kolo.torch as hvd
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+B = 12 * N  # global batch
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+
+
+def batches(steps):
+    g = torch.Generator().manual_seed(1234)
+    return [(torch.randn(B, 5, generator=g), torch.randn(B, 3, generator=g)) for _ in range(steps)]
+
+
+def train_reference(steps, micro=1):
+    """One process, the whole batch: what N ranks must reproduce."""
+    model = make_model(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in batches(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return model
+
+
+@pytest.mark.parametrize("backward_passes_per_step", [1, 2])
+def test_n_ranks_with_b_over_n_samples_match_one_process_with_b(backward_passes_per_step):
+    steps, k = 5, backward_passes_per_step
+    model = make_model(100 + R)  # different start on every rank...
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=k)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # ...made equal
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    reference = make_model(0)
+    with torch.no_grad():  # the reference starts from rank 0's broadcast weights
+        for p, q in zip(reference.parameters(), model.parameters()):
+            p.copy_(q)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for x, y in batches(steps):
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        shard = slice(R * B // N, (R + 1) * B // N)
+        xs, ys = x[shard].chunk(k), y[shard].chunk(k)
+        for xm, ym in zip(xs, ys):
+            # Mean over the micro-batch, divided by k: the accumulated gradient is the
+            # shard's mean, and the average over ranks the global batch's mean.
+            (torch.nn.functional.mse_loss(model(xm), ym) / k).backward()
+        opt.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4), (name, (p - q).abs().max())
+
+
+def test_broadcast_optimizer_state_sgd_momentum_and_adam():
+    for make_opt in (lambda ps: torch.optim.SGD(ps, lr=0.1 * (R + 1), momentum=0.5 + 0.1 * R),
+                     lambda ps: torch.optim.Adam(ps, lr=0.01 * (R + 1))):
+        model = make_model(7)
+        opt = make_opt(model.parameters())
+        if R == 0:  # only the root has stepped: others' state is still empty
+            model(torch.randn(2, 5)).sum().backward()
+            opt.step()
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        states = hvd.allgather_object(
+            {k: (v if not torch.is_tensor(v) else v.tolist()) for k, v in
+             sorted(opt.state_dict()["param_groups"][0].items()) if k != "params"})
+        assert all(s == states[0] for s in states)
+        sd = opt.state_dict()["state"]
+        assert len(sd) == len(list(model.parameters()))
+        first = next(iter(sd.values()))
+        key = "momentum_buffer" if "momentum_buffer" in first else "exp_avg"
+        gathered = hvd.allgather(first[key].flatten().unsqueeze(0))
+        assert all(torch.equal(gathered[r], gathered[0]) for r in range(N))
+
+
+def test_unused_parameters_are_reduced_as_zeros():
+    model = make_model(0)
+    extra = torch.nn.Linear(2, 2)
+    params = list(model.parameters()) + list(extra.parameters())
+    named = list(model.named_parameters()) + [("extra." + n, p) for n, p in extra.named_parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), named_parameters=named)
+    model(torch.randn(3, 5)).sum().backward()  # extra never gets a gradient
+    opt.step()
+    assert torch.equal(extra.weight.grad, torch.zeros(2, 2))
+
+
+def test_bad_optimizer_arguments():
+    model = make_model(0)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    named = list(model.named_parameters())
+    with pytest.raises(ValueError, match="duplicate names"):
+        hvd.DistributedOptimizer(sgd, named_parameters=[("w", named[0][1]), ("w", named[1][1])])
+    with pytest.raises(ValueError, match="not in it"):
+        hvd.DistributedOptimizer(sgd, named_parameters=named[:1])
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.DistributedOptimizer(sgd, op=hvd.Adasum)
+
+
+def test_zero_grad_refuses_while_allreduces_are_pending_and_clipping_works():
+    model = make_model(0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    model(torch.randn(4, 5)).sum().backward()
+    with pytest.raises(AssertionError, match="before optimizer.step"):
+        opt.zero_grad()
+    opt.synchronize()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+    with opt.skip_synchronize():
+        opt.step()
+    opt.zero_grad()
+
+
+def test_fp16_compression_averages_gradients():
+    model = make_model(0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16)
+    for p in model.parameters():
+        p.grad = None
+    (model(torch.ones(1, 5)).sum() * (R + 1)).backward()
+    opt.step()
+    grads = hvd.allgather(model[0].bias.grad.unsqueeze(0))
+    assert grads.dtype == torch.float32 and torch.equal(grads[0], grads[-1])
+
+
+def test_grouped_alltoall_reducescatter():
+    outs = hvd.grouped_allreduce([torch.ones(3) * (R + 1), torch.ones(2, 2)], op=hvd.Sum)
+    assert torch.equal(outs[0], torch.full((3,), N * (N + 1) / 2.0))
+    assert torch.equal(outs[1], torch.full((2, 2), float(N)))
+    splits = [(R + j) % 2 + 1 for j in range(N)]
+    data = torch.cat([torch.full((s,), float(100 * R + j)) for j, s in enumerate(splits)])
+    out, received = hvd.alltoall(data, splits=splits)
+    assert received.tolist() == [(src + R) % 2 + 1 for src in range(N)]
+    want = torch.cat([torch.full(((src + R) % 2 + 1,), float(100 * src + R)) for src in range(N)])
+    assert torch.equal(out, want)
+    rs = hvd.reducescatter(torch.ones(2 * N + 1, 3), op=hvd.Sum)
+    assert rs.shape == ((2 * N + 1) // N + (1 if R < (2 * N + 1) % N else 0), 3)
+    assert torch.equal(rs, torch.full(rs.shape, float(N)))
+
+
+def test_join_with_uneven_batch_counts():
+    model = make_model(0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    for step in range(R + 2):  # rank r runs r + 2 steps
+        opt.zero_grad()
+        model(torch.randn(2, 5)).sum().backward()
+        opt.step()
+    assert hvd.join() == N - 1
+    hvd.barrier()
