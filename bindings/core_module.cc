@@ -184,6 +184,20 @@ PYBIND11_MODULE(_core, m) {
     o.process_set = process_set;
     return Check(Rt().EnqueueBarrier(o));
   });
+  m.def("add_process_set_async",
+        [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
+  m.def("remove_process_set_async",
+        [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
+  m.def("process_set_ranks", [](int id) { return Check(Rt().ProcessSetRanks(id)); });
+  m.def("process_set_rank", [](int id) { return Check(Rt().ProcessSetRank(id)); });
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    Status s = Rt().StartTimeline(path, mark_cycles);
+    if (!s.ok()) Raise(s);
+  });
+  m.def("stop_timeline", [] {
+    Status s = Rt().StopTimeline();
+    if (!s.ok()) Raise(s);
+  });
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
 

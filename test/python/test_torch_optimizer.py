@@ -156,3 +156,31 @@ def test_join_with_uneven_batch_counts():
         opt.step()
     assert hvd.join() == N - 1
     hvd.barrier()
+
+
+def test_process_sets_from_python(tmp_path):
+    evens = hvd.add_process_set([r for r in range(N) if r % 2 == 0])
+    assert evens.process_set_id >= 1
+    x = torch.full((2,), float(R))
+    if evens.included():
+        out = hvd.allreduce(x, op=hvd.Sum, process_set=evens)
+        assert torch.equal(out, torch.full((2,), float(sum(range(0, N, 2)))))
+        assert evens.rank() == R // 2 and evens.size() == (N + 1) // 2
+    else:
+        with pytest.raises(ValueError, match="not a member of process set"):
+            hvd.allreduce(x, process_set=evens)
+    hvd.remove_process_set(evens)
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(x, process_set=evens)
+    assert hvd.global_process_set.process_set_id == 0
+
+
+def test_timeline_from_python(tmp_path):
+    path = tmp_path / "timeline.json"
+    hvd.start_timeline(str(path), mark_cycles=True)
+    hvd.allreduce(torch.ones(3), name="timeline.tensor")
+    hvd.stop_timeline()
+    if R == 0:
+        import json
+        events = json.loads(path.read_text())
+        assert any(e.get("name") == "ALLREDUCE" for e in events)

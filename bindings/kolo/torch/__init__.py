@@ -33,12 +33,70 @@ _GLOBAL_SET = 0
 _pending = {}
 
 
+class ProcessSet:
+    """A subset of ranks with its own negotiation; collectives take ``process_set=``."""
+
+    def __init__(self, ranks):
+        self.ranks = None if ranks is None else [int(r) for r in ranks]
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError("process set %s is not registered; pass it to init(process_sets=) "
+                             "or add_process_set() first" % self.ranks)
+        return self.process_set_id
+
+    def size(self):
+        return len(_core.process_set_ranks(self._id()))
+
+    def rank(self):
+        """This process's rank within the set, or -1 when it is not a member."""
+        return _core.process_set_rank(self._id())
+
+    def included(self):
+        return self.rank() >= 0
+
+    def __repr__(self):
+        return "ProcessSet(id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+
+global_process_set = ProcessSet(None)
+global_process_set.process_set_id = 0
+
+
 def init(comm=None, process_sets=None):
-    """Starts kolo (MPI and the background thread). Idempotent."""
+    """Starts kolo (MPI and the background thread). Idempotent. ``process_sets``: ProcessSet
+    objects (or rank lists) registered now, on every rank alike."""
     if comm is not None:
         raise NotImplementedError("init(comm=...) is not supported yet; kolo uses MPI_COMM_WORLD")
-    sets = [list(getattr(s, "ranks", s)) for s in (process_sets or [])]
-    _core.init(sets)
+    sets = [s if isinstance(s, ProcessSet) else ProcessSet(s) for s in (process_sets or [])]
+    _core.init([s.ranks for s in sets])
+    global_process_set.ranks = list(range(_core.size()))
+    for i, s in enumerate(sets):
+        s.process_set_id = i + 1
+    return sets
+
+
+def add_process_set(process_set):
+    """Registers a new process set; every rank must call it with the same ranks."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    ps.process_set_id = _core.wait(_core.add_process_set_async(ps.ranks)).value
+    return ps
+
+
+def remove_process_set(process_set):
+    """Removes a process set; every rank must call it."""
+    _core.wait(_core.remove_process_set_async(process_set._id()))
+    process_set.process_set_id = None
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline (rank 0 writes it)."""
+    _core.start_timeline(str(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    _core.stop_timeline()
 
 
 def shutdown():
@@ -114,7 +172,11 @@ def _reduce_op(op, average):
 
 
 def _set_id(process_set):
-    return _GLOBAL_SET if process_set is None else getattr(process_set, "process_set_id", process_set)
+    if process_set is None:
+        return _GLOBAL_SET
+    if isinstance(process_set, ProcessSet):
+        return process_set._id()
+    raise TypeError("process_set must be a kolo.torch.ProcessSet")
 
 
 def _enqueue_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
@@ -315,6 +377,7 @@ from kolo.torch.functions import (allgather_object, broadcast_object,  # noqa: E
                                   broadcast_optimizer_state)
 from kolo.torch.optimizer import DistributedOptimizer  # noqa: E402
 
-__all__ += ["grouped_allreduce", "grouped_allreduce_async", "alltoall", "alltoall_async",
+__all__ += ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+            "start_timeline", "stop_timeline", "grouped_allreduce", "grouped_allreduce_async", "alltoall", "alltoall_async",
             "reducescatter", "reducescatter_async", "join", "Compression", "allgather_object",
             "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer"]
