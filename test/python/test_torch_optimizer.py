@@ -184,3 +184,30 @@ def test_timeline_from_python(tmp_path):
         import json
         events = json.loads(path.read_text())
         assert any(e.get("name") == "ALLREDUCE" for e in events)
+
+
+def test_autograd_backward_rules():
+    # allreduce (average): d/dx sum(allreduce(x) * w) = average over ranks of w.
+    x = torch.ones(3, requires_grad=True)
+    w = torch.full((3,), float(R + 1))
+    (hvd.allreduce(x, name="ag.ar") * w).sum().backward()
+    assert torch.allclose(x.grad, torch.full((3,), (N + 1) / 2.0))
+    # allgather: each rank's slice receives the sum over ranks of the upstream gradient.
+    x = torch.ones(R + 1, 2, requires_grad=True)
+    out = hvd.allgather(x, name="ag.ag")
+    (out * (R + 1)).sum().backward()
+    assert torch.equal(x.grad, torch.full((R + 1, 2), N * (N + 1) / 2.0))
+    # broadcast: the root gets the summed gradient, others zero.
+    x = torch.ones(2, requires_grad=True)
+    hvd.broadcast(x, 0, name="ag.bc").sum().backward()
+    assert torch.equal(x.grad, torch.full((2,), float(N) if R == 0 else 0.0))
+    # alltoall: the gradient goes back to where the rows came from.
+    splits = [1] * N
+    x = torch.arange(float(N), requires_grad=True)
+    out, _ = hvd.alltoall(x, splits=splits, name="ag.a2a")
+    (out * torch.arange(1.0, N + 1)).sum().backward()
+    assert torch.equal(x.grad, torch.full((N,), float(R + 1)))
+    # reducescatter (sum): every input row gets the gradient of the block it landed in.
+    x = torch.ones(N, 2, requires_grad=True)
+    hvd.reducescatter(x, op=hvd.Sum, name="ag.rs").sum().backward()
+    assert torch.equal(x.grad, torch.ones(N, 2))

@@ -213,9 +213,18 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
+def _allreduce_async_plain(tensor, name, op, pre, post, process_set):
+    return allreduce_async(tensor, None, name, op, pre, post, process_set)
+
+
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+    """A new tensor with the reduction; differentiable (backward is an allreduce)."""
+    op = _reduce_op(op, average)
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _autograd.Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor,
+                                         process_set)
+    return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
                                        postscale_factor, process_set))
 
 
@@ -228,8 +237,15 @@ def allgather_async(tensor, name=None, process_set=None):
     return h
 
 
-def allgather(tensor, name=None, process_set=None):
+def _allgather_plain(tensor, name, process_set):
     return synchronize(allgather_async(tensor, name, process_set))
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Concatenation of every rank's tensor along dim 0; differentiable."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _autograd.Allgather.apply(tensor, name, process_set)
+    return _allgather_plain(tensor, name, process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
@@ -254,6 +270,10 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
+    """A new tensor holding ``root_rank``'s values; differentiable."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        _check_tensor(tensor, "broadcast tensor")
+        return _autograd.Broadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -341,8 +361,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return h
 
 
+def _alltoall_plain(tensor, splits, name, process_set):
+    h = alltoall_async(tensor, splits, name, process_set)
+    _pending[h] = ("alltoall", tensor, True)
+    return synchronize(h)
+
+
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    """Returns the received tensor, and ``(output, received_splits)`` when splits are given."""
+    """Returns the received tensor, and ``(output, received_splits)`` when splits are given;
+    differentiable (backward is the reverse alltoall)."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        out, received = _autograd.Alltoall.apply(tensor, splits, name, process_set)
+        return (out, received) if splits is not None else out
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
@@ -360,10 +390,18 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     return h
 
 
+def _reducescatter_plain(tensor, name, op, pre, post, process_set):
+    return synchronize(reducescatter_async(tensor, name, op, pre, post, process_set))
+
+
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                   process_set=None):
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+    """This rank's block of the reduction; differentiable (backward is an allgather)."""
+    op = Average if op is None else op
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _autograd.Reducescatter.apply(tensor, name, op, prescale_factor, postscale_factor,
+                                             process_set)
+    return _reducescatter_plain(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def join(device=-1):
@@ -372,6 +410,7 @@ def join(device=-1):
     return _core.wait(_core.join_async(_GLOBAL_SET)).value
 
 
+from kolo.torch import autograd as _autograd  # noqa: E402
 from kolo.torch.compression import Compression  # noqa: E402
 from kolo.torch.functions import (allgather_object, broadcast_object,  # noqa: E402
                                   broadcast_optimizer_state)
