@@ -1,0 +1,34 @@
+"""kolo.numpy under kolorun."""
+import numpy as np
+import pytest
+
+import kolo.numpy as kn
+
+kn.init()
+R, N = kn.rank(), kn.size()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32, np.int64, np.float16,
+                                   np.float32, np.float64])
+def test_allreduce_sum_and_average(dtype):
+    x = np.full(5, R + 1, dtype=dtype)
+    assert np.array_equal(kn.allreduce(x, op=kn.Sum), np.full(5, N * (N + 1) // 2, dtype=dtype))
+    if np.dtype(dtype).kind == "f":
+        assert np.allclose(kn.allreduce(x), np.full(5, (N + 1) / 2))
+
+
+def test_allgather_and_broadcast():
+    g = kn.allgather(np.full((R + 1, 2), R, dtype=np.int32))
+    assert g.shape == (N * (N + 1) // 2, 2)
+    assert g[:, 0].tolist() == [r for r in range(N) for _ in range(r + 1)]
+    b = kn.broadcast(np.arange(4.0) * (R + 1), 0)
+    assert np.array_equal(b, np.arange(4.0))
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        kn.allreduce([1, 2])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kn.allreduce(np.ones((3, 3))[:, 0])
+    with pytest.raises(TypeError, match="does not support"):
+        kn.allreduce(np.ones(2, dtype=np.complex64))
