@@ -211,3 +211,31 @@ def test_autograd_backward_rules():
     x = torch.ones(N, 2, requires_grad=True)
     hvd.reducescatter(x, op=hvd.Sum, name="ag.rs").sum().backward()
     assert torch.equal(x.grad, torch.ones(N, 2))
+
+
+def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
+    g = torch.Generator().manual_seed(5)
+    x_all = torch.randn(4 * N, 3, 5, generator=g) * 2 + 1
+    upstream = torch.randn(4 * N, 3, 5, generator=g)
+    ref = torch.nn.BatchNorm1d(3)
+    sync = hvd.SyncBatchNorm(3)
+    with torch.no_grad():
+        for m in (ref, sync):
+            m.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+            m.bias.copy_(torch.tensor([0.0, -1.0, 3.0]))
+    x_ref = x_all.clone().requires_grad_()
+    y_ref = ref(x_ref)  # one training-mode call: running stats updated once
+    (y_ref * upstream).sum().backward()
+    shard = slice(4 * R, 4 * R + 4)
+    x = x_all[shard].clone().requires_grad_()
+    y = sync(x)
+    (y * upstream[shard]).sum().backward()
+    assert torch.allclose(y, y_ref[shard].detach(), atol=1e-5)
+    assert torch.allclose(x.grad, x_ref.grad[shard], atol=1e-5), (x.grad - x_ref.grad[shard]).abs().max()
+    assert torch.allclose(sync.running_mean, ref.running_mean, atol=1e-6)
+    assert torch.allclose(sync.running_var, ref.running_var, atol=1e-5)
+    # Weight gradients are per rank (summed by DistributedOptimizer's average * N).
+    wg = hvd.allreduce(sync.weight.grad, op=hvd.Sum)
+    assert torch.allclose(wg, ref.weight.grad, atol=1e-4)
+    sync.eval()
+    assert torch.allclose(sync(x_all), ref.eval()(x_all), atol=1e-5)

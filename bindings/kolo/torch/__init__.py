@@ -415,8 +415,9 @@ from kolo.torch.compression import Compression  # noqa: E402
 from kolo.torch.functions import (allgather_object, broadcast_object,  # noqa: E402
                                   broadcast_optimizer_state)
 from kolo.torch.optimizer import DistributedOptimizer  # noqa: E402
+from kolo.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 __all__ += ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
             "start_timeline", "stop_timeline", "grouped_allreduce", "grouped_allreduce_async", "alltoall", "alltoall_async",
             "reducescatter", "reducescatter_async", "join", "Compression", "allgather_object",
-            "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer"]
+            "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer", "SyncBatchNorm"]
