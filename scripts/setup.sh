@@ -10,7 +10,8 @@ packages=(
   flatbuffers-compiler libflatbuffers-dev
   libgtest-dev libgmock-dev
   libboost-dev libcli11-dev
-  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy python3-sklearn
+  pybind11-dev python3-dev python3-torch python3-torchvision python3-pytest python3-numpy
+  python3-sklearn
 )
 missing=()
 for p in "${packages[@]}"; do
