@@ -88,13 +88,15 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "init",
-      [](std::vector<std::vector<int>> process_sets) {
+      [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle) {
         if (TheRuntime() && TheRuntime()->is_running()) return;  // like Horovod: init is idempotent
         InitOptions options;
         options.process_sets = std::move(process_sets);
+        // An mpi4py communicator's handle (MPI._handleof(comm)): an Open MPI MPI_Comm.
+        if (comm_handle != 0) options.comm = reinterpret_cast<MPI_Comm>(comm_handle);
         TheRuntime() = Check(Runtime::Create(options));
       },
-      py::arg("process_sets") = std::vector<std::vector<int>>());
+      py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0);
   m.def("shutdown", [] {
     if (!TheRuntime()) return;
     Status s;

@@ -64,13 +64,30 @@ global_process_set = ProcessSet(None)
 global_process_set.process_set_id = 0
 
 
+def _comm_handle(comm):
+    if comm is None:
+        return 0
+    if isinstance(comm, (list, tuple)):
+        raise NotImplementedError("init(comm=[ranks]) is not supported; pass an mpi4py "
+                                  "communicator (e.g. MPI.COMM_WORLD.Split(...)) or use "
+                                  "process sets")
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise TypeError("init(comm=...) takes an mpi4py communicator, but mpi4py is not "
+                        "installed (Debian: python3-mpi4py)")
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError("init(comm=...) takes an mpi4py communicator, got %s"
+                        % type(comm).__name__)
+    return MPI._handleof(comm)
+
+
 def init(comm=None, process_sets=None):
-    """Starts kolo (MPI and the background thread). Idempotent. ``process_sets``: ProcessSet
-    objects (or rank lists) registered now, on every rank alike."""
-    if comm is not None:
-        raise NotImplementedError("init(comm=...) is not supported yet; kolo uses MPI_COMM_WORLD")
+    """Starts kolo (MPI and the background thread). Idempotent. ``comm``: an mpi4py
+    communicator to run on (kolo duplicates it; mpi4py keeps MPI). ``process_sets``:
+    ProcessSet objects (or rank lists) registered now, on every rank alike."""
     sets = [s if isinstance(s, ProcessSet) else ProcessSet(s) for s in (process_sets or [])]
-    _core.init([s.ranks for s in sets])
+    _core.init([s.ranks for s in sets], _comm_handle(comm))
     global_process_set.ranks = list(range(_core.size()))
     for i, s in enumerate(sets):
         s.process_set_id = i + 1
