@@ -149,3 +149,25 @@ def test_bad_arguments_are_clear_errors():
 def test_build_flags():
     assert hvd.mpi_built() and not hvd.gloo_built()
     assert hvd.local_size() >= 1 and 0 <= hvd.local_rank() < hvd.local_size()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_other_collectives_every_dtype(dtype):
+    base = value(dtype, R, hvd.Sum, n=N * 2)
+    # allgather: rank r's rows, in rank order
+    out = hvd.allgather(base.view(N, 2))
+    assert torch.equal(out, torch.cat([value(dtype, r, hvd.Sum, n=N * 2).view(N, 2)
+                                       for r in range(N)]))
+    # broadcast from the last rank
+    assert torch.equal(hvd.broadcast(base, N - 1), value(dtype, N - 1, hvd.Sum, n=N * 2))
+    # alltoall: two elements to every rank
+    out = hvd.alltoall(base)
+    want = torch.cat([value(dtype, src, hvd.Sum, n=N * 2)[2 * R:2 * R + 2] for src in range(N)])
+    assert torch.equal(out, want)
+    # grouped allreduce and reducescatter (sum; bool: or)
+    if dtype != torch.bool:
+        g = hvd.grouped_allreduce([base, base[:3]], op=hvd.Sum)
+        full = expected(dtype, hvd.Sum, n=N * 2)
+        assert torch.equal(g[0], full) and torch.equal(g[1], full[:3])
+        rs = hvd.reducescatter(base.view(N, 2), op=hvd.Sum)
+        assert torch.equal(rs, full.view(N, 2)[R:R + 1])
