@@ -296,7 +296,7 @@ bool RuntimeImpl::RunCycle() {
     if (outcome.shutdown) {
       FailEverything(Status::Aborted(
           shutdown ? "kolo was shut down before this operation completed"
-                   : "another rank shut kolo down before this operation completed"));
+                   : "kolo was shut down by another rank before this operation completed"));
       return false;
     }
     executor_->Execute(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: sets up (idempotent), builds, runs every test with
 # CTest; then the same tests again in an AddressSanitizer + UndefinedBehavior-
-# Sanitizer build (build-asan/). Extra arguments go to both ctest runs.
+# Sanitizer build (build-asan/), and the C++ tests under ThreadSanitizer (build-tsan/).
+# Extra arguments go to every ctest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,3 +17,11 @@ cmake --build build-asan -j "$(nproc)"
 # Open MPI's own allocations are reported as leaks at exit; leaks are not checked here.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --output-on-failure --timeout 300 "$@")
+
+echo "== C++ tests under ThreadSanitizer (build-tsan/)"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \
+  -DKOLO_SANITIZE=thread -DKOLO_BUILD_PYTHON=OFF -DKOLO_BUILD_BENCH=OFF >/dev/null
+cmake --build build-tsan -j "$(nproc)"
+# Open MPI is not built with TSan; test/sanitizers/tsan.supp names only its libraries.
+(cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../test/sanitizers/tsan.supp report_signal_unsafe=0" \
+  ctest --output-on-failure --timeout 300 -L "unit|mpi" "$@")
