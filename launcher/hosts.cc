@@ -1,6 +1,7 @@
 #include "hosts.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -45,6 +46,10 @@ Result<int> PositiveInt(const std::string& text, const std::string& what) {
   }
   int v = std::stoi(text);
   if (v <= 0) return Status::InvalidArgument(what + " must be at least 1, got " + text);
+  if (v > kMaxSlots) {
+    return Status::InvalidArgument(what + " " + text + " is more than " +
+                                   std::to_string(kMaxSlots));
+  }
   return v;
 }
 
@@ -193,6 +198,10 @@ Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
       if (std::stol(hi) - std::stol(lo) > 100000) {
         return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': range too large");
       }
+      if (out.size() + static_cast<size_t>(std::stol(hi) - std::stol(lo)) > 100000) {
+        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list.substr(0, 80) +
+                                       "' expands to more than 100000 hosts");
+      }
       for (long v = std::stol(lo); v <= std::stol(hi); ++v) {
         std::string num = std::to_string(v);
         if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
@@ -277,9 +286,9 @@ Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text) {
 }
 
 int TotalSlots(const std::vector<HostSlots>& hosts) {
-  int total = 0;
+  int64_t total = 0;
   for (const HostSlots& h : hosts) total += h.slots;
-  return total;
+  return static_cast<int>(std::min<int64_t>(total, kMaxSlots + 1));
 }
 
 std::vector<int> MapBySlot(const std::vector<HostSlots>& hosts, int np) {

@@ -10,6 +10,10 @@
 
 namespace kolo::launcher {
 
+// The most slots kolorun accepts per host and in total (a guard against typos
+// such as "node1:99999999", which would otherwise allocate per-slot tables).
+constexpr int kMaxSlots = 1 << 20;
+
 struct HostSlots {
   std::string host;
   int slots = 1;
@@ -50,6 +54,7 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
                                 const std::map<std::string, std::string>& env, int np,
                                 int local_cores, FileReader read_file);
 
+// The sum of the slots, capped at kMaxSlots + 1.
 int TotalSlots(const std::vector<HostSlots>& hosts);
 
 // Host of each rank when `np` ranks fill the hosts slot by slot (mpirun

@@ -317,6 +317,10 @@ int Run(Options& o) {
   if (!alloc.ok()) return Fail(alloc.status().message());
   std::vector<HostSlots> hosts = alloc.value().hosts;
   const int slots = TotalSlots(hosts);
+  if (slots > kMaxSlots) {
+    return Fail(alloc.value().source + " provides more than " + std::to_string(kMaxSlots) +
+                " slots; check the slot counts");
+  }
   if (o.np == 0) o.np = slots;
   if (o.np < 1) return Fail("-np must be at least 1");
   if (o.np > slots) {

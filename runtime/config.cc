@@ -218,9 +218,11 @@ Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>
                            std::vector<std::string>* unknown) {
   Config config;
   for (const auto* source : {&environment, &overrides}) {
-    for (const auto& [name, value] : *source) {
+    for (const auto& entry : *source) {
+      const std::string& name = entry.first;
+      const std::string& value = entry.second;
       auto it = std::find_if(Settings().begin(), Settings().end(),
-                             [&](const Setting& s) { return name == s.name; });
+                             [&name](const Setting& s) { return name == s.name; });
       if (it == Settings().end()) {
         if (unknown != nullptr) unknown->push_back(name);
         continue;

@@ -25,3 +25,6 @@ cmake --build build-tsan -j "$(nproc)"
 # Open MPI is not built with TSan; test/sanitizers/tsan.supp names only its libraries.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../test/sanitizers/tsan.supp report_signal_unsafe=0" \
   ctest --output-on-failure --timeout 300 -L "unit|mpi" "$@")
+
+echo "== fuzz targets: replay of the seed corpus (clang, ASan+UBSan; build-fuzz/)"
+scripts/fuzz.sh 0

@@ -20,6 +20,7 @@ TEST(HostSpec, GoodAndBad) {
   ExpectError(ParseHostSpec("a:2,,b").status(), "empty entry");
   ExpectError(ParseHostSpec("a:0").status(), "at least 1");
   ExpectError(ParseHostSpec("a:x").status(), "not a positive whole number");
+  ExpectError(ParseHostSpec("a:99999999").status(), "is more than 1048576");  // found by fuzzing
   ExpectError(ParseHostSpec("a:2,a:3").status(), "listed twice");
   ExpectError(ParseHostSpec("a b:2").status(), "not a valid host name");
 }
