@@ -157,14 +157,14 @@ PYBIND11_MODULE(_core, m) {
           opt.process_set = process_set;
           return Check(Rt().EnqueueGroupedAllreduce(in, out, opt));
         });
-  m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
-                             std::vector<int64_t> splits, const std::string& name,
-                             int process_set) {
-    CollectiveOptions o;
-    o.name = name;
-    o.process_set = process_set;
-    return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, o));
-  });
+  m.def("alltoall_async",
+        [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
+           std::vector<int64_t> splits, const std::string& name, int process_set) {
+          CollectiveOptions o;
+          o.name = name;
+          o.process_set = process_set;
+          return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, o));
+        });
   m.def("reducescatter_async",
         [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
            int op, double prescale, double postscale, int process_set) {
@@ -188,8 +188,7 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("add_process_set_async",
         [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
-  m.def("remove_process_set_async",
-        [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
+  m.def("remove_process_set_async", [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
   m.def("process_set_ranks", [](int id) { return Check(Rt().ProcessSetRanks(id)); });
   m.def("process_set_rank", [](int id) { return Check(Rt().ProcessSetRank(id)); });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {

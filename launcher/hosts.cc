@@ -1,8 +1,8 @@
 #include "hosts.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cctype>
+#include <cstdint>
 #include <set>
 #include <sstream>
 
