@@ -18,6 +18,9 @@ cmake --build build-asan -j "$(nproc)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --output-on-failure --timeout 300 "$@")
 
+echo "== fuzz targets: replay of the seed corpus (clang, ASan+UBSan; build-fuzz/)"
+scripts/fuzz.sh 0
+
 echo "== C++ tests under ThreadSanitizer (build-tsan/)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \
   -DKOLO_SANITIZE=thread -DKOLO_BUILD_PYTHON=OFF -DKOLO_BUILD_BENCH=OFF >/dev/null
@@ -25,6 +28,3 @@ cmake --build build-tsan -j "$(nproc)"
 # Open MPI is not built with TSan; test/sanitizers/tsan.supp names only its libraries.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../test/sanitizers/tsan.supp report_signal_unsafe=0" \
   ctest --output-on-failure --timeout 300 -L "unit|mpi" "$@")
-
-echo "== fuzz targets: replay of the seed corpus (clang, ASan+UBSan; build-fuzz/)"
-scripts/fuzz.sh 0
