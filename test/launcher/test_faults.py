@@ -1,0 +1,138 @@
+"""Fault tests with real training processes under kolorun (issue #7); each bounded in time."""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+KOLORUN = os.environ["KOLORUN"]
+PYTHON_DIR = os.environ.get("KOLO_PYTHON_DIR", "")
+pytestmark = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
+                                reason="the Python binding is not built in this build")
+
+
+def run(np, body, tmp_path, env=None, timeout=60):
+    path = tmp_path / "job.py"
+    path.write_text(body)
+    full = dict(os.environ, PYTHONPATH=PYTHON_DIR, **(env or {}))
+    start = time.monotonic()
+    r = subprocess.run([KOLORUN, "-np", str(np), "/usr/bin/python3", str(path)],
+                       capture_output=True, text=True, timeout=timeout, env=full)
+    return r, time.monotonic() - start
+
+
+def no_process_matches(pattern):
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True).stdout.strip() == b""
+
+
+KILL_IN_ALLREDUCE = """
+import os, signal, threading, torch
+import kolo.torch as hvd
+hvd.init()
+x = torch.ones(16 * 1024 * 1024)  # 64 MiB per allreduce
+if hvd.rank() == 1:
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+for step in range(100000):
+    hvd.allreduce_(x, name="big", op=hvd.Sum)
+    x.fill_(1.0)
+"""
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_sigkill_during_a_large_allreduce_ends_the_job_naming_the_rank(np, tmp_path):
+    r, elapsed = run(np, KILL_IN_ALLREDUCE, tmp_path)
+    assert r.returncode != 0
+    assert re.search(r"kolorun: rank 1 on host \S+ was killed by signal 9 \(SIGKILL\)", r.stderr), \
+        r.stderr[-2000:]
+    assert elapsed < 12, elapsed  # 1 s until the kill, then < 10 s to end the job
+    time.sleep(0.5)
+    assert no_process_matches(str(tmp_path / "job.py"))
+
+
+SKIPPED_TENSOR = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+if hvd.rank() != 1:
+    hvd.allreduce(torch.ones(4), name="skipped.by.rank1")  # rank 1 never submits it
+hvd.allreduce(torch.ones(4), name="after")
+"""
+
+
+def test_skipped_tensor_warns_then_fails_with_the_missing_rank_named(tmp_path):
+    r, elapsed = run(3, SKIPPED_TENSOR, tmp_path,
+                     env={"KOLO_STALL_CHECK_TIME_SECONDS": "1",
+                          "KOLO_STALL_SHUTDOWN_TIME_SECONDS": "2"})
+    assert r.returncode != 0
+    assert re.search(r"Stall: allreduce tensor 'skipped.by.rank1' was submitted by rank\(s\) 0, 2 "
+                     r"but not by rank\(s\) 1", r.stderr), r.stderr[-3000:]
+    assert "KoloInternalError: Stalled for" in r.stderr
+    assert "not by rank(s) 1" in r.stderr
+    assert elapsed < 20, elapsed
+
+
+MISMATCH_THEN_CARRY_ON = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+try:
+    hvd.allreduce(torch.ones(hvd.rank() + 1), name="bad")
+except hvd.KoloInternalError as e:
+    print("caught:", e, flush=True)
+print("after:", hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist(), flush=True)
+"""
+
+
+def test_mismatch_is_caught_on_every_rank_and_training_goes_on(tmp_path):
+    r, _ = run(4, MISMATCH_THEN_CARRY_ON, tmp_path)
+    assert r.returncode == 0, r.stderr
+    for rank in range(4):
+        assert "[%d]<stdout>:caught: Mismatched allreduce tensor shapes for tensor 'bad'" % rank \
+            in r.stdout
+        assert "[%d]<stdout>:after: [4.0, 4.0]" % rank in r.stdout
+
+
+INIT_AFTER_SHUTDOWN = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+hvd.allreduce(torch.ones(1))
+hvd.shutdown()
+try:
+    hvd.allreduce(torch.ones(1))
+except hvd.KoloInternalError as e:
+    print("after shutdown:", e, flush=True)
+try:
+    hvd.init()
+except hvd.KoloInternalError as e:
+    print("init again:", e, flush=True)
+"""
+
+
+def test_use_after_shutdown_and_init_again_fail_clearly(tmp_path):
+    r, _ = run(2, INIT_AFTER_SHUTDOWN, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:after shutdown: kolo is not running" in r.stdout
+    assert "[0]<stdout>:init again: MPI was already finalized in this process" in r.stdout
+
+
+BAD_SETTING = """
+import kolo.torch as hvd
+hvd.init()
+"""
+
+
+def test_a_bad_setting_fails_init_naming_variable_and_value(tmp_path):
+    r, _ = run(2, BAD_SETTING, tmp_path, env={"KOLO_CYCLE_TIME": "fast"})
+    assert r.returncode != 0
+    assert "KOLO_CYCLE_TIME='fast' is not a number" in r.stderr
+
+
+def test_use_before_init_is_a_clear_error(tmp_path):
+    body = ("import torch, kolo.torch as hvd\n"
+            "try:\n    hvd.allreduce(torch.ones(1))\n"
+            "except hvd.KoloInternalError as e:\n    print('before init:', e, flush=True)\n")
+    r, _ = run(1, body, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:before init: kolo is not initialized; call kolo.init() first" in r.stdout
