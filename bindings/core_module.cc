@@ -53,6 +53,28 @@ TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int
   return TensorView{reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), shape, device};
 }
 
+template <typename Options = CollectiveOptions>
+Options Named(const std::string& name, int process_set) {
+  Options o;
+  o.name = name;
+  o.process_set = process_set;
+  return o;
+}
+
+// Options of a reducing collective (AllreduceOptions, ReducescatterOptions).
+template <typename Options>
+Options Reducing(const std::string& name, int op, double prescale, double postscale,
+                 int process_set) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
+    throw py::value_error("unknown reduce op code " + std::to_string(op));
+  }
+  Options o = Named<Options>(name, process_set);
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale_factor = prescale;
+  o.postscale_factor = postscale;
+  return o;
+}
+
 // What a finished operation produced, for the Python side to copy out.
 struct Output {
   WorkResult result;
@@ -86,6 +108,15 @@ PYBIND11_MODULE(_core, m) {
   static py::exception<std::runtime_error> internal(m, "KoloInternalError", PyExc_RuntimeError);
   g_internal_error = internal.ptr();
 
+  // The codes of kolo::DataType and kolo::ReduceOp, by name, for the Python modules.
+  py::dict dtypes, ops;
+  for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;
+  for (int i = 0; i <= static_cast<int>(ReduceOp::kProduct); ++i) {
+    ops[ReduceOpName(static_cast<ReduceOp>(i))] = i;
+  }
+  m.attr("DTYPES") = dtypes;
+  m.attr("REDUCE_OPS") = ops;
+
   m.def(
       "init",
       [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle) {
@@ -118,28 +149,18 @@ PYBIND11_MODULE(_core, m) {
   m.def("allreduce_async",
         [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int device,
            const std::string& name, int op, double prescale, double postscale, int process_set) {
-          AllreduceOptions o;
-          o.name = name;
-          o.op = static_cast<ReduceOp>(op);
-          o.prescale_factor = prescale;
-          o.postscale_factor = postscale;
-          o.process_set = process_set;
-          return Check(Rt().EnqueueAllreduce(View(in, dtype, shape, device),
-                                             View(out, dtype, shape, device), o));
+          return Check(Rt().EnqueueAllreduce(
+              View(in, dtype, shape, device), View(out, dtype, shape, device),
+              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set)));
         });
   m.def("allgather_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                               const std::string& name, int process_set) {
-    CollectiveOptions o;
-    o.name = name;
-    o.process_set = process_set;
-    return Check(Rt().EnqueueAllgather(View(in, dtype, shape, device), o));
+    return Check(Rt().EnqueueAllgather(View(in, dtype, shape, device), Named(name, process_set)));
   });
   m.def("broadcast_async", [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device,
                               int root, const std::string& name, int process_set) {
-    CollectiveOptions o;
-    o.name = name;
-    o.process_set = process_set;
-    return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root, o));
+    return Check(
+        Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root, Named(name, process_set)));
   });
   m.def("grouped_allreduce_async",
         [](std::vector<std::tuple<uintptr_t, uintptr_t, int, std::vector<int64_t>, int>> tensors,
@@ -149,43 +170,26 @@ PYBIND11_MODULE(_core, m) {
             in.push_back(View(i, dtype, shape, device));
             out.push_back(View(o, dtype, shape, device));
           }
-          AllreduceOptions opt;
-          opt.name = name;
-          opt.op = static_cast<ReduceOp>(op);
-          opt.prescale_factor = prescale;
-          opt.postscale_factor = postscale;
-          opt.process_set = process_set;
-          return Check(Rt().EnqueueGroupedAllreduce(in, out, opt));
+          return Check(Rt().EnqueueGroupedAllreduce(
+              in, out, Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set)));
         });
-  m.def("alltoall_async",
-        [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
-           std::vector<int64_t> splits, const std::string& name, int process_set) {
-          CollectiveOptions o;
-          o.name = name;
-          o.process_set = process_set;
-          return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, o));
-        });
+  m.def(
+      "alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
+                           std::vector<int64_t> splits, const std::string& name, int process_set) {
+        return Check(
+            Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, Named(name, process_set)));
+      });
   m.def("reducescatter_async",
         [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
            int op, double prescale, double postscale, int process_set) {
-          ReducescatterOptions o;
-          o.name = name;
-          o.op = static_cast<ReduceOp>(op);
-          o.prescale_factor = prescale;
-          o.postscale_factor = postscale;
-          o.process_set = process_set;
-          return Check(Rt().EnqueueReducescatter(View(in, dtype, shape, device), o));
+          return Check(Rt().EnqueueReducescatter(
+              View(in, dtype, shape, device),
+              Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set)));
         });
-  m.def("join_async", [](int process_set) {
-    CollectiveOptions o;
-    o.process_set = process_set;
-    return Check(Rt().EnqueueJoin(o));
-  });
-  m.def("barrier_async", [](int process_set) {
-    CollectiveOptions o;
-    o.process_set = process_set;
-    return Check(Rt().EnqueueBarrier(o));
-  });
+  m.def("join_async",
+        [](int process_set) { return Check(Rt().EnqueueJoin(Named("", process_set))); });
+  m.def("barrier_async",
+        [](int process_set) { return Check(Rt().EnqueueBarrier(Named("", process_set))); });
   m.def("add_process_set_async",
         [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
   m.def("remove_process_set_async", [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });

@@ -9,14 +9,20 @@ import numpy as np
 from kolo import _core
 from kolo._core import KoloInternalError  # noqa: F401
 
-Average, Sum, Min, Max, Product = 0, 1, 2, 3, 4
+# Reduce operations and dtype codes come from the C++ enums through _core.
+Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
+                                   for n in ("average", "sum", "min", "max", "product"))
 
-_DTYPES = {
-    np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
-    np.dtype(np.int16): 3, np.dtype(np.int32): 4, np.dtype(np.int64): 5,
-    np.dtype(np.float16): 6, np.dtype(np.float32): 8, np.dtype(np.float64): 9,
-    np.dtype(np.bool_): 10,
-}
+
+def _numpy_dtype(name):
+    try:
+        return np.dtype(name)
+    except TypeError:  # bfloat16: no NumPy dtype
+        return None
+
+
+_DTYPES = {_numpy_dtype(name): code for name, code in _core.DTYPES.items()
+           if _numpy_dtype(name) is not None}
 
 init = _core.init
 shutdown = _core.shutdown

@@ -19,18 +19,27 @@ __all__ = [
     "barrier", "poll", "synchronize", "broadcast_parameters", "KoloInternalError",
 ]
 
-# Reduce operations (values match kolo::ReduceOp).
-Average, Sum, Min, Max, Product = 0, 1, 2, 3, 4
+# Reduce operations and dtype codes come from the C++ enums through _core.
+Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
+                                   for n in ("average", "sum", "min", "max", "product"))
 Adasum = "Adasum"
 
-_DTYPES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 3, torch.int32: 4, torch.int64: 5,
-    torch.float16: 6, torch.bfloat16: 7, torch.float32: 8, torch.float64: 9, torch.bool: 10,
-}
+_DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()
+           if isinstance(getattr(torch, name, None), torch.dtype)}
 _GLOBAL_SET = 0
 
-# handle -> (what to return from synchronize, how to build it from the output)
+# handle -> finisher: turns the finished operation's output into synchronize()'s
+# result (and keeps the tensors it needs alive until then).
 _pending = {}
+
+
+def _register(handle, finish):
+    _pending[handle] = finish
+    return handle
+
+
+def _differentiable(tensor):
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
 
 class ProcessSet:
@@ -209,8 +218,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Starts an in-place allreduce of ``tensor``; returns a handle."""
     op = _reduce_op(op, average)
     h = _enqueue_allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
-    _pending[h] = (tensor, None)
-    return h
+    return _register(h, lambda out: tensor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -220,8 +228,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     _check_tensor(tensor, "allreduce input")
     output = torch.empty_like(tensor)
     h = _enqueue_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
-    _pending[h] = (output, tensor)  # keep the input alive until done
-    return h
+    return _register(h, lambda out, _input=tensor: output)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -238,7 +245,7 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor with the reduction; differentiable (backward is an allreduce)."""
     op = _reduce_op(op, average)
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor):
         return _autograd.Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor,
                                          process_set)
     return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
@@ -250,8 +257,7 @@ def allgather_async(tensor, name=None, process_set=None):
     _check_tensor(tensor, "allgather input")
     data, dtype, shape, device = _view(tensor)
     h = _core.allgather_async(data, dtype, shape, device, name or "", _set_id(process_set))
-    _pending[h] = (None, tensor)
-    return h
+    return _register(h, lambda out: _copy_out(out, tensor))
 
 
 def _allgather_plain(tensor, name, process_set):
@@ -260,7 +266,7 @@ def _allgather_plain(tensor, name, process_set):
 
 def allgather(tensor, name=None, process_set=None):
     """Concatenation of every rank's tensor along dim 0; differentiable."""
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor):
         return _autograd.Allgather.apply(tensor, name, process_set)
     return _allgather_plain(tensor, name, process_set)
 
@@ -271,15 +277,12 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     data, dtype, shape, device = _view(tensor)
     h = _core.broadcast_async(data, dtype, shape, device, int(root_rank), name or "",
                               _set_id(process_set))
-    _pending[h] = (tensor, None)
-    return h
+    return _register(h, lambda out: tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     _check_tensor(tensor, "broadcast tensor")
-    output = tensor.clone()
-    h = broadcast_async_(output, root_rank, name, process_set)
-    return h
+    return broadcast_async_(tensor.clone(), root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -288,7 +291,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """A new tensor holding ``root_rank``'s values; differentiable."""
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor):
         _check_tensor(tensor, "broadcast tensor")
         return _autograd.Broadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
@@ -311,17 +314,9 @@ def _copy_out(out, like):
 
 def synchronize(handle):
     """Waits for ``handle`` and returns its result."""
-    entry = _pending.pop(handle, (None, None))
+    finish = _pending.pop(handle, None)
     out = _core.wait(handle)
-    if entry[0] == "alltoall":
-        _, like, with_splits = entry
-        result = _copy_out(out, like)
-        return (result, torch.tensor(out.received_splits, dtype=torch.int32)) if with_splits \
-            else result
-    result, keep = entry
-    if result is None and keep is not None:
-        result = _copy_out(out, keep)
-    return result
+    return finish(out) if finish is not None else None
 
 
 def broadcast_parameters(params, root_rank):
@@ -354,8 +349,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
         specs.append((data, out.data_ptr(), dtype, shape, device))
     h = _core.grouped_allreduce_async(specs, name or "", op, float(prescale_factor),
                                       float(postscale_factor), _set_id(process_set))
-    _pending[h] = (outputs, list(tensors))
-    return h
+    return _register(h, lambda out, _inputs=list(tensors): outputs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -364,30 +358,39 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
                                                postscale_factor, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    """Starts sending ``splits[i]`` rows of ``tensor`` to rank i (even split when None)."""
+def _alltoall_enqueue(tensor, splits, name, process_set, with_splits):
     _check_tensor(tensor, "alltoall input")
     if splits is None:
         split_list = []
     else:
-        split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        raw = splits.tolist() if isinstance(splits, torch.Tensor) else splits
+        split_list = [int(s) for s in raw]
     data, dtype, shape, device = _view(tensor)
     h = _core.alltoall_async(data, dtype, shape, device, split_list, name or "",
                              _set_id(process_set))
-    _pending[h] = ("alltoall", tensor, splits is not None)
-    return h
+
+    def finish(out):
+        result = _copy_out(out, tensor)
+        if not with_splits:
+            return result
+        return result, torch.tensor(out.received_splits, dtype=torch.int32)
+    return _register(h, finish)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Starts sending ``splits[i]`` rows of ``tensor`` to rank i (even split when None)."""
+    return _alltoall_enqueue(tensor, splits, name, process_set, with_splits=splits is not None)
 
 
 def _alltoall_plain(tensor, splits, name, process_set):
-    h = alltoall_async(tensor, splits, name, process_set)
-    _pending[h] = ("alltoall", tensor, True)
-    return synchronize(h)
+    """(output, received_splits), for autograd."""
+    return synchronize(_alltoall_enqueue(tensor, splits, name, process_set, with_splits=True))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns the received tensor, and ``(output, received_splits)`` when splits are given;
     differentiable (backward is the reverse alltoall)."""
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor):
         out, received = _autograd.Alltoall.apply(tensor, splits, name, process_set)
         return (out, received) if splits is not None else out
     return synchronize(alltoall_async(tensor, splits, name, process_set))
@@ -403,8 +406,7 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     h = _core.reducescatter_async(data, dtype, shape, device, name or "", op,
                                   float(prescale_factor), float(postscale_factor),
                                   _set_id(process_set))
-    _pending[h] = (None, tensor)
-    return h
+    return _register(h, lambda out: _copy_out(out, tensor))
 
 
 def _reducescatter_plain(tensor, name, op, pre, post, process_set):
@@ -415,7 +417,7 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
                   process_set=None):
     """This rank's block of the reduction; differentiable (backward is an allgather)."""
     op = Average if op is None else op
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+    if _differentiable(tensor):
         return _autograd.Reducescatter.apply(tensor, name, op, prescale_factor, postscale_factor,
                                              process_set)
     return _reducescatter_plain(tensor, name, op, prescale_factor, postscale_factor, process_set)
@@ -435,6 +437,8 @@ from kolo.torch.optimizer import DistributedOptimizer  # noqa: E402
 from kolo.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 __all__ += ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-            "start_timeline", "stop_timeline", "grouped_allreduce", "grouped_allreduce_async", "alltoall", "alltoall_async",
+            "start_timeline", "stop_timeline", "grouped_allreduce", "grouped_allreduce_async",
+            "alltoall", "alltoall_async",
             "reducescatter", "reducescatter_async", "join", "Compression", "allgather_object",
-            "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer", "SyncBatchNorm"]
+            "broadcast_object", "broadcast_optimizer_state", "DistributedOptimizer",
+            "SyncBatchNorm"]
