@@ -35,7 +35,6 @@ class ProcessSet {
              const Config& config);
 
   const ProcessSetInfo& info() const { return *info_; }
-  std::shared_ptr<const ProcessSetInfo> shared_info() const { return info_; }
   int size() const { return static_cast<int>(info_->ranks.size()); }
   int rank() const { return info_->rank_in_set; }
   MPI_Comm comm() const { return comm_.get(); }
@@ -56,8 +55,6 @@ class ProcessSet {
 
   // A buffer that persists across cycles (no page faults per step).
   uint8_t* FusionBuffer(size_t bytes);
-
-  bool joined() const { return joined_; }
 
  private:
   void Classify(TensorEntry& entry);

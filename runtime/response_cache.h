@@ -48,7 +48,6 @@ class ResponseCache {
   bool enabled() const { return capacity_ > 0; }
   // One past the highest bit in use; the same on every rank.
   int bit_bound() const { return static_cast<int>(entries_.size()); }
-  size_t size() const { return by_name_.size(); }
 
  private:
   struct Entry {

@@ -38,7 +38,6 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
     return Status::InvalidArgument("cannot write the timeline to '" + path +
                                    "': " + std::strerror(errno));
   }
-  mark_cycles_ = mark_cycles;
   first_event_ = true;
   start_ = Clock::now();
   tids_.clear();
@@ -46,25 +45,19 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
   std::fputs(kTail, file_);
   std::fflush(file_);
   tail_written_ = true;
+  mark_cycles_ = mark_cycles;
+  active_ = true;
   return Status::OK();
 }
 
 void Timeline::Stop() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
+  active_ = false;
+  mark_cycles_ = false;
   if (!tail_written_) std::fputs(kTail, file_);
   std::fclose(file_);
   file_ = nullptr;
-}
-
-bool Timeline::active() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return file_ != nullptr;
-}
-
-bool Timeline::mark_cycles() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return file_ != nullptr && mark_cycles_;
 }
 
 long Timeline::Micros(Clock::time_point t) const {
@@ -114,6 +107,7 @@ void Timeline::Instant(const char* name, Clock::time_point at) {
 }
 
 void Timeline::Flush() {
+  if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr || tail_written_) return;
   std::fputs(kTail, file_);

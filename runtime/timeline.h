@@ -3,6 +3,7 @@
 // midway still leaves a readable trace.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -24,8 +25,9 @@ class Timeline {
 
   Status Start(const std::string& path, bool mark_cycles);
   void Stop();
-  bool active() const;
-  bool mark_cycles() const;
+  // Lock-free: asked on the background thread every cycle and tensor phase.
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  bool mark_cycles() const { return mark_cycles_.load(std::memory_order_relaxed); }
 
   // A complete event: phase `phase` of tensor `tensor` from `begin` to `end`.
   void Span(const std::string& tensor, const char* phase, Clock::time_point begin,
@@ -41,11 +43,13 @@ class Timeline {
 
   mutable std::mutex mutex_;
   std::FILE* file_ = nullptr;                  // guarded by mutex_
-  bool mark_cycles_ = false;                   // guarded by mutex_
   bool first_event_ = true;                    // guarded by mutex_
   bool tail_written_ = false;                  // guarded by mutex_: the file ends with "]"
   Clock::time_point start_;                    // guarded by mutex_
   std::unordered_map<std::string, int> tids_;  // guarded by mutex_
+  // Written under mutex_, read without it.
+  std::atomic<bool> active_{false};       // a file is open
+  std::atomic<bool> mark_cycles_{false};  // open, and cycle marks were asked for
 };
 
 }  // namespace kolo
