@@ -301,6 +301,42 @@ std::vector<int> MapBySlot(const std::vector<HostSlots>& hosts, int np) {
   return out;
 }
 
+namespace {
+
+using HostParser = Result<std::vector<HostSlots>> (*)(const std::string&);
+
+// Reads `path` and parses it; every error names the file.
+Result<std::vector<HostSlots>> ParseFile(FileReader read_file, const std::string& path,
+                                         HostParser parse) {
+  Result<std::string> text = read_file(path);
+  if (!text.ok()) return text.status();
+  Result<std::vector<HostSlots>> hosts = parse(text.value());
+  if (!hosts.ok()) return Status::InvalidArgument(path + ": " + hosts.status().message());
+  return hosts;
+}
+
+// Slurm's host list with its task counts (1 per host when none are given).
+Result<std::vector<HostSlots>> SlurmHosts(const std::string& list, const std::string& tasks) {
+  Result<std::vector<std::string>> names = ExpandSlurmNodelist(list);
+  if (!names.ok()) return names.status();
+  std::vector<int> counts(names.value().size(), 1);
+  if (!tasks.empty()) {
+    Result<std::vector<int>> t = ParseSlurmTasksPerNode(tasks);
+    if (!t.ok()) return t.status();
+    if (t.value().size() != counts.size()) {
+      return Status::InvalidArgument(
+          "SLURM_TASKS_PER_NODE gives " + std::to_string(t.value().size()) +
+          " counts but SLURM_JOB_NODELIST has " + std::to_string(counts.size()) + " hosts");
+    }
+    counts = t.value();
+  }
+  std::vector<HostSlots> hosts;
+  for (size_t i = 0; i < counts.size(); ++i) hosts.push_back({names.value()[i], counts[i]});
+  return hosts;
+}
+
+}  // namespace
+
 Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string& hostfile,
                                 const std::map<std::string, std::string>& env, int np,
                                 int local_cores, FileReader read_file) {
@@ -308,58 +344,40 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
     auto it = env.find(name);
     return it == env.end() ? std::string() : it->second;
   };
-  Allocation a;
   if (!host_spec.empty() && !hostfile.empty()) {
     return Status::InvalidArgument("-H and --hostfile cannot be used together; pick one");
   }
-  Result<std::vector<HostSlots>> hosts = Status::OK();
-  if (!host_spec.empty()) {
-    a.source = "-H";
-    hosts = ParseHostSpec(host_spec);
-  } else if (!hostfile.empty()) {
-    a.source = "--hostfile " + hostfile;
-    Result<std::string> text = read_file(hostfile);
-    if (!text.ok()) return text.status();
-    hosts = ParseHostfile(text.value());
-    if (!hosts.ok()) return Status::InvalidArgument(hostfile + ": " + hosts.status().message());
-  } else if (!get("SLURM_JOB_NODELIST").empty() || !get("SLURM_NODELIST").empty()) {
-    a.source = "Slurm";
-    std::string list = get("SLURM_JOB_NODELIST");
-    if (list.empty()) list = get("SLURM_NODELIST");
-    Result<std::vector<std::string>> names = ExpandSlurmNodelist(list);
-    if (!names.ok()) return names.status();
-    std::vector<int> tasks(names.value().size(), 1);
-    if (!get("SLURM_TASKS_PER_NODE").empty()) {
-      Result<std::vector<int>> t = ParseSlurmTasksPerNode(get("SLURM_TASKS_PER_NODE"));
-      if (!t.ok()) return t.status();
-      if (t.value().size() != names.value().size()) {
-        return Status::InvalidArgument("SLURM_TASKS_PER_NODE gives " +
-                                       std::to_string(t.value().size()) +
-                                       " counts but SLURM_JOB_NODELIST has " +
-                                       std::to_string(names.value().size()) + " hosts");
-      }
-      tasks = t.value();
+  const std::string slurm =
+      get("SLURM_JOB_NODELIST").empty() ? get("SLURM_NODELIST") : get("SLURM_JOB_NODELIST");
+  Allocation a;
+  Result<std::vector<HostSlots>> hosts = [&]() -> Result<std::vector<HostSlots>> {
+    if (!host_spec.empty()) {
+      a.source = "-H";
+      return ParseHostSpec(host_spec);
     }
-    std::vector<HostSlots> h;
-    for (size_t i = 0; i < tasks.size(); ++i) h.push_back({names.value()[i], tasks[i]});
-    hosts = h;
-  } else if (!get("PBS_NODEFILE").empty()) {
-    a.source = "PBS";
-    Result<std::string> text = read_file(get("PBS_NODEFILE"));
-    if (!text.ok()) return text.status();
-    hosts = ParsePbsNodefile(text.value());
-  } else if (!get("PE_HOSTFILE").empty()) {
-    a.source = "SGE";
-    Result<std::string> text = read_file(get("PE_HOSTFILE"));
-    if (!text.ok()) return text.status();
-    hosts = ParseSgeHostfile(text.value());
-  } else if (!get("LSB_MCPU_HOSTS").empty()) {
-    a.source = "LSF";
-    hosts = ParseLsfMcpuHosts(get("LSB_MCPU_HOSTS"));
-  } else {
+    if (!hostfile.empty()) {
+      a.source = "--hostfile " + hostfile;
+      return ParseFile(read_file, hostfile, ParseHostfile);
+    }
+    if (!slurm.empty()) {
+      a.source = "Slurm";
+      return SlurmHosts(slurm, get("SLURM_TASKS_PER_NODE"));
+    }
+    if (!get("PBS_NODEFILE").empty()) {
+      a.source = "PBS";
+      return ParseFile(read_file, get("PBS_NODEFILE"), ParsePbsNodefile);
+    }
+    if (!get("PE_HOSTFILE").empty()) {
+      a.source = "SGE";
+      return ParseFile(read_file, get("PE_HOSTFILE"), ParseSgeHostfile);
+    }
+    if (!get("LSB_MCPU_HOSTS").empty()) {
+      a.source = "LSF";
+      return ParseLsfMcpuHosts(get("LSB_MCPU_HOSTS"));
+    }
     a.source = "localhost";
-    hosts = std::vector<HostSlots>{{"localhost", np > 0 ? np : std::max(local_cores, 1)}};
-  }
+    return std::vector<HostSlots>{{"localhost", np > 0 ? np : std::max(local_cores, 1)}};
+  }();
   if (!hosts.ok()) return hosts.status();
   a.hosts = std::move(hosts).value();
   return a;

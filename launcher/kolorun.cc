@@ -363,7 +363,7 @@ int Run(Options& o) {
   // The variables each rank gets: settings, rendezvous data, the user's -x.
   std::map<std::string, std::string> child_env = RuntimeSettings(o);
   std::string master = used.front().host;
-  child_env["MASTER_ADDR"] = IsLocalHost(master) && master == "localhost" ? "127.0.0.1" : master;
+  child_env["MASTER_ADDR"] = master == "localhost" ? "127.0.0.1" : master;
   child_env["MASTER_PORT"] = std::to_string(FreePort());
   std::string host_list;
   for (const HostSlots& h : used)
