@@ -8,11 +8,8 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
   std::vector<std::string> argv = {plan.mpirun};
   if (plan.as_root) argv.push_back("--allow-run-as-root");
   argv.insert(argv.end(), {"--tag-output", "-np", std::to_string(plan.np)});
-  std::string hosts;
-  for (const HostSlots& h : plan.hosts) {
-    hosts += (hosts.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
-  }
-  argv.insert(argv.end(), {"-H", hosts, "--bind-to", plan.binding, "--map-by", "slot"});
+  argv.insert(argv.end(),
+              {"-H", FormatHostSpec(plan.hosts), "--bind-to", plan.binding, "--map-by", "slot"});
   if (plan.oversubscribe) {
     // Busy-polling ranks sharing cores must yield to each other.
     argv.insert(argv.end(), {"--oversubscribe", "--mca", "mpi_yield_when_idle", "1"});

@@ -114,6 +114,14 @@ Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec) {
   return out;
 }
 
+std::string FormatHostSpec(const std::vector<HostSlots>& hosts) {
+  std::string out;
+  for (const HostSlots& h : hosts) {
+    out += (out.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+  }
+  return out;
+}
+
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
   std::vector<HostSlots> out;
   std::vector<std::string> lines = Split(text, '\n');

@@ -23,6 +23,9 @@ struct HostSlots {
 // "a:2,b:2" or "a,b" (1 slot each). Duplicate hosts are an error.
 Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec);
 
+// The inverse: "a:2,b:2".
+std::string FormatHostSpec(const std::vector<HostSlots>& hosts);
+
 // Lines "host slots=N" (Open MPI, DeepSpeed, Horovod), "host" alone = 1 slot,
 // '#' comments, blank lines. Duplicates and malformed lines are errors that
 // name the line number.

@@ -180,13 +180,63 @@ std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::str
   return "";
 }
 
-int Supervise(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-              const Options& o, RendezvousServer& server,
-              const std::vector<std::string>& rank_hosts) {
+// Where the job's output goes: whole lines tagged with their rank on the
+// console, and per-rank files with --output-filename. kolo-rank's exit
+// markers are kept for the final report instead of printed.
+class OutputSink {
+ public:
+  explicit OutputSink(std::string dir) : dir_(std::move(dir)) {}
+
+  void Write(const std::vector<OutputLine>& lines) {
+    for (const OutputLine& l : lines) {
+      RankExit e;
+      if (ParseRankExit(l.text, &e)) {
+        exits_.push_back(e);
+        continue;
+      }
+      std::string text = l.rank < 0 ? l.text
+                                    : "[" + std::to_string(l.rank) + "]<" +
+                                          (l.is_stderr ? "stderr" : "stdout") + ">:" + l.text;
+      text += "\n";
+      FILE* stream = l.is_stderr ? stderr : stdout;
+      std::fwrite(text.data(), 1, text.size(), stream);
+      std::fflush(stream);
+      if (!dir_.empty() && l.rank >= 0) WriteFile(l);
+    }
+  }
+  const std::vector<RankExit>& exits() const { return exits_; }
+
+ private:
+  void WriteFile(const OutputLine& l) {
+    auto& f = files_[{l.rank, l.is_stderr}];
+    if (!f) {
+      fs::path dir = fs::path(dir_) / ("rank." + std::to_string(l.rank));
+      fs::create_directories(dir);
+      f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"));
+    }
+    *f << l.text << "\n" << std::flush;
+  }
+
+  std::string dir_;
+  std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
+  std::vector<RankExit> exits_;
+};
+
+// mpirun as a child in its own process group, with its stdout and stderr on pipes.
+struct Mpirun {
+  pid_t pid = -1;
+  int out = -1;
+  int err = -1;
+};
+
+Result<Mpirun> StartMpirun(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env) {
   int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return Fail("pipe failed");
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+    return Status::Internal(std::string("pipe failed: ") + std::strerror(errno));
+  }
   pid_t child = fork();
-  if (child < 0) return Fail("fork failed");
+  if (child < 0) return Status::Internal(std::string("fork failed: ") + std::strerror(errno));
   if (child == 0) {
     setpgid(0, 0);  // mpirun and everything it starts here form one group kolorun can kill
     dup2(out_pipe[1], STDOUT_FILENO);
@@ -203,88 +253,12 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  return Mpirun{child, out_pipe[0], err_pipe[0]};
+}
 
-  std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files;
-  std::vector<RankExit> exits;
-  OutputAssembler assembler;
-  auto emit = [&](const std::vector<OutputLine>& lines) {
-    for (const OutputLine& l : lines) {
-      RankExit e;
-      if (ParseRankExit(l.text, &e)) {
-        exits.push_back(e);
-        continue;
-      }
-      std::string text = l.rank < 0 ? l.text
-                                    : "[" + std::to_string(l.rank) + "]<" +
-                                          (l.is_stderr ? "stderr" : "stdout") + ">:" + l.text;
-      text += "\n";
-      FILE* stream = l.is_stderr ? stderr : stdout;
-      std::fwrite(text.data(), 1, text.size(), stream);
-      std::fflush(stream);
-      if (!o.output_dir.empty() && l.rank >= 0) {
-        auto& f = files[{l.rank, l.is_stderr}];
-        if (!f) {
-          fs::path dir = fs::path(o.output_dir) / ("rank." + std::to_string(l.rank));
-          fs::create_directories(dir);
-          f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"));
-        }
-        *f << l.text << "\n" << std::flush;
-      }
-    }
-  };
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_pipes = 2;
-  bool forwarded = false;
-  std::string ended;  // why kolorun ended the job itself
-  const auto start = std::chrono::steady_clock::now();
-  auto now = [] { return std::chrono::steady_clock::now(); };
-  std::chrono::steady_clock::time_point term_sent, mpirun_gone;
-  bool killed = false, reaped = false;
-  int status = 0;
-  while (open_pipes > 0) {
-    // Teardown is bounded: whatever still runs 5 s after SIGTERM, or holds the
-    // output open 2 s after mpirun exited, is killed with the whole group.
-    if (!reaped && waitpid(child, &status, WNOHANG) == child) {
-      reaped = true;
-      mpirun_gone = now();
-    }
-    if (!killed && ((forwarded && now() - term_sent > std::chrono::seconds(5)) ||
-                    (reaped && now() - mpirun_gone > std::chrono::seconds(2)))) {
-      kill(-child, SIGKILL);
-      killed = true;
-    }
-    if (killed && reaped && now() - mpirun_gone > std::chrono::seconds(3)) break;
-    if (ended.empty()) {
-      double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      ended = CheckRendezvous(server, rank_hosts, elapsed, o.start_timeout);
-    }
-    if ((g_signal != 0 || !ended.empty()) && !forwarded) {
-      kill(child, SIGTERM);  // mpirun tears the ranks down
-      forwarded = true;
-      term_sent = now();
-    }
-    if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
-      char buf[65536];
-      ssize_t n = read(fds[k].fd, buf, sizeof buf);
-      if (n <= 0) {
-        close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_pipes;
-        continue;
-      }
-      emit(assembler.Feed(std::string(buf, static_cast<size_t>(n)), k == 1));
-    }
-  }
-  emit(assembler.Flush());
-  while (!reaped && waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+// kolorun's exit code and last line: why kolorun ended the job, else the
+// first rank that failed, else mpirun's own status.
+int Report(const std::string& ended, const std::vector<RankExit>& exits, int mpirun_status) {
   if (!ended.empty()) return Fail(ended);
   // Ranks killed by kolorun's own teardown are not the cause.
   if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
@@ -300,46 +274,137 @@ int Supervise(const std::vector<std::string>& argv, const std::map<std::string, 
                  e.host.c_str(), e.code);
     return e.code;
   }
-  if (WIFSIGNALED(status))
-    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(status)), 1);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (WIFSIGNALED(mpirun_status)) {
+    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(mpirun_status)), 1);
+  }
+  int code = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 1;
   if (code != 0) return Fail("mpirun exited with code " + std::to_string(code), code);
   return 0;
 }
 
-int Run(Options& o) {
-  if (o.check_build) return CheckBuild();
-  if (o.command.empty())
-    return Fail("no command to run; usage: kolorun -np N [options] command ...");
-  std::map<std::string, std::string> environment = Environment();
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
+// Runs mpirun, prints its output as whole lines per rank, watches the
+// rendezvous, and tears the job down (boundedly) when it must end.
+int Supervise(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              const Options& o, RendezvousServer& server,
+              const std::vector<std::string>& rank_hosts) {
+  Result<Mpirun> started = StartMpirun(argv, env);
+  if (!started.ok()) return Fail(started.status().message());
+  const Mpirun m = started.value();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  using Clock = std::chrono::steady_clock;
+  OutputSink sink(o.output_dir);
+  OutputAssembler assembler;
+  pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
+  int open_pipes = 2, status = 0;
+  std::string ended;  // why kolorun ended the job itself
+  const auto start = Clock::now();
+  Clock::time_point term_sent, mpirun_gone;
+  bool forwarded = false, killed = false, reaped = false;
+  while (open_pipes > 0) {
+    // Teardown is bounded: whatever still runs 5 s after SIGTERM, or holds the
+    // output open 2 s after mpirun exited, is killed with the whole group.
+    if (!reaped && waitpid(m.pid, &status, WNOHANG) == m.pid) {
+      reaped = true;
+      mpirun_gone = Clock::now();
+    }
+    if (!killed && ((forwarded && Clock::now() - term_sent > std::chrono::seconds(5)) ||
+                    (reaped && Clock::now() - mpirun_gone > std::chrono::seconds(2)))) {
+      kill(-m.pid, SIGKILL);
+      killed = true;
+    }
+    if (killed && reaped && Clock::now() - mpirun_gone > std::chrono::seconds(3)) break;
+    if (ended.empty()) {
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      ended = CheckRendezvous(server, rank_hosts, elapsed, o.start_timeout);
+    }
+    if ((g_signal != 0 || !ended.empty()) && !forwarded) {
+      kill(m.pid, SIGTERM);  // mpirun tears the ranks down
+      forwarded = true;
+      term_sent = Clock::now();
+    }
+    if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+      char buf[65536];
+      ssize_t n = read(fds[k].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fds[k].fd);
+        fds[k].fd = -1;
+        --open_pipes;
+        continue;
+      }
+      sink.Write(assembler.Feed(std::string(buf, static_cast<size_t>(n)), k == 1));
+    }
+  }
+  sink.Write(assembler.Flush());
+  while (!reaped && waitpid(m.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return Report(ended, sink.exits(), status);
+}
+
+// The hosts that get ranks, with the ranks they get; sets o.np when it was 0.
+Result<std::vector<HostSlots>> ChooseHosts(Options& o,
+                                           const std::map<std::string, std::string>& environment,
+                                           int cores) {
   Result<Allocation> alloc = ResolveHosts(o.hosts, o.hostfile, environment, o.np, cores, ReadFile);
-  if (!alloc.ok()) return Fail(alloc.status().message());
-  std::vector<HostSlots> hosts = alloc.value().hosts;
+  if (!alloc.ok()) return alloc.status();
+  const std::vector<HostSlots>& hosts = alloc.value().hosts;
+  const std::string& source = alloc.value().source;
   const int slots = TotalSlots(hosts);
   if (slots > kMaxSlots) {
-    return Fail(alloc.value().source + " provides more than " + std::to_string(kMaxSlots) +
-                " slots; check the slot counts");
+    return Status::InvalidArgument(source + " provides more than " + std::to_string(kMaxSlots) +
+                                   " slots; check the slot counts");
   }
   if (o.np == 0) o.np = slots;
-  if (o.np < 1) return Fail("-np must be at least 1");
   if (o.np > slots) {
-    return Fail("-np " + std::to_string(o.np) + " asks for more ranks than the " +
-                std::to_string(slots) + " slots that " + alloc.value().source +
-                " provides; lower -np or add slots");
+    return Status::InvalidArgument("-np " + std::to_string(o.np) +
+                                   " asks for more ranks than the " + std::to_string(slots) +
+                                   " slots that " + source + " provides; lower -np or add slots");
   }
-  // Only the hosts that get ranks, with the ranks they get.
-  std::vector<int> map = MapBySlot(hosts, o.np);
   std::vector<HostSlots> used;
-  for (int h : map) {
+  for (int h : MapBySlot(hosts, o.np)) {
     if (used.empty() || used.back().host != hosts[h].host) used.push_back({hosts[h].host, 0});
     ++used.back().slots;
   }
-  if (o.verbose) {
-    std::cerr << "kolorun: hosts from " << alloc.value().source << ":";
-    for (const HostSlots& h : used) std::cerr << " " << h.host << ":" << h.slots;
-    std::cerr << "\n";
+  if (o.verbose)
+    std::cerr << "kolorun: hosts from " << source << ": " << FormatHostSpec(used) << "\n";
+  return used;
+}
+
+// Applies -x VAR / -x VAR=VALUE to `child_env`; returns the names to forward.
+Result<std::vector<std::string>> UserVariables(
+    const std::vector<std::string>& specs, const std::map<std::string, std::string>& environment,
+    std::map<std::string, std::string>* child_env) {
+  std::vector<std::string> names;
+  for (const std::string& x : specs) {
+    size_t eq = x.find('=');
+    std::string name = x.substr(0, eq);
+    if (name.empty()) return Status::InvalidArgument("-x '" + x + "': expected VAR or VAR=VALUE");
+    if (eq != std::string::npos) {
+      (*child_env)[name] = x.substr(eq + 1);
+    } else if (!environment.count(name)) {
+      return Status::InvalidArgument("-x " + name + ": " + name +
+                                     " is not set in kolorun's environment");
+    }
+    names.push_back(name);
   }
+  return names;
+}
+
+int Run(Options& o) {
+  if (o.check_build) return CheckBuild();
+  if (o.command.empty()) {
+    return Fail("no command to run; usage: kolorun -np N [options] command ...");
+  }
+  const std::map<std::string, std::string> environment = Environment();
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
+  if (!chosen.ok()) return Fail(chosen.status().message());
+  const std::vector<HostSlots> used = chosen.value();
   // A custom remote agent (qrsh, a test stand-in) is not ssh: no ssh probe then.
   const bool custom_agent = o.mpi_args.find("plm_rsh_agent") != std::string::npos;
   if (!o.dry_run && !custom_agent) {
@@ -360,21 +425,20 @@ int Run(Options& o) {
   plan.extra_mpi_args = extra.value();
   plan.rank_exec = (fs::path(SelfDir()) / "kolo-rank").string();
   plan.command = o.command;
+
   // The variables each rank gets: settings, rendezvous data, the user's -x.
   std::map<std::string, std::string> child_env = RuntimeSettings(o);
-  std::string master = used.front().host;
+  const std::string& master = used.front().host;
   child_env["MASTER_ADDR"] = master == "localhost" ? "127.0.0.1" : master;
   child_env["MASTER_PORT"] = std::to_string(FreePort());
-  std::string host_list;
-  for (const HostSlots& h : used)
-    host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
-  child_env[env::kLaunchHosts] = host_list;
+  child_env[env::kLaunchHosts] = FormatHostSpec(used);
   if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
   // The rendezvous listens on loopback when every host is this machine or a
   // loopback address, otherwise on all interfaces under this host's name.
   bool all_loopback = true;
-  for (const HostSlots& h : used)
+  for (const HostSlots& h : used) {
     all_loopback &= IsLocalHost(h.host) || h.host.rfind("127.", 0) == 0;
+  }
   const std::string token = NewToken();
   RendezvousServer server(token, o.np);
   if (!o.dry_run) {
@@ -385,28 +449,17 @@ int Run(Options& o) {
     child_env[env::kRendezvous] = (all_loopback ? std::string("127.0.0.1") : std::string(name)) +
                                   ":" + std::to_string(port.value());
   }
-  std::vector<std::string> user_names;
-  for (const std::string& x : o.env_vars) {
-    size_t eq = x.find('=');
-    std::string name = x.substr(0, eq);
-    if (name.empty()) return Fail("-x '" + x + "': expected VAR or VAR=VALUE");
-    if (eq != std::string::npos) {
-      child_env[name] = x.substr(eq + 1);
-    } else if (!environment.count(name)) {
-      return Fail("-x " + name + ": " + name + " is not set in kolorun's environment");
-    }
-    user_names.push_back(name);
-  }
+  Result<std::vector<std::string>> user_names = UserVariables(o.env_vars, environment, &child_env);
+  if (!user_names.ok()) return Fail(user_names.status().message());
   std::map<std::string, std::string> merged = environment;
   for (const auto& [k, v] : child_env) merged[k] = v;
-  for (const std::string& name : ForwardedNames(merged, user_names)) plan.env[name] = merged[name];
+  for (const std::string& name : ForwardedNames(merged, user_names.value())) {
+    plan.env[name] = merged[name];
+  }
   for (const auto& [k, v] : child_env) plan.env[k] = v;
   // The token goes to the ranks but is never printed.
   std::map<std::string, std::string> launch_env = child_env;
-  if (!o.dry_run) {
-    launch_env[env::kToken] = token;
-    plan.env[env::kToken] = token;
-  }
+  if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = token;
   std::vector<std::string> argv = BuildMpirunCommand(plan);
   if (o.dry_run || o.verbose) {
     std::string vars;

@@ -161,6 +161,9 @@ def test_dry_run_prints_the_command_and_settings():
     assert "KOLO_FUSION_THRESHOLD=33554432" in r.stdout and "KOLO_STALL_CHECK_DISABLE=1" in r.stdout
     assert "--tag-output -np 2 -H localhost:2 --bind-to core" in r.stdout
     assert "-x KOLO_FUSION_THRESHOLD" in r.stdout and r.stdout.rstrip().endswith("prog --flag")
+    # Remote hosts only see what is passed with -x (local ranks inherit everything).
+    for name in ("MASTER_ADDR", "MASTER_PORT", "KOLORUN_HOSTS", "PATH"):
+        assert "-x " + name + " " in r.stdout, name
 
 
 def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
