@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "kolo/env_names.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -158,41 +160,41 @@ Result<std::string> ParsePath(const std::string& text) { return Trim(text); }
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
-      {"KOLO_FUSION_THRESHOLD", "67108864 (64 MiB)",
+      {env::kFusionThreshold, "67108864 (64 MiB)",
        "Bytes per fused allreduce buffer; 0 turns fusion off. Accepts K/M/G suffixes.",
        Into(&Config::fusion_threshold_bytes, ParseByteSize)},
-      {"KOLO_CYCLE_TIME", "0.5",
+      {env::kCycleTime, "0.5",
        "Milliseconds between negotiation rounds while tensors are pending on some rank. A new "
        "tensor wakes the background thread at once; this only paces the rounds that wait for "
        "other ranks.",
        Milliseconds(&Config::cycle_time_ms)},
-      {"KOLO_CACHE_CAPACITY", "1024",
+      {env::kCacheCapacity, "1024",
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
        "seen); 0 turns the cache off.",
        Into(&Config::cache_capacity, ParseCacheCapacity)},
-      {"KOLO_TIMELINE", "(off)",
+      {env::kTimeline, "(off)",
        "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "
        "chrome://tracing).",
        Into(&Config::timeline_path, ParsePath)},
-      {"KOLO_TIMELINE_MARK_CYCLES", "0", "Also mark every negotiation cycle in the timeline.",
+      {env::kTimelineMarkCycles, "0", "Also mark every negotiation cycle in the timeline.",
        Into(&Config::timeline_mark_cycles, ParseBool)},
-      {"KOLO_STALL_CHECK_TIME_SECONDS", "60",
+      {env::kStallCheckTime, "60",
        "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
        "missing it.",
        Into(&Config::stall_check_seconds, ParseNonNegativeDouble)},
-      {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "0",
+      {env::kStallShutdownTime, "0",
        "Seconds after which a stalled tensor fails on every rank with an error naming the "
        "missing ranks; 0 = never.",
        Into(&Config::stall_shutdown_seconds, ParseNonNegativeDouble)},
-      {"KOLO_STALL_CHECK_DISABLE", "0", "Turns the stall warnings and the stall shutdown off.",
+      {env::kStallCheckDisable, "0", "Turns the stall warnings and the stall shutdown off.",
        Into(&Config::stall_check_disabled, ParseBool)},
-      {"KOLO_LOG_LEVEL", "warning", "trace, debug, info, warning or error.",
+      {env::kLogLevel, "warning", "trace, debug, info, warning or error.",
        Into(&Config::log_level, ParseLogLevel)},
-      {"KOLO_HIERARCHICAL_ALLREDUCE", "0",
+      {env::kHierarchicalAllreduce, "0",
        "Reduce within each host, then across hosts, then gather within the host. Not "
        "implemented yet: kolo warns and uses a flat allreduce.",
        Into(&Config::hierarchical_allreduce, ParseBool)},
-      {"KOLO_IDLE_TICK_MS", "100",
+      {env::kIdleTick, "100",
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
        Milliseconds(&Config::idle_tick_ms)},

@@ -14,6 +14,7 @@ inline constexpr const char* kStallShutdownTime = "KOLO_STALL_SHUTDOWN_TIME_SECO
 inline constexpr const char* kStallCheckDisable = "KOLO_STALL_CHECK_DISABLE";
 inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
 inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
+inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot
