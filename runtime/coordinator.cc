@@ -138,12 +138,12 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
   entry.disagreeing.push_back(r.rank);
 }
 
-std::string Coordinator::MissingRanks(const Entry& entry) const {
-  std::vector<int> missing;
+std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
+  std::vector<int> ranks;
   for (int r = 0; r < size_; ++r) {
-    if (!entry.submitted[r]) missing.push_back(r);
+    if (entry.submitted[r] == submitted) ranks.push_back(r);
   }
-  return JoinInts(missing);
+  return JoinInts(ranks);
 }
 
 Response Coordinator::Decide(const std::string& name, Entry& entry) {
@@ -163,8 +163,9 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
   }
   if (entry.count < size_ && f.op != OpType::kAllreduce) {
     resp.op = OpType::kError;
-    resp.error = "Rank(s) " + MissingRanks(entry) + " already called join(), so they cannot take " +
-                 "part in " + Describe(f) + "; after join() other ranks may only allreduce.";
+    resp.error = "Rank(s) " + RanksWhere(entry, false) +
+                 " already called join(), so they cannot take " + "part in " + Describe(f) +
+                 "; after join() other ranks may only allreduce.";
     return resp;
   }
   resp.op = f.op;
@@ -246,18 +247,22 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
   for (const std::string& name : arrival_order_) {
     auto it = table_.find(name);
     Entry& e = it->second;
-    double age = std::chrono::duration<double>(now - e.first_seen).count();
-    std::vector<int> have;
-    for (int r = 0; r < size_; ++r) {
-      if (e.submitted[r]) have.push_back(r);
-    }
-    std::string detail = Describe(e.first) + " was submitted by rank(s) " + JoinInts(have) +
-                         " but not by rank(s) " + MissingRanks(e);
-    if (stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds) {
+    const double age = std::chrono::duration<double>(now - e.first_seen).count();
+    const bool shutdown_due = stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds;
+    const bool warning_due =
+        stall_.check_seconds > 0 && age >= stall_.check_seconds &&
+        (!e.warned ||
+         std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
+    if (!shutdown_due) still_pending.push_back(name);
+    if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
+    const std::string detail = Describe(e.first) + " was submitted by rank(s) " +
+                               RanksWhere(e, true) + " but not by rank(s) " + RanksWhere(e, false);
+    const std::string waited = Num(std::round(age * 10) / 10);
+    if (shutdown_due) {
       Response err;
       err.op = OpType::kError;
       err.names = {name};
-      err.error = "Stalled for " + Num(std::round(age * 10) / 10) + " s: " + detail +
+      err.error = "Stalled for " + waited + " s: " + detail +
                   "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
                   " ended it. All ranks must submit the same tensors.";
       Request first = e.first;
@@ -265,17 +270,11 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       table_.erase(it);
       continue;
     }
-    still_pending.push_back(name);
-    double since_warned = std::chrono::duration<double>(now - e.last_warned).count();
-    if (stall_.check_seconds > 0 && age >= stall_.check_seconds &&
-        (!e.warned || since_warned >= stall_.check_seconds)) {
-      e.warned = true;
-      e.last_warned = now;
-      outcome->stall_warnings.push_back("Stall: " + detail + " (waiting " +
-                                        Num(std::round(age * 10) / 10) +
-                                        " s). Those ranks may be slower, stuck, or taking a "
-                                        "different code path.");
-    }
+    e.warned = true;
+    e.last_warned = now;
+    outcome->stall_warnings.push_back("Stall: " + detail + " (waiting " + waited +
+                                      " s). Those ranks may be slower, stuck, or taking a "
+                                      "different code path.");
   }
   arrival_order_ = std::move(still_pending);
 }

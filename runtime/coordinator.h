@@ -68,7 +68,8 @@ class Coordinator {
   Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
-  std::string MissingRanks(const Entry& entry) const;
+  // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
+  std::string RanksWhere(const Entry& entry, bool submitted) const;
 
   int size_;
   StallSettings stall_;
