@@ -78,7 +78,9 @@ class MpiOps {
   MPI_Op bfloat_ops_[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
-// A backend over MPI for host memory. Does not own `comm` or `ops`.
-std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops);
+// A backend over MPI for host memory. Does not own `comm` or `ops`. Allreduce
+// reduces buffers larger than `piece_bytes` in pieces of that size (0: one
+// call per buffer), so that each piece's working set stays in cache.
+std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes);
 
 }  // namespace kolo

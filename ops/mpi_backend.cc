@@ -44,15 +44,20 @@ std::vector<int> Displacements(const std::vector<int64_t>& counts) {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(MPI_Comm comm, const MpiOps* ops) : comm_(comm), ops_(ops) {}
+  MpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes)
+      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes) {}
 
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     MPI_Datatype type = ops_->Datatype(dtype);
     MPI_Op mpi_op = ops_->Op(dtype, op);
     auto* p = static_cast<char*>(buffer);
     const size_t elem = DataTypeSize(dtype);
+    int64_t piece = kMaxPieceElements;
+    if (piece_bytes_ > 0) {
+      piece = std::clamp<int64_t>(piece_bytes_ / static_cast<int64_t>(elem), 1, kMaxPieceElements);
+    }
     for (int64_t done = 0; done < count;) {
-      int n = static_cast<int>(std::min(count - done, kMaxPieceElements));
+      int n = static_cast<int>(std::min(count - done, piece));
       KOLO_RETURN_IF_ERROR(MpiStatus(
           MPI_Allreduce(MPI_IN_PLACE, p + done * elem, n, type, mpi_op, comm_), "MPI_Allreduce"));
       done += n;
@@ -115,6 +120,7 @@ class MpiBackend : public Backend {
  private:
   MPI_Comm comm_;
   const MpiOps* ops_;
+  int64_t piece_bytes_;
 };
 
 }  // namespace
@@ -219,8 +225,8 @@ MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
   return MPI_OP_NULL;
 }
 
-std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops) {
-  return std::make_unique<MpiBackend>(comm, ops);
+std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes) {
+  return std::make_unique<MpiBackend>(comm, ops, piece_bytes);
 }
 
 }  // namespace kolo

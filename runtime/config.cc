@@ -198,6 +198,14 @@ const std::vector<Setting>& Settings() {
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
        Milliseconds(&Config::idle_tick_ms)},
+      {env::kPieceSize, "2097152 (2 MiB)",
+       "Large allreduce buffers are reduced in pieces of at most this many bytes, so that each "
+       "piece stays in cache; 0 = one call per buffer. Accepts K/M/G suffixes.",
+       Into(&Config::piece_bytes, ParseByteSize)},
+      {env::kInPlaceThreshold, "262144 (256 KiB)",
+       "Tensors at least this large are reduced in place, in pieces, instead of being copied "
+       "into the fusion buffer. Accepts K/M/G suffixes.",
+       Into(&Config::in_place_threshold_bytes, ParseByteSize)},
   };
   return kSettings;
 }

@@ -26,6 +26,8 @@ struct Config {
   bool stall_check_disabled = false;
   LogLevel log_level = LogLevel::kWarning;
   double idle_tick_ms = 100.0;
+  int64_t piece_bytes = 2LL << 20;
+  int64_t in_place_threshold_bytes = 256LL << 10;
   bool hierarchical_allreduce = false;
 };
 

@@ -47,7 +47,8 @@ void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
       if (TensorEntry* e = set.Find(name)) e->negotiated = now;
     }
   }
-  for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes)) {
+  for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes,
+                                               config_.in_place_threshold_bytes)) {
     switch (r.op) {
       case OpType::kAllreduce:
         Allreduce(set, r);

@@ -17,8 +17,9 @@ int64_t FusionPlanner::Bytes(const Response& response) {
   return elements * static_cast<int64_t>(DataTypeSize(response.dtype));
 }
 
-std::vector<Response> FusionPlanner::Plan(std::vector<Response> responses,
-                                          int64_t threshold_bytes) {
+std::vector<Response> FusionPlanner::Plan(std::vector<Response> responses, int64_t threshold_bytes,
+                                          int64_t in_place_bytes) {
+  auto fusible = [&](int64_t bytes) { return bytes < threshold_bytes && bytes < in_place_bytes; };
   std::vector<Response> plan;
   plan.reserve(responses.size());
   std::vector<bool> taken(responses.size(), false);
@@ -27,11 +28,11 @@ std::vector<Response> FusionPlanner::Plan(std::vector<Response> responses,
     taken[i] = true;
     Response fused = std::move(responses[i]);
     int64_t bytes = Bytes(fused);
-    if (fused.op == OpType::kAllreduce && bytes < threshold_bytes) {
+    if (fused.op == OpType::kAllreduce && fusible(bytes)) {
       for (size_t j = i + 1; j < responses.size(); ++j) {
         if (taken[j] || !Compatible(fused, responses[j])) continue;
         int64_t more = Bytes(responses[j]);
-        if (bytes + more > threshold_bytes) continue;
+        if (!fusible(more) || bytes + more > threshold_bytes) continue;
         taken[j] = true;
         bytes += more;
         for (auto& n : responses[j].names) fused.names.push_back(std::move(n));

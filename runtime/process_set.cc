@@ -36,7 +36,7 @@ ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
                        const Config& config)
     : info_(std::move(info)),
       comm_(std::move(comm)),
-      backend_(MakeMpiBackend(comm_.get(), ops)),
+      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes)),
       config_(config),
       cache_(config.cache_capacity) {
   if (info_->rank_in_set == 0) {

@@ -94,7 +94,7 @@ TEST(ResponseCache, AllgatherHitsOnlyWithSameFirstDimension) {
 
 TEST(FusionPlanner, FusesCompatibleUpToThreshold) {
   std::vector<Response> in = {AR("a", 10), AR("b", 10), AR("c", 10)};
-  auto plan = FusionPlanner::Plan(in, 80);  // 40 bytes each
+  auto plan = FusionPlanner::Plan(in, 80, 1 << 20);  // 40 bytes each
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].names, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(plan[0].sizes, (std::vector<int64_t>{10, 10}));
@@ -106,7 +106,7 @@ TEST(FusionPlanner, KeepsIncompatibleApartAndLooksAhead) {
   Response scaled = AR("s", 1);
   scaled.postscale = 2;
   in.push_back(scaled);
-  auto plan = FusionPlanner::Plan(in, 1 << 20);
+  auto plan = FusionPlanner::Plan(in, 1 << 20, 1 << 20);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].names, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(plan[1].names, (std::vector<std::string>{"h"}));
@@ -114,18 +114,27 @@ TEST(FusionPlanner, KeepsIncompatibleApartAndLooksAhead) {
 }
 
 TEST(FusionPlanner, LargeTensorRunsAloneAndThresholdZeroDisablesFusion) {
-  auto plan = FusionPlanner::Plan({AR("big", 1000), AR("a", 1)}, 100);
+  auto plan = FusionPlanner::Plan({AR("big", 1000), AR("a", 1)}, 100, 1 << 20);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].names.size(), 1u);
-  plan = FusionPlanner::Plan({AR("a", 1), AR("b", 1)}, 0);
+  plan = FusionPlanner::Plan({AR("a", 1), AR("b", 1)}, 0, 1 << 20);
   EXPECT_EQ(plan.size(), 2u);
+}
+
+TEST(FusionPlanner, TensorsAtTheInPlaceThresholdRunAloneWhileSmallOnesFuseAroundThem) {
+  // 4-byte elements: "mid" is 400 bytes, at the in-place threshold.
+  auto plan =
+      FusionPlanner::Plan({AR("a", 10), AR("mid", 100), AR("b", 10), AR("c", 99)}, 1 << 20, 400);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].names, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(plan[1].names, (std::vector<std::string>{"mid"}));
 }
 
 TEST(FusionPlanner, OtherOpsAreNotFused) {
   Response bc;
   bc.op = OpType::kBroadcast;
   bc.names = {"x"};
-  auto plan = FusionPlanner::Plan({AR("a", 1), bc, AR("b", 1)}, 1 << 20);
+  auto plan = FusionPlanner::Plan({AR("a", 1), bc, AR("b", 1)}, 1 << 20, 1 << 20);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].names.size(), 2u);
   EXPECT_EQ(plan[1].op, OpType::kBroadcast);

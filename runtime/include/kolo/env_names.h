@@ -15,6 +15,8 @@ inline constexpr const char* kStallCheckDisable = "KOLO_STALL_CHECK_DISABLE";
 inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
 inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
 inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
+inline constexpr const char* kPieceSize = "KOLO_PIECE_SIZE";
+inline constexpr const char* kInPlaceThreshold = "KOLO_IN_PLACE_THRESHOLD";
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot
