@@ -33,8 +33,13 @@ PyObject* g_internal_error = nullptr;
   throw py::error_already_set();
 }
 
+// Whether this process called shutdown() since its last init().
+bool g_shut_down_here = false;
+
+// The runtime, for queries and enqueues. After another rank's shutdown the
+// runtime stays valid: queries answer and enqueues fail with the reason.
 Runtime& Rt() {
-  if (!TheRuntime() || !TheRuntime()->is_running()) {
+  if (!TheRuntime() || g_shut_down_here) {
     Raise(Status(StatusCode::kPreconditionFailed,
                  TheRuntime() ? "kolo is not running (it was shut down); call kolo.init() again"
                               : "kolo is not initialized; call kolo.init() first"));
@@ -126,10 +131,12 @@ PYBIND11_MODULE(_core, m) {
         // An mpi4py communicator's handle (MPI._handleof(comm)): an Open MPI MPI_Comm.
         if (comm_handle != 0) options.comm = reinterpret_cast<MPI_Comm>(comm_handle);
         TheRuntime() = Check(Runtime::Create(options));
+        g_shut_down_here = false;
       },
       py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0);
   m.def("shutdown", [] {
     if (!TheRuntime()) return;
+    g_shut_down_here = true;
     Status s;
     {
       py::gil_scoped_release release;

@@ -5,6 +5,7 @@ kolo (Horovod's synthetic benchmark, same flags).
     ... --no-allreduce    the same training without kolo's allreduce (the overhead's baseline)
 """
 import argparse
+import json
 import timeit
 
 import torch
@@ -25,6 +26,7 @@ def main():
     parser.add_argument("--no-allreduce", action="store_true",
                         help="train without averaging gradients (baseline for the overhead)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: leave)")
+    parser.add_argument("--json", help="rank 0 writes the result here as JSON")
     args = parser.parse_args()
 
     kolo.init()
@@ -69,6 +71,12 @@ def main():
     log("Img/sec per rank: %.1f +-%.1f" % (mean, spread))
     log("Total img/sec on %d rank(s): %.1f +-%.1f" % (kolo.size(), kolo.size() * mean,
                                                     kolo.size() * spread))
+    if args.json and kolo.rank() == 0:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "synthetic_training", "model": args.model, "np": kolo.size(),
+                       "batch_size": args.batch_size, "image_size": args.image_size,
+                       "allreduce": not args.no_allreduce, "img_per_sec_per_rank": mean,
+                       "ci95": spread, "iterations": rates}, f, indent=1)
     kolo.shutdown()
 
 

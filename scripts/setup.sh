@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev
   libboost-dev libcli11-dev
   pybind11-dev python3-dev python3-torch python3-torchvision python3-pytest python3-numpy
-  python3-sklearn python3-mpi4py
+  python3-sklearn python3-mpi4py python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -117,6 +117,31 @@ def test_use_after_shutdown_and_init_again_fail_clearly(tmp_path):
     assert "[0]<stdout>:init again: MPI was already finalized in this process" in r.stdout
 
 
+PEER_SHUTDOWN = """
+import time, torch
+import kolo.torch as hvd
+hvd.init()
+hvd.allreduce(torch.ones(1), name="last")
+if hvd.rank() == 1:
+    hvd.shutdown()
+else:
+    time.sleep(1.0)  # rank 1's shutdown reaches this rank's background thread
+    print("queries still answer:", hvd.rank(), hvd.size(), flush=True)
+    try:
+        hvd.allreduce(torch.ones(1), name="after")
+    except hvd.KoloInternalError as e:
+        print("allreduce:", e, flush=True)
+"""
+
+
+def test_after_another_rank_shuts_down_queries_answer_and_collectives_say_why(tmp_path):
+    r, _ = run(2, PEER_SHUTDOWN, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:queries still answer: 0 2" in r.stdout
+    assert re.search(r"\[0\]<stdout>:allreduce: kolo is not running.*another rank", r.stdout), \
+        r.stdout
+
+
 BAD_SETTING = """
 import kolo.torch as hvd
 hvd.init()

@@ -1,0 +1,229 @@
+"""Turns bench/run_all.sh's JSON files into report.md and PNG plots.
+
+    python3 bench/report.py bench/results
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(out, name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def human(nbytes):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return "%g %s" % (nbytes / (1 << shift), unit)
+    return "%d B" % nbytes
+
+
+def machine():
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+        except OSError:
+            return ""
+    model = next((line.split(":", 1)[1].strip() for line in run(["lscpu"]).splitlines()
+                  if line.startswith("Model name")), platform.processor())
+    mpi = run(["mpirun", "--version"]).splitlines()[:1]
+    commit = run(["git", "rev-parse", "--short", "HEAD"]).strip()
+    return "%s, %d cores, %s, kolo %s" % (model, os.cpu_count(), mpi[0] if mpi else "MPI ?",
+                                        commit or "?")
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+def sweep_section(out, cpp, torch_sweep, lines, targets):
+    rows = {r["bytes"]: {"cpp": r} for r in cpp["rows"]} if cpp else {}
+    for r in (torch_sweep or {}).get("rows", []):
+        rows.setdefault(r["bytes"], {})["torch"] = r
+    lines += ["## 1. Size sweep (np=%d, float32 sum, medians)" % (cpp or torch_sweep)["np"], "",
+              "`raw` is `MPI_Allreduce` on the same buffer in the same process, alternating with "
+              "kolo in rounds. Ratio = raw time / kolo time (above 1: kolo is faster).", "",
+              "| size | raw µs (C++ run) | kolo C++ µs | ratio | raw µs (torch run) | "
+              "kolo.torch µs | ratio | raw GB/s | kolo C++ GB/s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    worst, big_ok, best_raw_bw = None, True, 0.0
+    for size in sorted(rows):
+        c, t = rows[size].get("cpp"), rows[size].get("torch")
+        cells = [human(size)]
+        if c:
+            ratio = c["raw_us"] / c["kolo_us"]
+            worst = ratio if worst is None else min(worst, ratio)
+            best_raw_bw = max(best_raw_bw, c["raw_busbw_gbs"])
+            cells += ["%.1f" % c["raw_us"], "%.1f" % c["kolo_us"], "%.2f" % ratio]
+        else:
+            cells += ["", "", ""]
+        if t:
+            cells += ["%.1f" % t["raw_us"], "%.1f" % t["kolo_torch_us"],
+                      "%.2f" % (t["raw_us"] / t["kolo_torch_us"])]
+        else:
+            cells += ["", "", ""]
+        cells += ["%.2f" % c["raw_busbw_gbs"] if c else "", "%.2f" % c["kolo_busbw_gbs"] if c else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    if cpp:
+        for r in cpp["rows"]:
+            if r["bytes"] >= 16 << 20 and r["kolo_busbw_gbs"] < best_raw_bw:
+                big_ok = False
+        small = [r for r in cpp["rows"] if r["bytes"] >= 256 << 10]
+        worst_big = min(r["raw_us"] / r["kolo_us"] for r in small) if small else None
+        targets.append(("size sweep: kolo ≥ 0.95 × raw at every size",
+                        "worst ratio %.2f (≥ 256 KiB: %s)" % (
+                            worst, "%.2f" % worst_big if worst_big else "-"), worst >= 0.95))
+        targets.append(("sizes ≥ 16 MiB: kolo bus bandwidth ≥ raw's best (%.2f GB/s)" % best_raw_bw,
+                        ", ".join("%s: %.2f" % (human(r["bytes"]), r["kolo_busbw_gbs"])
+                                  for r in cpp["rows"] if r["bytes"] >= 16 << 20), big_ok))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        sizes = [r["bytes"] for r in cpp["rows"]]
+        axes[0].loglog(sizes, [r["raw_us"] for r in cpp["rows"]], "o-", label="raw MPI_Allreduce")
+        axes[0].loglog(sizes, [r["kolo_us"] for r in cpp["rows"]], "s-", label="kolo C++ API")
+        if torch_sweep:
+            axes[0].loglog([r["bytes"] for r in torch_sweep["rows"]],
+                           [r["kolo_torch_us"] for r in torch_sweep["rows"]], "^-",
+                           label="kolo.torch")
+        axes[0].set_xlabel("bytes")
+        axes[0].set_ylabel("µs (median)")
+        axes[0].legend()
+        axes[0].set_title("allreduce latency")
+        axes[1].semilogx(sizes, [r["raw_busbw_gbs"] for r in cpp["rows"]], "o-", label="raw")
+        axes[1].semilogx(sizes, [r["kolo_busbw_gbs"] for r in cpp["rows"]], "s-", label="kolo")
+        axes[1].set_xlabel("bytes")
+        axes[1].set_ylabel("bus bandwidth GB/s")
+        axes[1].legend()
+        axes[1].set_title("bus bandwidth, factor 2(n-1)/n")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "sweep.png"), dpi=90)
+        lines += ["", "![size sweep](sweep.png)"]
+    lines.append("")
+
+
+def models_section(out, models, lines, targets):
+    lines += ["## 2. Model gradient sets (np=%d, float32 sum, ms per step, medians)" % models["np"],
+              "",
+              "Gradients submitted in backward order, as DistributedOptimizer does. "
+              "`raw_packed`: one `MPI_Allreduce` of all gradients already packed in one buffer; "
+              "`raw_per_tensor`: one `MPI_Allreduce` per tensor; `raw_fused_64MiB_with_copies`: "
+              "Horovod's default scheme with raw MPI; `gloo_25MB_buckets`: torch.distributed "
+              "(gloo) with DDP's 25 MB buckets.", ""]
+    names = list(models["rows"][0]["step_ms"])
+    lines += ["| model | tensors | MiB | " + " | ".join(names) + " | kolo / best raw | "
+              "gloo / kolo |", "| --- " * (len(names) + 5) + "|"]
+    for r in models["rows"]:
+        lines.append("| %s | %d | %.1f | %s | %.2f | %.1f |" % (
+            r["model"], r["tensors"], r["bytes"] / 2**20,
+            " | ".join("%.1f" % r["step_ms"][n] for n in names),
+            r["kolo_vs_best_raw"], r["gloo_vs_kolo"]))
+        targets.append(("%s: kolo ≤ 0.75 × best raw MPI" % r["model"],
+                        "%.2f ×" % r["kolo_vs_best_raw"], r["kolo_vs_best_raw"] <= 0.75))
+        targets.append(("%s: kolo ≥ 4 × faster than gloo" % r["model"],
+                        "%.1f ×" % r["gloo_vs_kolo"], r["gloo_vs_kolo"] >= 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(names)
+    for i, n in enumerate(names):
+        ax.bar([j + i * width for j in range(len(models["rows"]))],
+               [r["step_ms"][n] for r in models["rows"]], width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models["rows"]))])
+    ax.set_xticklabels([r["model"] for r in models["rows"]])
+    ax.set_ylabel("ms per step")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "models.png"), dpi=90)
+    lines += ["", "![model gradient sets](models.png)", ""]
+
+
+def latency_section(latency, lines, targets):
+    lines += ["## 3. Small-op latency: one float32 (4 B), np=%d, %d iterations" % (
+        latency["np"], latency["iterations"]), "", "| path | p50 µs | p99 µs |",
+        "| --- | --- | --- |"]
+    for name, r in latency["rows"].items():
+        lines.append("| %s | %.1f | %.1f |" % (name, r["p50_us"], r["p99_us"]))
+    k = latency["rows"]["kolo.torch allreduce_"]
+    targets.append(("4-byte allreduce through kolo.torch: p50 ≤ 50 µs",
+                    "%.1f µs" % k["p50_us"], k["p50_us"] <= 50))
+    lines.append("")
+
+
+def coordinator_section(out, coord, lines, targets):
+    lines += ["## 4. Coordinator cost, %d-tensor step, simulated ranks" % coord["tensors"], "",
+              "Slow path: rank 0 decodes every rank's request message, matches them and encodes "
+              "the responses. Fast path: one rank's cache lookups, bit vector, and the log2(N) "
+              "ANDs of a recursive-doubling reduction (the MPI transfer itself is not included).",
+              "", "| ranks | slow path ms | fast path µs |", "| --- | --- | --- |"]
+    for r in coord["rows"]:
+        lines.append("| %d | %.3f | %.2f |" % (r["ranks"], r["slow_path_ms"], r["fast_path_us"]))
+    last = coord["rows"][-1]
+    first = coord["rows"][0]
+    targets.append(("coordinator slow path < 1 ms at %d ranks" % last["ranks"],
+                    "%.1f ms" % last["slow_path_ms"], last["slow_path_ms"] < 1))
+    growth = last["fast_path_us"] / first["fast_path_us"]
+    import math
+    log_growth = math.log2(last["ranks"]) / math.log2(first["ranks"])
+    targets.append(("fast path grows no faster than log N",
+                    "×%.2f from %d to %d ranks (log N: ×%.0f)" % (
+                        growth, first["ranks"], last["ranks"], log_growth), growth <= log_growth))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ranks = [r["ranks"] for r in coord["rows"]]
+    ax.loglog(ranks, [r["slow_path_ms"] * 1e3 for r in coord["rows"]], "o-", label="slow path")
+    ax.loglog(ranks, [r["fast_path_us"] for r in coord["rows"]], "s-", label="fast path")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("µs per cycle")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "coordinator.png"), dpi=90)
+    lines += ["", "![coordinator cost](coordinator.png)", ""]
+
+
+def training_section(on, off, lines):
+    lines += ["## 5. Training overhead: synthetic %s, batch %d at %d px, np=%d, 1 thread per rank"
+              % (on["model"], on["batch_size"], on["image_size"], on["np"]), "",
+              "| allreduce | img/s per rank | ±95%% |", "| --- | --- | --- |",
+              "| on (DistributedOptimizer) | %.1f | %.1f |" % (on["img_per_sec_per_rank"],
+                                                          on["ci95"]),
+              "| off | %.1f | %.1f |" % (off["img_per_sec_per_rank"], off["ci95"]),
+              "", "Scaling efficiency (on / off): %.2f" % (
+                  on["img_per_sec_per_rank"] / off["img_per_sec_per_rank"]), ""]
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
+    lines = ["# kolo benchmark report", "", "Machine: " + machine(), ""]
+    targets = []
+    cpp, torch_sweep = load(out, "sweep_cpp.json"), load(out, "sweep_torch.json")
+    if cpp or torch_sweep:
+        sweep_section(out, cpp, torch_sweep, lines, targets)
+    models = load(out, "models.json")
+    if models:
+        models_section(out, models, lines, targets)
+    latency = load(out, "latency.json")
+    if latency:
+        latency_section(latency, lines, targets)
+    coord = load(out, "coordinator.json")
+    if coord:
+        coordinator_section(out, coord, lines, targets)
+    on, off = load(out, "training_on.json"), load(out, "training_off.json")
+    if on and off:
+        training_section(on, off, lines)
+    summary = ["## Targets", "", "| target | measured | |", "| --- | --- | --- |"]
+    summary += ["| %s | %s | %s |" % (name, got, verdict(ok)) for name, got, ok in targets]
+    text = "\n".join(lines[:4] + summary + [""] + lines[4:]) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
