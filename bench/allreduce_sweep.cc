@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   }
   kolo::Runtime& kolo_rt = *rt.value();
 
-  std::string json = "{\"benchmark\": \"allreduce_sweep\", \"np\": " + std::to_string(size) +
-                     ", \"rows\": [";
+  std::string json =
+      "{\"benchmark\": \"allreduce_sweep\", \"np\": " + std::to_string(size) + ", \"rows\": [";
   std::vector<float> x(static_cast<size_t>(max_bytes / 4), 1.0f);
   bool first = true;
   for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {

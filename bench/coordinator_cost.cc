@@ -51,7 +51,8 @@ template <typename Fn>
 double Time(Fn fn) {
   std::vector<double> t;
   auto begin = Clock::now();
-  while (t.size() < 3 || (Clock::now() - begin < std::chrono::milliseconds(200) && t.size() < 200)) {
+  while (t.size() < 3 ||
+         (Clock::now() - begin < std::chrono::milliseconds(200) && t.size() < 200)) {
     auto s = Clock::now();
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - s).count());

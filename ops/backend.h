@@ -15,6 +15,8 @@
 
 namespace kolo {
 
+class ShmAllreduce;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +83,8 @@ class MpiOps {
 // A backend over MPI for host memory. Does not own `comm` or `ops`. Allreduce
 // reduces buffers larger than `piece_bytes` in pieces of that size (0: one
 // call per buffer), so that each piece's working set stays in cache.
-std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes);
+// With `shm` (ranks all on one host), allreduce goes through shared memory.
+std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
+                                        std::unique_ptr<ShmAllreduce> shm = nullptr);
 
 }  // namespace kolo

@@ -1,6 +1,7 @@
 #include "cpu_kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace kolo {
 namespace {
@@ -78,6 +79,85 @@ void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor) {
       break;
     case DataType::kBool:
       break;  // rejected at enqueue
+  }
+}
+
+namespace {
+
+// Sum and product of integers in the unsigned type of the same width, so that
+// overflow wraps (as MPI's C implementation does) instead of being undefined.
+template <typename T>
+T WrapAdd(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <typename T>
+T WrapMul(T a, T b) {
+  using U = std::conditional_t<sizeof(T) < sizeof(unsigned), unsigned, std::make_unsigned_t<T>>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
+
+template <typename T>
+void ReduceTyped(const T* in, T* inout, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      if constexpr (std::is_integral_v<T>) {
+        for (int64_t i = 0; i < count; ++i) inout[i] = WrapAdd(inout[i], in[i]);
+      } else {
+        for (int64_t i = 0; i < count; ++i) inout[i] += in[i];
+      }
+      break;
+    case ReduceOp::kProduct:
+      if constexpr (std::is_integral_v<T>) {
+        for (int64_t i = 0; i < count; ++i) inout[i] = WrapMul(inout[i], in[i]);
+      } else {
+        for (int64_t i = 0; i < count; ++i) inout[i] *= in[i];
+      }
+      break;
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < count; ++i) inout[i] = in[i] < inout[i] ? in[i] : inout[i];
+      break;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < count; ++i) inout[i] = in[i] > inout[i] ? in[i] : inout[i];
+      break;
+  }
+}
+
+void ReduceBool(const uint8_t* in, uint8_t* inout, int64_t count, ReduceOp op) {
+  const bool all = op == ReduceOp::kMin || op == ReduceOp::kProduct;
+  for (int64_t i = 0; i < count; ++i) {
+    inout[i] = all ? (inout[i] != 0 && in[i] != 0) : (inout[i] != 0 || in[i] != 0);
+  }
+}
+
+}  // namespace
+
+void ReduceInto(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return ReduceTyped(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(inout), count, op);
+    case DataType::kInt8:
+      return ReduceTyped(static_cast<const int8_t*>(in), static_cast<int8_t*>(inout), count, op);
+    case DataType::kUInt16:
+      return ReduceTyped(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), count,
+                         op);
+    case DataType::kInt16:
+      return ReduceTyped(static_cast<const int16_t*>(in), static_cast<int16_t*>(inout), count, op);
+    case DataType::kInt32:
+      return ReduceTyped(static_cast<const int32_t*>(in), static_cast<int32_t*>(inout), count, op);
+    case DataType::kInt64:
+      return ReduceTyped(static_cast<const int64_t*>(in), static_cast<int64_t*>(inout), count, op);
+    case DataType::kFloat32:
+      return ReduceTyped(static_cast<const float*>(in), static_cast<float*>(inout), count, op);
+    case DataType::kFloat64:
+      return ReduceTyped(static_cast<const double*>(in), static_cast<double*>(inout), count, op);
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), count, op,
+                        dtype == DataType::kBFloat16);
+    case DataType::kBool:
+      return ReduceBool(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(inout), count, op);
   }
 }
 

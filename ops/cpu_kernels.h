@@ -84,4 +84,9 @@ void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor);
 // inout[i] = op(in[i], inout[i]) for 16-bit floats; used by the custom MPI ops.
 void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op, bool bfloat);
 
+// inout[i] = op(in[i], inout[i]) for any dtype, with MPI's meaning: integers
+// wrap on overflow, kAverage is the sum, bool sum/max are "or" and min/product
+// are "and".
+void ReduceInto(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op);
+
 }  // namespace kolo

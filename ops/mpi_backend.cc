@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "cpu_kernels.h"
+#include "shm_allreduce.h"
 
 namespace kolo {
 namespace {
@@ -44,10 +45,12 @@ std::vector<int> Displacements(const std::vector<int64_t>& counts) {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes)
-      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes) {}
+  MpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
+             std::unique_ptr<ShmAllreduce> shm)
+      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes), shm_(std::move(shm)) {}
 
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+    if (shm_) return shm_->Allreduce(buffer, count, dtype, op);
     MPI_Datatype type = ops_->Datatype(dtype);
     MPI_Op mpi_op = ops_->Op(dtype, op);
     auto* p = static_cast<char*>(buffer);
@@ -121,6 +124,7 @@ class MpiBackend : public Backend {
   MPI_Comm comm_;
   const MpiOps* ops_;
   int64_t piece_bytes_;
+  std::unique_ptr<ShmAllreduce> shm_;
 };
 
 }  // namespace
@@ -225,8 +229,9 @@ MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
   return MPI_OP_NULL;
 }
 
-std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes) {
-  return std::make_unique<MpiBackend>(comm, ops, piece_bytes);
+std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
+                                        std::unique_ptr<ShmAllreduce> shm) {
+  return std::make_unique<MpiBackend>(comm, ops, piece_bytes, std::move(shm));
 }
 
 }  // namespace kolo

@@ -206,6 +206,10 @@ const std::vector<Setting>& Settings() {
        "Tensors at least this large are reduced in place, in pieces, instead of being copied "
        "into the fusion buffer. Accepts K/M/G suffixes.",
        Into(&Config::in_place_threshold_bytes, ParseByteSize)},
+      {env::kShmAllreduce, "1",
+       "When every rank of a process set runs on one host, allreduce through one shared-memory "
+       "segment (/dev/shm) instead of MPI; 0 = always MPI.",
+       Into(&Config::shm_allreduce, ParseBool)},
   };
   return kSettings;
 }

@@ -28,6 +28,7 @@ struct Config {
   double idle_tick_ms = 100.0;
   int64_t piece_bytes = 2LL << 20;
   int64_t in_place_threshold_bytes = 256LL << 10;
+  bool shm_allreduce = true;
   bool hierarchical_allreduce = false;
 };
 

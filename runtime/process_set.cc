@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "../ops/shm_allreduce.h"
 #include "logging.h"
 
 namespace kolo {
@@ -33,10 +34,10 @@ void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
 }  // namespace
 
 ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
-                       const Config& config)
+                       const Config& config, std::unique_ptr<ShmAllreduce> shm)
     : info_(std::move(info)),
       comm_(std::move(comm)),
-      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes)),
+      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes, std::move(shm))),
       config_(config),
       cache_(config.cache_capacity) {
   if (info_->rank_in_set == 0) {

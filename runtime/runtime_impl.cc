@@ -2,9 +2,17 @@
 
 #include <algorithm>
 
+#include "../ops/shm_allreduce.h"
 #include "logging.h"
 
 namespace kolo {
+namespace {
+
+// A rank that takes longer than this inside one shared-memory allreduce has
+// died or stopped (every rank negotiated the op before entering it).
+constexpr double kShmTimeoutSeconds = 60;
+
+}  // namespace
 
 Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& options) {
   std::vector<std::string> unknown;
@@ -123,7 +131,19 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
                 "MPI_Comm_split"));
   if (comm != MPI_COMM_NULL) {
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    sets_[info->id] = std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_);
+    std::unique_ptr<ShmAllreduce> shm;
+    if (config_.shm_allreduce && config_.piece_bytes > 0) {
+      // Collective over the set's members, like the split above.
+      auto made = ShmAllreduce::Create(comm, config_.piece_bytes, kShmTimeoutSeconds);
+      if (made.ok()) {
+        shm = std::move(made).value();
+      } else {
+        KOLO_LOG(kDebug) << "process set " << info->id
+                         << ": allreduce through MPI: " << made.status().message();
+      }
+    }
+    sets_[info->id] =
+        std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_, std::move(shm));
   }
   MutexLock lock(&sets_mutex_);
   set_infos_[info->id] = info;

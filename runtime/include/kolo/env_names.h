@@ -17,6 +17,7 @@ inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDU
 inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
 inline constexpr const char* kPieceSize = "KOLO_PIECE_SIZE";
 inline constexpr const char* kInPlaceThreshold = "KOLO_IN_PLACE_THRESHOLD";
+inline constexpr const char* kShmAllreduce = "KOLO_SHM_ALLREDUCE";
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot

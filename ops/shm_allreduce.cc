@@ -1,0 +1,205 @@
+#include "shm_allreduce.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+
+namespace kolo {
+
+// One rank's progress counters, each on its own cache line: the last piece
+// it copied in, reduced its slice of, and finished copying out.
+struct ShmAllreduce::Control {
+  alignas(64) std::atomic<uint64_t> counter[3];
+  char pad[64 - sizeof(std::atomic<uint64_t>)];
+};
+
+namespace {
+
+enum Counter { kArrived = 0, kReduced = 1, kDone = 2 };
+constexpr int kNameBytes = 64;
+
+const char* CounterName(int which) {
+  static const char* const kNames[] = {"copied its piece in", "reduced its slice",
+                                       "copied the result out"};
+  return kNames[which];
+}
+
+std::string ErrnoText(const char* call) {
+  return std::string(call) + ": " + std::strerror(errno);
+}
+
+// Element range [begin, end) of slice `r` when `count` elements are split over
+// `n` ranks.
+void Slice(int64_t count, int n, int r, int64_t* begin, int64_t* end) {
+  const int64_t base = count / n, extra = count % n;
+  *begin = r * base + std::min<int64_t>(r, extra);
+  *end = *begin + base + (r < extra ? 1 : 0);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_t piece_bytes,
+                                                           double timeout_seconds) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  // All ranks on this host? Every rank learns the smallest host group.
+  MPI_Comm local;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+                "MPI_Comm_split_type"));
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  int smallest = local_size;
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce"));
+  if (smallest != size) return Status::Unimplemented("the ranks are not all on one host");
+  if (piece_bytes < 64) return Status::InvalidArgument("piece size below 64 bytes");
+
+  std::unique_ptr<ShmAllreduce> shm(new ShmAllreduce());
+  shm->rank_ = rank;
+  shm->size_ = size;
+  shm->piece_bytes_ = piece_bytes / 64 * 64;
+  shm->timeout_seconds_ = timeout_seconds;
+  shm->mapped_bytes_ = static_cast<size_t>(size) * sizeof(Control) +
+                       static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->piece_bytes_);
+
+  // Rank 0 makes the segment and names it; the others open it; once every
+  // rank has it mapped, rank 0 unlinks the name, so nothing outlives the job.
+  char name[kNameBytes] = {};
+  std::string error;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    std::snprintf(name, sizeof(name), "/kolo-%d-%08x", static_cast<int>(getpid()), rd());
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = ErrnoText("shm_open");
+    } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(shm->mapped_bytes_)); rc != 0) {
+      // fallocate reserves the pages now: a full /dev/shm is an error here,
+      // not a SIGBUS in the middle of a collective.
+      error = std::string("posix_fallocate: ") + std::strerror(rc);
+    }
+    if (!error.empty()) name[0] = '\0';
+  }
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm), "MPI_Bcast"));
+  if (name[0] != '\0') {
+    if (rank != 0) {
+      fd = shm_open(name, O_RDWR, 0600);
+      if (fd < 0) error = ErrnoText("shm_open");
+    }
+    if (fd >= 0) {
+      void* p = mmap(nullptr, shm->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        error = ErrnoText("mmap");
+      } else {
+        shm->base_ = p;
+      }
+    }
+  }
+  if (fd >= 0) close(fd);
+  int ok = error.empty() && name[0] != '\0' ? 1 : 0;
+  int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm);
+  if (rank == 0 && name[0] != '\0') shm_unlink(name);
+  KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Allreduce"));
+  if (!ok) {
+    return Status::Unimplemented("no shared-memory segment" +
+                               (error.empty() ? std::string(" (another rank failed)")
+                                              : " (" + error + ")"));
+  }
+  shm->control_ = static_cast<Control*>(shm->base_);
+  shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);
+  return shm;
+}
+
+ShmAllreduce::~ShmAllreduce() {
+  if (base_ != nullptr) munmap(base_, mapped_bytes_);
+}
+
+uint8_t* ShmAllreduce::Slot(int rank, uint64_t seq) const {
+  return slots_ + (static_cast<size_t>(rank) * 2 + seq % 2) * static_cast<size_t>(piece_bytes_);
+}
+
+Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point deadline{};
+  for (int r = 0; r < size_; ++r) {
+    for (uint64_t spins = 0;; ++spins) {
+      if (control_[r].counter[which].load(std::memory_order_acquire) >= at_least) break;
+      // Spin briefly (the peer is usually a few microseconds behind), then
+      // yield so that oversubscribed ranks let each other run.
+      if (spins < 2000) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      sched_yield();
+      if (spins % 256 != 0) continue;
+      if (deadline == Clock::time_point{}) {
+        deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(timeout_seconds_));
+      } else if (Clock::now() > deadline) {
+        seq_ = ~uint64_t{0} >> 1;  // broken: later calls fail at once
+        return Status::Internal("rank " + std::to_string(r) + " has not " + CounterName(which) +
+                                " of a shared-memory allreduce for " +
+                                std::to_string(static_cast<int>(timeout_seconds_)) +
+                                " s; it died or stopped");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  if (seq_ >= (~uint64_t{0} >> 1)) {
+    return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
+  }
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece = piece_bytes_ / elem;
+  auto* data = static_cast<uint8_t*>(buffer);
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = std::min(piece, count - done);
+    uint8_t* src = data + done * elem;
+    const uint64_t seq = ++seq_;
+    // This slot was last used two pieces ago; every rank must have read it.
+    if (seq > 2) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - 2));
+    uint8_t* mine = Slot(rank_, seq);
+    std::memcpy(mine, src, static_cast<size_t>(n * elem));
+    control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
+
+    int64_t begin, end;
+    Slice(n, size_, rank_, &begin, &end);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || end == begin) continue;
+      ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, end - begin, dtype, op);
+    }
+    control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
+
+    for (int r = 0; r < size_; ++r) {
+      Slice(n, size_, r, &begin, &end);
+      std::memcpy(src + begin * elem, Slot(r, seq) + begin * elem,
+                  static_cast<size_t>((end - begin) * elem));
+    }
+    control_[rank_].counter[kDone].store(seq, std::memory_order_release);
+    done += n;
+  }
+  return Status::OK();
+}
+
+}  // namespace kolo

@@ -1,0 +1,118 @@
+// The shared-memory allreduce against MPI_Allreduce, its failure when a rank
+// never arrives, and the MPI path (pieces, fusion) with shared memory off.
+#include <mpi.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "../../ops/backend.h"
+#include "../../ops/shm_allreduce.h"
+#include "test_util.h"
+
+namespace kolo::test {
+namespace {
+
+constexpr DataType kAllTypes[] = {
+    DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
+    DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
+    DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
+  // 256-byte pieces: the counts below cross piece and slice boundaries.
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 256, 30);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  auto ops = MpiOps::Create();
+  ASSERT_TRUE(ops.ok());
+  const int rank = Rank();
+  for (DataType dtype : kAllTypes) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (int64_t count : {0, 1, 7, 63, 64, 65, 129, 1000, 4099}) {
+        Buffer ours(dtype, count), theirs(dtype, count);
+        for (int64_t i = 0; i < count; ++i) {
+          // Small values: products and fp16 sums stay exact, ranks differ.
+          double v = dtype == DataType::kBool ? (i + rank) % 2 : (i * 7 + rank * 3) % 5 + 1;
+          ours.Set(i, v);
+          theirs.Set(i, v);
+        }
+        ASSERT_TRUE(shm.value()->Allreduce(ours.data(), count, dtype, op).ok());
+        ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, theirs.data(), static_cast<int>(count),
+                                ops.value()->Datatype(dtype), ops.value()->Op(dtype, op),
+                                MPI_COMM_WORLD),
+                  MPI_SUCCESS);
+        for (int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(ours.Get(i), theirs.Get(i))
+              << DataTypeName(dtype) << " op " << static_cast<int>(op) << " count " << count
+              << " element " << i << " rank " << rank;
+        }
+      }
+    }
+  }
+}
+
+TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 1024, 0.5);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  std::vector<float> x(100, 1.0f);
+  const int absent = size - 1;
+  if (Rank() != absent) {
+    auto start = std::chrono::steady_clock::now();
+    Status s = shm.value()->Allreduce(x.data(), 100, DataType::kFloat32, ReduceOp::kSum);
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("rank " + std::to_string(absent) + " has not copied its piece in"),
+              std::string::npos)
+        << s.message();
+    EXPECT_LT(waited, 10.0);
+    // The segment is no longer trusted: later calls fail at once.
+    Status again = shm.value()->Allreduce(x.data(), 100, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_NE(again.message().find("failed earlier"), std::string::npos) << again.message();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The runtime with shared memory off and small pieces: MPI allreduces in
+// pieces, fused small tensors and in-place large ones.
+class MpiPath : public RuntimeTest {
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_SHM_ALLREDUCE", "0"},
+            {"KOLO_PIECE_SIZE", "4K"},
+            {"KOLO_IN_PLACE_THRESHOLD", "16K"}};
+  }
+};
+
+TEST_F(MpiPath, ManySizesInPiecesFusedAndInPlace) {
+  std::vector<Buffer> bufs;
+  for (int64_t n : {1, 100, 1023, 1024, 1025, 4096, 9000, 40000}) {
+    bufs.emplace_back(DataType::kFloat32, n);
+  }
+  std::vector<Handle> handles;
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    for (int64_t i = 0; i < bufs[k].size(); ++i) bufs[k].Set(i, (rank_ + 1) * (i % 13) + k);
+    AllreduceOptions opts;
+    opts.op = ReduceOp::kSum;
+    opts.name = "mpi_path." + std::to_string(k);
+    auto h = rt_->EnqueueAllreduce(bufs[k].View(), bufs[k].View(), opts);
+    ASSERT_TRUE(h.ok());
+    handles.push_back(h.value());
+  }
+  for (Handle h : handles) ASSERT_TRUE(rt_->Wait(h).ok());
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    for (int64_t i = 0; i < bufs[k].size(); ++i) {
+      double want = (i % 13) * size_ * (size_ + 1) / 2.0 + k * size_;
+      ASSERT_EQ(bufs[k].Get(i), want) << "tensor " << k << " element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kolo::test
