@@ -190,7 +190,7 @@ def coordinator_section(out, coord, lines, targets):
 def training_section(on, off, lines):
     lines += ["## 5. Training overhead: synthetic %s, batch %d at %d px, np=%d, 1 thread per rank"
               % (on["model"], on["batch_size"], on["image_size"], on["np"]), "",
-              "| allreduce | img/s per rank | ±95%% |", "| --- | --- | --- |",
+              "| allreduce | img/s per rank | ±95% |", "| --- | --- | --- |",
               "| on (DistributedOptimizer) | %.1f | %.1f |" % (on["img_per_sec_per_rank"],
                                                           on["ci95"]),
               "| off | %.1f | %.1f |" % (off["img_per_sec_per_rank"], off["ci95"]),

@@ -36,9 +36,7 @@ const char* CounterName(int which) {
   return kNames[which];
 }
 
-std::string ErrnoText(const char* call) {
-  return std::string(call) + ": " + std::strerror(errno);
-}
+std::string ErrnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
 // Element range [begin, end) of slice `r` when `count` elements are split over
 // `n` ranks.
@@ -64,8 +62,8 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   MPI_Comm_size(local, &local_size);
   MPI_Comm_free(&local);
   int smallest = local_size;
-  KOLO_RETURN_IF_ERROR(MpiStatus(
-      MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT, MPI_MIN, comm),
+                                 "MPI_Allreduce"));
   if (smallest != size) return Status::Unimplemented("the ranks are not all on one host");
   if (piece_bytes < 64) return Status::InvalidArgument("piece size below 64 bytes");
 
@@ -116,9 +114,9 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   if (rank == 0 && name[0] != '\0') shm_unlink(name);
   KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Allreduce"));
   if (!ok) {
-    return Status::Unimplemented("no shared-memory segment" +
-                               (error.empty() ? std::string(" (another rank failed)")
-                                              : " (" + error + ")"));
+    return Status::Unimplemented(
+        "no shared-memory segment" +
+        (error.empty() ? std::string(" (another rank failed)") : " (" + error + ")"));
   }
   shm->control_ = static_cast<Control*>(shm->base_);
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);

@@ -13,10 +13,10 @@
 namespace kolo::test {
 namespace {
 
-constexpr DataType kAllTypes[] = {
-    DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
-    DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-    DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+constexpr DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,
+                                  DataType::kInt16,   DataType::kInt32,    DataType::kInt64,
+                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                  DataType::kFloat64, DataType::kBool};
 
 int Rank() {
   int r = 0;
@@ -42,10 +42,10 @@ TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
           theirs.Set(i, v);
         }
         ASSERT_TRUE(shm.value()->Allreduce(ours.data(), count, dtype, op).ok());
-        ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, theirs.data(), static_cast<int>(count),
-                                ops.value()->Datatype(dtype), ops.value()->Op(dtype, op),
-                                MPI_COMM_WORLD),
-                  MPI_SUCCESS);
+        ASSERT_EQ(
+            MPI_Allreduce(MPI_IN_PLACE, theirs.data(), static_cast<int>(count),
+                          ops.value()->Datatype(dtype), ops.value()->Op(dtype, op), MPI_COMM_WORLD),
+            MPI_SUCCESS);
         for (int64_t i = 0; i < count; ++i) {
           ASSERT_EQ(ours.Get(i), theirs.Get(i))
               << DataTypeName(dtype) << " op " << static_cast<int>(op) << " count " << count
@@ -66,8 +66,7 @@ TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
   if (Rank() != absent) {
     auto start = std::chrono::steady_clock::now();
     Status s = shm.value()->Allreduce(x.data(), 100, DataType::kFloat32, ReduceOp::kSum);
-    double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find("rank " + std::to_string(absent) + " has not copied its piece in"),
               std::string::npos)
@@ -84,9 +83,8 @@ TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
 // pieces, fused small tensors and in-place large ones.
 class MpiPath : public RuntimeTest {
   std::vector<std::pair<std::string, std::string>> Settings() override {
-    return {{"KOLO_SHM_ALLREDUCE", "0"},
-            {"KOLO_PIECE_SIZE", "4K"},
-            {"KOLO_IN_PLACE_THRESHOLD", "16K"}};
+    return {
+        {"KOLO_SHM_ALLREDUCE", "0"}, {"KOLO_PIECE_SIZE", "4K"}, {"KOLO_IN_PLACE_THRESHOLD", "16K"}};
   }
 };
 
