@@ -89,27 +89,7 @@ class MpiPath : public RuntimeTest {
 };
 
 TEST_F(MpiPath, ManySizesInPiecesFusedAndInPlace) {
-  std::vector<Buffer> bufs;
-  for (int64_t n : {1, 100, 1023, 1024, 1025, 4096, 9000, 40000}) {
-    bufs.emplace_back(DataType::kFloat32, n);
-  }
-  std::vector<Handle> handles;
-  for (size_t k = 0; k < bufs.size(); ++k) {
-    for (int64_t i = 0; i < bufs[k].size(); ++i) bufs[k].Set(i, (rank_ + 1) * (i % 13) + k);
-    AllreduceOptions opts;
-    opts.op = ReduceOp::kSum;
-    opts.name = "mpi_path." + std::to_string(k);
-    auto h = rt_->EnqueueAllreduce(bufs[k].View(), bufs[k].View(), opts);
-    ASSERT_TRUE(h.ok());
-    handles.push_back(h.value());
-  }
-  for (Handle h : handles) ASSERT_TRUE(rt_->Wait(h).ok());
-  for (size_t k = 0; k < bufs.size(); ++k) {
-    for (int64_t i = 0; i < bufs[k].size(); ++i) {
-      double want = (i % 13) * size_ * (size_ + 1) / 2.0 + k * size_;
-      ASSERT_EQ(bufs[k].Get(i), want) << "tensor " << k << " element " << i;
-    }
-  }
+  AllreduceSizesAndCheck(*rt_, {1, 100, 1023, 1024, 1025, 4096, 9000, 40000}, "mpi_path.", 13);
 }
 
 }  // namespace

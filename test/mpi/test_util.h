@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../../ops/cpu_kernels.h"
@@ -145,6 +146,33 @@ inline double ValueOf(DataType t, int r, int64_t i, ReduceOp op) {
   if (t == DataType::kBool) return ((r + i) % 3) == 0 ? 1 : 0;
   if (op == ReduceOp::kProduct) return 1 + ((r + i) % 2);
   return (r + 1) * (i % 5 + 1);
+}
+
+// Sums float32 buffers of the given sizes, all in flight at once (so that the
+// runtime fuses, splits and reduces in place as its settings say), and checks
+// every element: rank r contributes (r + 1) * (i % period) + k to tensor k.
+inline void AllreduceSizesAndCheck(Runtime& rt, const std::vector<int64_t>& sizes,
+                                   const std::string& prefix, int64_t period) {
+  const int rank = rt.rank(), size = rt.size();
+  std::vector<Buffer> bufs;
+  for (int64_t n : sizes) bufs.emplace_back(DataType::kFloat32, n);
+  std::vector<Handle> handles;
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    for (int64_t i = 0; i < bufs[k].size(); ++i) bufs[k].Set(i, (rank + 1) * (i % period) + k);
+    AllreduceOptions opts;
+    opts.op = ReduceOp::kSum;
+    opts.name = prefix + std::to_string(k);
+    auto h = rt.EnqueueAllreduce(bufs[k].View(), bufs[k].View(), opts);
+    ASSERT_TRUE(h.ok());
+    handles.push_back(h.value());
+  }
+  for (Handle h : handles) ASSERT_TRUE(rt.Wait(h).ok());
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    for (int64_t i = 0; i < bufs[k].size(); ++i) {
+      double want = (i % period) * size * (size + 1) / 2.0 + k * size;
+      ASSERT_EQ(bufs[k].Get(i), want) << "tensor " << k << " rank " << rank << " elem " << i;
+    }
+  }
 }
 
 }  // namespace kolo::test
