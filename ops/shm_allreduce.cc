@@ -151,7 +151,7 @@ Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeout_seconds_));
       } else if (Clock::now() > deadline) {
-        seq_ = ~uint64_t{0} >> 1;  // broken: later calls fail at once
+        broken_ = true;
         return Status::Internal("rank " + std::to_string(r) + " has not " + CounterName(which) +
                                 " of a shared-memory allreduce for " +
                                 std::to_string(static_cast<int>(timeout_seconds_)) +
@@ -163,7 +163,7 @@ Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
 }
 
 Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  if (seq_ >= (~uint64_t{0} >> 1)) {
+  if (broken_) {
     return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
   }
   const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));

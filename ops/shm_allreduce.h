@@ -28,9 +28,9 @@ namespace kolo {
 
 class ShmAllreduce {
  public:
-  // Collective over `comm` (every rank calls it). Returns nullptr with a
-  // status when the ranks of `comm` are not all on this host or the segment
-  // cannot be made (the caller then keeps using MPI).
+  // Collective over `comm` (every rank calls it). Fails on every rank alike
+  // when the ranks of `comm` are not all on this host or the segment cannot be
+  // made (the caller then keeps using MPI).
   static Result<std::unique_ptr<ShmAllreduce>> Create(MPI_Comm comm, int64_t piece_bytes,
                                                       double timeout_seconds);
   ~ShmAllreduce();
@@ -55,6 +55,7 @@ class ShmAllreduce {
   Control* control_ = nullptr;  // size_ entries at the start of the segment
   uint8_t* slots_ = nullptr;
   uint64_t seq_ = 0;
+  bool broken_ = false;  // a peer timed out: the counters can no longer be trusted
 };
 
 }  // namespace kolo

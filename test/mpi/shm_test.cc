@@ -13,11 +13,6 @@
 namespace kolo::test {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,
-                                  DataType::kInt16,   DataType::kInt32,    DataType::kInt64,
-                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                  DataType::kFloat64, DataType::kBool};
-
 int Rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -31,7 +26,7 @@ TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
   auto ops = MpiOps::Create();
   ASSERT_TRUE(ops.ok());
   const int rank = Rank();
-  for (DataType dtype : kAllTypes) {
+  for (DataType dtype : AllDataTypes()) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       for (int64_t count : {0, 1, 7, 63, 64, 65, 129, 1000, 4099}) {
         Buffer ours(dtype, count), theirs(dtype, count);
