@@ -3,6 +3,7 @@
     python3 bench/report.py bench/results
 """
 import json
+import math
 import os
 import platform
 import subprocess
@@ -170,7 +171,6 @@ def coordinator_section(out, coord, lines, targets):
     targets.append(("coordinator slow path < 1 ms at %d ranks" % last["ranks"],
                     "%.1f ms" % last["slow_path_ms"], last["slow_path_ms"] < 1))
     growth = last["fast_path_us"] / first["fast_path_us"]
-    import math
     log_growth = math.log2(last["ranks"]) / math.log2(first["ranks"])
     targets.append(("fast path grows no faster than log N",
                     "×%.2f from %d to %d ranks (log N: ×%.0f)" % (

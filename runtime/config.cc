@@ -208,7 +208,8 @@ const std::vector<Setting>& Settings() {
        Into(&Config::in_place_threshold_bytes, ParseByteSize)},
       {env::kShmAllreduce, "1",
        "When every rank of a process set runs on one host, allreduce through one shared-memory "
-       "segment (/dev/shm) instead of MPI; 0 = always MPI.",
+       "segment (/dev/shm, 2 x KOLO_PIECE_SIZE per rank) instead of MPI; 0 = always MPI. Off "
+       "when KOLO_PIECE_SIZE is 0.",
        Into(&Config::shm_allreduce, ParseBool)},
   };
   return kSettings;
