@@ -30,7 +30,7 @@ def human(nbytes):
     return "%d B" % nbytes
 
 
-def machine():
+def machine(out):
     def run(cmd):
         try:
             return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
@@ -39,7 +39,8 @@ def machine():
     model = next((line.split(":", 1)[1].strip() for line in run(["lscpu"]).splitlines()
                   if line.startswith("Model name")), platform.processor())
     mpi = run(["mpirun", "--version"]).splitlines()[:1]
-    commit = run(["git", "rev-parse", "--short", "HEAD"]).strip()
+    recorded = load(out, "run.json") or {}
+    commit = recorded.get("commit") or run(["git", "rev-parse", "--short", "HEAD"]).strip()
     return "%s, %d cores, %s, kolo %s" % (model, os.cpu_count(), mpi[0] if mpi else "MPI ?",
                                         commit or "?")
 
@@ -200,7 +201,7 @@ def training_section(on, off, lines):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
-    lines = ["# kolo benchmark report", "", "Machine: " + machine(), ""]
+    lines = ["# kolo benchmark report", "", "Machine: " + machine(out), ""]
     targets = []
     cpp, torch_sweep = load(out, "sweep_cpp.json"), load(out, "sweep_torch.json")
     if cpp or torch_sweep:

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh > /dev/null
 out=${OUT_DIR:-bench/results}
 mkdir -p "$out"
+# The commit measured, so that regenerating the report later still names it.
+echo "{\"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}" > "$out/run.json"
 export PYTHONPATH=$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}
 kolorun=build/launcher/kolorun
 py=/usr/bin/python3
