@@ -47,8 +47,8 @@ int64_t SplitRows(int64_t rows, int size, int rank) {
   return rows / size + (rank < rows % size ? 1 : 0);
 }
 
-Coordinator::Coordinator(int size, StallSettings stall)
-    : size_(size), stall_(stall), joined_(size, false) {}
+Coordinator::Coordinator(int size, StallSettings stall, int process_set)
+    : size_(size), stall_(stall), process_set_(process_set), joined_(size, false) {}
 
 void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
                               Clock::time_point now) {
@@ -67,6 +67,9 @@ void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
 }
 
 void Coordinator::Add(const Request& request, Clock::time_point now) {
+  if (request.process_set != process_set_ && table_.count(request.name) == 0) {
+    return;  // an answer to a MISSING response for a tensor decided since
+  }
   auto [it, inserted] = table_.try_emplace(request.name);
   Entry& entry = it->second;
   if (inserted) {
@@ -94,7 +97,11 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
   const std::string ranks = "rank " + std::to_string(f.rank);
   const std::string other = "rank " + std::to_string(r.rank);
   std::string what;
-  if (r.op != f.op) {
+  if (r.process_set != f.process_set) {
+    what = "Mismatched process sets for " + Describe(f) + ": " + ranks +
+           " submitted it on process set " + std::to_string(f.process_set) + " but " + other +
+           " submitted it on process set " + std::to_string(r.process_set) + ".";
+  } else if (r.op != f.op) {
     what = "Mismatched operations for tensor '" + f.name + "': " + ranks + " asked for " +
            OpTypeName(f.op) + " but " + other + " asked for " + OpTypeName(r.op) + ".";
   } else if (r.dtype != f.dtype && f.op != OpType::kBarrier) {
@@ -269,6 +276,15 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       Emit(std::move(err), first, &outcome->responses);
       table_.erase(it);
       continue;
+    }
+    if (!e.warned) {
+      Response missing;
+      missing.op = OpType::kMissing;
+      missing.names = {name};
+      for (int r = 0; r < size_; ++r) {
+        if (!e.submitted[r]) missing.ranks.push_back(r);
+      }
+      outcome->responses.push_back(std::move(missing));
     }
     e.warned = true;
     e.last_warned = now;

@@ -11,6 +11,10 @@
 //      ERROR for tensors stalled past the shutdown time, and JOIN once every
 //      rank has joined. Members of a group are held until the whole group is
 //      decided, then emitted together.
+//      When a tensor first reaches the stall check time, a MISSING response
+//      names the ranks that have not sent it. A missing rank that holds the
+//      same name on another process set answers with a request naming that
+//      set, and the tensor then fails with a process-set mismatch.
 #pragma once
 
 #include <chrono>
@@ -37,7 +41,8 @@ class Coordinator {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Coordinator(int size, StallSettings stall);
+  // `process_set`: the id of the set this coordinator serves.
+  Coordinator(int size, StallSettings stall, int process_set = 0);
 
   void AddRequests(int rank, const std::vector<Request>& requests, Clock::time_point now);
   CoordinatorOutcome ComputeResponses(Clock::time_point now);
@@ -73,6 +78,7 @@ class Coordinator {
 
   int size_;
   StallSettings stall_;
+  int process_set_;
   std::unordered_map<std::string, Entry> table_;
   std::vector<std::string> arrival_order_;  // names in table_, first arrival first
   std::unordered_map<std::string, Group> groups_;

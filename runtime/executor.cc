@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "../ops/cpu_kernels.h"
@@ -40,7 +41,8 @@ void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* resul
 
 void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
                        const std::function<Result<int>(const std::vector<int>&)>& add_set,
-                       const std::function<Status(int)>& remove_set) {
+                       const std::function<Status(int)>& remove_set,
+                       const std::function<const Request*(const std::string&)>& held_elsewhere) {
   auto now = Clock::now();
   for (const Response& r : responses) {
     for (const std::string& name : r.names) {
@@ -72,6 +74,19 @@ void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
           }
         }
         break;
+      case OpType::kMissing: {
+        // The coordinator waits for this rank. Holding the name on another
+        // set is a mismatch the coordinator can only see if it is told.
+        const bool asked = std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end();
+        const Request* other =
+            asked && set.Find(r.names[0]) == nullptr ? held_elsewhere(r.names[0]) : nullptr;
+        if (other != nullptr) {
+          Request answer = *other;
+          answer.rank = set.rank();
+          set.Announce(std::move(answer));
+        }
+        break;
+      }
       case OpType::kBarrier:
         // Negotiation already proved that every rank reached the barrier.
         if (set.Find(r.names[0]) != nullptr) Finish(set.Take(r.names[0]), Status::OK());

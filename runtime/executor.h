@@ -20,9 +20,12 @@ class Executor {
 
   // Executes `responses` (already fused) in order. Process-set changes are
   // returned through `add_set` / `remove_set`, which the runtime applies.
+  // `held_elsewhere(name)` finds a request of this rank pending under `name`
+  // on another process set (null if none), to answer a MISSING response.
   void Execute(ProcessSet& set, const std::vector<Response>& responses,
                const std::function<Result<int>(const std::vector<int>&)>& add_set,
-               const std::function<Status(int)>& remove_set);
+               const std::function<Status(int)>& remove_set,
+               const std::function<const Request*(const std::string&)>& held_elsewhere);
 
   // Completes one entry with `status` (and `result`).
   void Finish(TensorEntry entry, const Status& status, WorkResult* result = nullptr);

@@ -45,7 +45,7 @@ class AlignedBytes {
 std::string ToString(const fb::String* s) { return s == nullptr ? std::string() : s->str(); }
 
 bool ValidEnums(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
-  return op <= static_cast<uint8_t>(OpType::kError) && dtype < kNumDataTypes &&
+  return op <= static_cast<uint8_t>(OpType::kMissing) && dtype < kNumDataTypes &&
          reduce_op <= static_cast<uint8_t>(ReduceOp::kProduct);
 }
 
@@ -55,7 +55,7 @@ bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && group == o.group && group_size == o.group_size &&
-         ranks == o.ranks;
+         ranks == o.ranks && process_set == o.process_set;
 }
 
 bool Response::operator==(const Response& o) const {
@@ -74,7 +74,7 @@ std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
         b, r.rank, static_cast<uint8_t>(r.op), b.CreateString(r.name),
         static_cast<uint8_t>(r.dtype), b.CreateVector(r.shape), static_cast<uint8_t>(r.reduce_op),
         r.prescale, r.postscale, r.root, r.device, b.CreateString(r.group), r.group_size,
-        b.CreateVector(r.ranks)));
+        b.CreateVector(r.ranks), r.process_set));
   }
   b.Finish(wire::CreateRequestList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -124,6 +124,7 @@ Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
     r.group = ToString(w->group());
     r.group_size = w->group_size();
     r.ranks = ToVector(w->ranks());
+    r.process_set = w->process_set();
     out.push_back(std::move(r));
   }
   return out;

@@ -25,6 +25,9 @@ struct Request {
   std::string group;           // grouped allreduce: the group's name; empty when not grouped
   int32_t group_size = 0;      // grouped allreduce: number of members
   std::vector<int32_t> ranks;  // add_process_set: the ranks; remove: {id}
+  // The process set the rank submitted the tensor on. A request naming another
+  // set than the one it travels on says "I have this tensor, but on that set".
+  int32_t process_set = 0;
 
   bool operator==(const Request& o) const;
 };
@@ -43,7 +46,7 @@ struct Response {
   // allgather: dim 0 of every rank.
   std::vector<int64_t> sizes;
   int32_t value = -1;          // join: last rank to join
-  std::vector<int32_t> ranks;  // add/remove process set
+  std::vector<int32_t> ranks;  // add/remove process set; missing: the ranks missing it
 
   bool operator==(const Response& o) const;
 };

@@ -48,7 +48,7 @@ ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
     } else {
       stall.check_seconds = 0;
     }
-    coordinator_ = std::make_unique<Coordinator>(size(), stall);
+    coordinator_ = std::make_unique<Coordinator>(size(), stall, info_->id);
   }
 }
 

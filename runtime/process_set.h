@@ -51,6 +51,9 @@ class ProcessSet {
   // Removes and returns the entry (the caller completes its work).
   TensorEntry Take(const std::string& name);
   bool has_pending() const { return !pending_.empty(); }
+  // Sends `request` to the coordinator next round without a local entry (the
+  // answer to a MISSING response: "this rank has the tensor on another set").
+  void Announce(Request request) { uncached_.push_back(std::move(request)); }
   // Fails every pending entry with `status` and forgets them.
   std::vector<TensorEntry> TakeAll();
 

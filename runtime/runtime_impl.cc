@@ -210,6 +210,7 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
     }
     for (TensorEntry& e : entries) {
       pending_names_[e.process_set].insert(e.request.name);
+      e.request.process_set = e.process_set;
       e.work = work;
       e.enqueued = now;
       queue_.push_back(std::move(e));
@@ -322,7 +323,14 @@ bool RuntimeImpl::RunCycle() {
     executor_->Execute(
         set, outcome.responses,
         [this](const std::vector<int>& ranks) { return CreateProcessSet(ranks); },
-        [this](int removed) { return RemoveProcessSet(removed); });
+        [this](int removed) { return RemoveProcessSet(removed); },
+        [this, id](const std::string& name) -> const Request* {
+          for (auto& [other_id, other] : sets_) {
+            if (other_id == id) continue;
+            if (const TensorEntry* e = other->Find(name)) return &e->request;
+          }
+          return nullptr;
+        });
   }
   timeline_.Flush();
   return true;

@@ -99,6 +99,8 @@ const char* OpTypeName(OpType op) {
       return "remove_process_set";
     case OpType::kError:
       return "error";
+    case OpType::kMissing:
+      return "missing";
   }
   return "unknown";
 }

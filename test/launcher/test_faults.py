@@ -93,6 +93,32 @@ def test_mismatch_is_caught_on_every_rank_and_training_goes_on(tmp_path):
         assert "[%d]<stdout>:after: [4.0, 4.0]" % rank in r.stdout
 
 
+PROCESS_SET_MISMATCH = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+everyone = hvd.add_process_set(list(range(hvd.size())))
+try:
+    hvd.allreduce(torch.ones(2), name="two.sets",
+                  process_set=everyone if hvd.rank() else hvd.global_process_set)
+except hvd.KoloInternalError as e:
+    print("caught:", e, flush=True)
+print("after:", hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=everyone).tolist(),
+      flush=True)
+"""
+
+
+def test_tensor_on_different_process_sets_is_an_error_on_every_rank(tmp_path):
+    r, elapsed = run(2, PROCESS_SET_MISMATCH, tmp_path,
+                     env={"KOLO_STALL_CHECK_TIME_SECONDS": "1"})
+    assert r.returncode == 0, r.stderr
+    for rank in range(2):
+        assert "[%d]<stdout>:caught: Mismatched process sets for allreduce tensor 'two.sets'" % rank \
+            in r.stdout, r.stdout
+        assert "[%d]<stdout>:after: [2.0, 2.0]" % rank in r.stdout
+    assert elapsed < 20, elapsed
+
+
 INIT_AFTER_SHUTDOWN = """
 import torch
 import kolo.torch as hvd

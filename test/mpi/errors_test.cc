@@ -265,6 +265,40 @@ TEST_F(Stall, CachedTensorThatStallsIsReportedToo) {
   MeetAfterTheStall();
 }
 
+// Rank 0 sends a tensor on the global set, the others send it on a set of all
+// ranks: neither set's coordinator sees every rank, so without help both would
+// stall. At the stall check time the missing ranks say where they sent it.
+TEST_F(Stall, TensorOnDifferentProcessSetsFailsOnEveryRank) {
+  std::vector<int> everyone(size_);
+  for (int r = 0; r < size_; ++r) everyone[r] = r;
+  WorkResult added;
+  ASSERT_TRUE(Run(rt_->EnqueueAddProcessSet(everyone), &added).ok());
+  const int other_set = added.value;
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.name = "sent.on.two.sets";
+  opts.process_set = rank_ == 0 ? kGlobalProcessSet : other_set;
+  auto start = Clock::now();
+  Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.message(),
+                       "Mismatched process sets for allreduce tensor "
+                       "'sent.on.two.sets'"))
+      << s.message();
+  EXPECT_TRUE(Contains(s.message(), "on process set 0")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "on process set " + std::to_string(other_set))) << s.message();
+  EXPECT_LT(seconds, 1.4);  // before the stall shutdown (1.5 s) would have ended it
+  // Both sets carry on.
+  for (int set : {kGlobalProcessSet, other_set}) {
+    b.Set(0, 1);
+    opts.process_set = set;
+    opts.op = ReduceOp::kSum;
+    ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());
+    EXPECT_EQ(b.Get(0), size_);
+  }
+}
+
 TEST(ProcessSets, RegisteredAtInitAndAddedLater) {
   int size = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

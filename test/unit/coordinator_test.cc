@@ -233,6 +233,31 @@ TEST_F(CoordinatorTest, StallWarningNamesMissingRanks) {
   EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).stall_warnings.size(), 1u);
 }
 
+TEST_F(CoordinatorTest, StalledTensorAsksTheMissingRanksOnceAndTheirAnswerIsAMismatch) {
+  Coordinator c(3, StallSettings{10, 0}, /*process_set=*/0);
+  c.AddRequests(0, {Allreduce("x")}, t0);
+  c.AddRequests(1, {Allreduce("x")}, t0);
+  auto late = c.ComputeResponses(t0 + std::chrono::seconds(11));
+  ASSERT_EQ(late.responses.size(), 1u);
+  EXPECT_EQ(late.responses[0].op, OpType::kMissing);
+  EXPECT_EQ(late.responses[0].names, std::vector<std::string>{"x"});
+  EXPECT_EQ(late.responses[0].ranks, std::vector<int32_t>{2});
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(22)).responses.empty());  // once
+  // Rank 2 answers: it holds "x" on process set 3.
+  Request elsewhere = Allreduce("x");
+  elsewhere.process_set = 3;
+  c.AddRequests(2, {elsewhere}, t0 + std::chrono::seconds(23));
+  auto out = c.ComputeResponses(t0 + std::chrono::seconds(23));
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kError);
+  EXPECT_EQ(out.responses[0].error,
+            "Mismatched process sets for allreduce tensor 'x': rank 0 submitted it on process "
+            "set 0 but rank 2 submitted it on process set 3.");
+  // An answer that arrives after the tensor was decided is dropped.
+  c.AddRequests(2, {elsewhere}, t0 + std::chrono::seconds(24));
+  EXPECT_EQ(c.pending(), 0u);
+}
+
 TEST_F(CoordinatorTest, StallShutdownFailsTheTensor) {
   Coordinator c(2, StallSettings{1, 3});
   c.AddRequests(0, {Allreduce("lost")}, t0);

@@ -22,6 +22,7 @@ Request SampleRequest() {
   r.group = "g";
   r.group_size = 2;
   r.ranks = {0, 2};
+  r.process_set = 3;
   return r;
 }
 

@@ -44,7 +44,8 @@ enum class OpType : uint8_t {
   kJoin = 6,
   kAddProcessSet = 7,
   kRemoveProcessSet = 8,
-  kError = 9,  // responses only
+  kError = 9,     // responses only
+  kMissing = 10,  // responses only: the coordinator asks the ranks missing a tensor
 };
 
 // Where a tensor's memory lives: kCpuDevice for host memory, otherwise a CUDA
