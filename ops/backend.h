@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kolo/status.h"
@@ -80,11 +81,25 @@ class MpiOps {
   MPI_Op bfloat_ops_[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
+// The communicators of a hierarchical allreduce: the ranks on this host
+// (`local`) and the ranks with this rank's local rank on every host (`cross`).
+struct Hierarchy {
+  MpiComm local;
+  MpiComm cross;
+
+  // Collective over `comm`. Null, with the reason, when the set runs on one
+  // host or its hosts hold different numbers of its ranks.
+  static Result<std::unique_ptr<Hierarchy>> Create(MPI_Comm comm, std::string* why_not);
+};
+
 // A backend over MPI for host memory. Does not own `comm` or `ops`. Allreduce
 // reduces buffers larger than `piece_bytes` in pieces of that size (0: one
 // call per buffer), so that each piece's working set stays in cache.
 // With `shm` (ranks all on one host), allreduce goes through shared memory.
+// With `hierarchy`, allreduce reduce-scatters within each host, allreduces
+// each host's block across hosts, and allgathers within the host.
 std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
-                                        std::unique_ptr<ShmAllreduce> shm = nullptr);
+                                        std::unique_ptr<ShmAllreduce> shm = nullptr,
+                                        std::unique_ptr<Hierarchy> hierarchy = nullptr);
 
 }  // namespace kolo

@@ -46,8 +46,12 @@ std::vector<int> Displacements(const std::vector<int64_t>& counts) {
 class MpiBackend : public Backend {
  public:
   MpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
-             std::unique_ptr<ShmAllreduce> shm)
-      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes), shm_(std::move(shm)) {}
+             std::unique_ptr<ShmAllreduce> shm, std::unique_ptr<Hierarchy> hierarchy)
+      : comm_(comm),
+        ops_(ops),
+        piece_bytes_(piece_bytes),
+        shm_(std::move(shm)),
+        hierarchy_(std::move(hierarchy)) {}
 
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     if (shm_) return shm_->Allreduce(buffer, count, dtype, op);
@@ -61,8 +65,12 @@ class MpiBackend : public Backend {
     }
     for (int64_t done = 0; done < count;) {
       int n = static_cast<int>(std::min(count - done, piece));
-      KOLO_RETURN_IF_ERROR(MpiStatus(
-          MPI_Allreduce(MPI_IN_PLACE, p + done * elem, n, type, mpi_op, comm_), "MPI_Allreduce"));
+      if (hierarchy_) {
+        KOLO_RETURN_IF_ERROR(HierarchicalAllreduce(p + done * elem, n, elem, type, mpi_op));
+      } else {
+        KOLO_RETURN_IF_ERROR(MpiStatus(
+            MPI_Allreduce(MPI_IN_PLACE, p + done * elem, n, type, mpi_op, comm_), "MPI_Allreduce"));
+      }
       done += n;
     }
     return Status::OK();
@@ -121,10 +129,39 @@ class MpiBackend : public Backend {
   }
 
  private:
+  // Local rank i reduces block i of the host's ranks, the hosts allreduce
+  // their block i among local ranks i, and each host gathers its blocks.
+  // Every element is reduced in the same order everywhere, so every rank
+  // ends with the same bits.
+  Status HierarchicalAllreduce(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) {
+    MPI_Comm local = hierarchy_->local.get();
+    int local_size = 1, local_rank = 0;
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_rank(local, &local_rank);
+    std::vector<int> counts(local_size), displs(local_size);
+    for (int i = 0, off = 0; i < local_size; ++i) {
+      counts[i] = count / local_size + (i < count % local_size ? 1 : 0);
+      displs[i] = off;
+      off += counts[i];
+    }
+    block_.resize(static_cast<size_t>(counts[local_rank]) * elem);
+    KOLO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Reduce_scatter(p, block_.data(), counts.data(), type, op, local),
+                  "MPI_Reduce_scatter"));
+    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(MPI_IN_PLACE, block_.data(), counts[local_rank],
+                                                 type, op, hierarchy_->cross.get()),
+                                   "MPI_Allreduce"));
+    return MpiStatus(MPI_Allgatherv(block_.data(), counts[local_rank], type, p, counts.data(),
+                                    displs.data(), type, local),
+                     "MPI_Allgatherv");
+  }
+
   MPI_Comm comm_;
   const MpiOps* ops_;
   int64_t piece_bytes_;
   std::unique_ptr<ShmAllreduce> shm_;
+  std::unique_ptr<Hierarchy> hierarchy_;
+  std::vector<char> block_;  // this rank's block of a hierarchical allreduce
 };
 
 }  // namespace
@@ -230,8 +267,44 @@ MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
 }
 
 std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
-                                        std::unique_ptr<ShmAllreduce> shm) {
-  return std::make_unique<MpiBackend>(comm, ops, piece_bytes, std::move(shm));
+                                        std::unique_ptr<ShmAllreduce> shm,
+                                        std::unique_ptr<Hierarchy> hierarchy) {
+  return std::make_unique<MpiBackend>(comm, ops, piece_bytes, std::move(shm), std::move(hierarchy));
+}
+
+Result<std::unique_ptr<Hierarchy>> Hierarchy::Create(MPI_Comm comm, std::string* why_not) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm raw_local = MPI_COMM_NULL;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &raw_local),
+                "MPI_Comm_split_type"));
+  MpiComm local(raw_local);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local.get(), &local_rank);
+  MPI_Comm_size(local.get(), &local_size);
+  int sizes[2] = {local_size, -local_size};  // min and max in one call
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm), "MPI_Allreduce"));
+  if (sizes[0] == size) {
+    *why_not = "all ranks run on one host";
+    return std::unique_ptr<Hierarchy>();
+  }
+  if (sizes[0] != -sizes[1]) {
+    *why_not = "hosts run different numbers of ranks (" + std::to_string(sizes[0]) + " to " +
+               std::to_string(-sizes[1]) + ")";
+    return std::unique_ptr<Hierarchy>();
+  }
+  MPI_Comm raw_cross = MPI_COMM_NULL;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split(comm, local_rank, rank, &raw_cross), "MPI_Comm_split"));
+  auto h = std::make_unique<Hierarchy>();
+  h->local = std::move(local);
+  h->cross = MpiComm(raw_cross);
+  MPI_Comm_set_errhandler(h->local.get(), MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(h->cross.get(), MPI_ERRORS_RETURN);
+  return h;
 }
 
 }  // namespace kolo

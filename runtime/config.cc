@@ -191,8 +191,9 @@ const std::vector<Setting>& Settings() {
       {env::kLogLevel, "warning", "trace, debug, info, warning or error.",
        Into(&Config::log_level, ParseLogLevel)},
       {env::kHierarchicalAllreduce, "0",
-       "Reduce within each host, then across hosts, then gather within the host. Not "
-       "implemented yet: kolo warns and uses a flat allreduce.",
+       "Allreduce in three steps on process sets that span hosts: reduce-scatter within each "
+       "host, allreduce across hosts, allgather within the host (MPI for host memory, NCCL for "
+       "GPU memory). Needs the same number of the set's ranks on every host; otherwise flat.",
        Into(&Config::hierarchical_allreduce, ParseBool)},
       {env::kIdleTick, "100",
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "

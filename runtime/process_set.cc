@@ -34,10 +34,12 @@ void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
 }  // namespace
 
 ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
-                       const Config& config, std::unique_ptr<ShmAllreduce> shm)
+                       const Config& config, std::unique_ptr<ShmAllreduce> shm,
+                       std::unique_ptr<Hierarchy> hierarchy)
     : info_(std::move(info)),
       comm_(std::move(comm)),
-      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes, std::move(shm))),
+      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes, std::move(shm),
+                              std::move(hierarchy))),
       config_(config),
       cache_(config.cache_capacity) {
   if (info_->rank_in_set == 0) {

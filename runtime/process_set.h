@@ -32,8 +32,10 @@ struct NegotiationOutcome {
 class ProcessSet {
  public:
   // `shm`: the shared-memory allreduce when the members share a host, or null.
+  // `hierarchy`: the communicators of a hierarchical allreduce, or null.
   ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
-             const Config& config, std::unique_ptr<ShmAllreduce> shm);
+             const Config& config, std::unique_ptr<ShmAllreduce> shm,
+             std::unique_ptr<Hierarchy> hierarchy = nullptr);
 
   const ProcessSetInfo& info() const { return *info_; }
   int size() const { return static_cast<int>(info_->ranks.size()); }

@@ -30,10 +30,6 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
                          << (close.empty() ? "" : "; did you mean " + close + "?");
     }
   }
-  if (rt->config_.hierarchical_allreduce && rt->rank_ == 0) {
-    KOLO_LOG(kWarning) << "KOLO_HIERARCHICAL_ALLREDUCE=1: hierarchical allreduce is not "
-                          "implemented yet; using a flat allreduce";
-  }
   KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
   if (!rt->config_.timeline_path.empty() && rt->rank_ == 0) {
     KOLO_RETURN_IF_ERROR(
@@ -142,8 +138,19 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
                          << ": allreduce through MPI: " << made.status().message();
       }
     }
-    sets_[info->id] =
-        std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_, std::move(shm));
+    std::unique_ptr<Hierarchy> hierarchy;
+    if (config_.hierarchical_allreduce && !shm) {
+      std::string why_not;
+      auto made = Hierarchy::Create(comm, &why_not);
+      if (!made.ok()) return made.status();
+      hierarchy = std::move(made).value();
+      if (!hierarchy && info->rank_in_set == 0) {
+        KOLO_LOG(kInfo) << "process set " << info->id << ": KOLO_HIERARCHICAL_ALLREDUCE=1, but "
+                        << why_not << "; allreduce is flat";
+      }
+    }
+    sets_[info->id] = std::make_unique<ProcessSet>(info, MpiComm(comm), mpi_ops_.get(), config_,
+                                                   std::move(shm), std::move(hierarchy));
   }
   MutexLock lock(&sets_mutex_);
   set_infos_[info->id] = info;
