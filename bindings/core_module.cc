@@ -59,21 +59,22 @@ TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int
 }
 
 template <typename Options = CollectiveOptions>
-Options Named(const std::string& name, int process_set) {
+Options Named(const std::string& name, int process_set, uintptr_t stream = 0) {
   Options o;
   o.name = name;
   o.process_set = process_set;
+  o.cuda_stream = reinterpret_cast<void*>(stream);
   return o;
 }
 
 // Options of a reducing collective (AllreduceOptions, ReducescatterOptions).
 template <typename Options>
 Options Reducing(const std::string& name, int op, double prescale, double postscale,
-                 int process_set) {
+                 int process_set, uintptr_t stream) {
   if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
     throw py::value_error("unknown reduce op code " + std::to_string(op));
   }
-  Options o = Named<Options>(name, process_set);
+  Options o = Named<Options>(name, process_set, stream);
   o.op = static_cast<ReduceOp>(op);
   o.prescale_factor = prescale;
   o.postscale_factor = postscale;
@@ -84,12 +85,24 @@ Options Reducing(const std::string& name, int op, double prescale, double postsc
 struct Output {
   WorkResult result;
   py::tuple shape() const { return py::cast(result.shape); }
-  void CopyTo(uintptr_t ptr, size_t nbytes) const {
-    if (nbytes != result.data.size()) {
-      throw py::value_error("output buffer has " + std::to_string(nbytes) + " bytes, result has " +
-                            std::to_string(result.data.size()));
+  size_t nbytes() const {
+    if (result.device == kCpuDevice) return result.data.size();
+    size_t n = DataTypeSize(result.dtype);
+    for (int64_t d : result.shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+  // `ptr`: host memory, or device memory on the result's device.
+  void CopyTo(uintptr_t ptr, size_t bytes) const {
+    if (bytes != nbytes()) {
+      throw py::value_error("output buffer has " + std::to_string(bytes) + " bytes, result has " +
+                            std::to_string(nbytes()));
     }
-    if (nbytes > 0) std::memcpy(reinterpret_cast<void*>(ptr), result.data.data(), nbytes);
+    if (result.device != kCpuDevice) {
+      Status s = CopyDeviceResult(result, reinterpret_cast<void*>(ptr));
+      if (!s.ok()) Raise(s);
+      return;
+    }
+    if (bytes > 0) std::memcpy(reinterpret_cast<void*>(ptr), result.data.data(), bytes);
   }
 };
 
@@ -153,45 +166,49 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_size", [] { return Rt().cross_size(); });
   m.def("mpi_threads_supported", [] { return Rt().mpi_threads_supported(); });
 
-  m.def("allreduce_async",
-        [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int device,
-           const std::string& name, int op, double prescale, double postscale, int process_set) {
-          return Check(Rt().EnqueueAllreduce(
-              View(in, dtype, shape, device), View(out, dtype, shape, device),
-              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set)));
-        });
+  m.def("allreduce_async", [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape,
+                              int device, const std::string& name, int op, double prescale,
+                              double postscale, int process_set, uintptr_t stream) {
+    return Check(Rt().EnqueueAllreduce(
+        View(in, dtype, shape, device), View(out, dtype, shape, device),
+        Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
+  });
   m.def("allgather_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
-                              const std::string& name, int process_set) {
-    return Check(Rt().EnqueueAllgather(View(in, dtype, shape, device), Named(name, process_set)));
-  });
-  m.def("broadcast_async", [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device,
-                              int root, const std::string& name, int process_set) {
+                              const std::string& name, int process_set, uintptr_t stream) {
     return Check(
-        Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root, Named(name, process_set)));
+        Rt().EnqueueAllgather(View(in, dtype, shape, device), Named(name, process_set, stream)));
   });
+  m.def("broadcast_async",
+        [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device, int root,
+           const std::string& name, int process_set, uintptr_t stream) {
+          return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root,
+                                             Named(name, process_set, stream)));
+        });
   m.def("grouped_allreduce_async",
         [](std::vector<std::tuple<uintptr_t, uintptr_t, int, std::vector<int64_t>, int>> tensors,
-           const std::string& name, int op, double prescale, double postscale, int process_set) {
+           const std::string& name, int op, double prescale, double postscale, int process_set,
+           uintptr_t stream) {
           std::vector<TensorView> in, out;
           for (const auto& [i, o, dtype, shape, device] : tensors) {
             in.push_back(View(i, dtype, shape, device));
             out.push_back(View(o, dtype, shape, device));
           }
           return Check(Rt().EnqueueGroupedAllreduce(
-              in, out, Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set)));
+              in, out,
+              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
         });
-  m.def(
-      "alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
-                           std::vector<int64_t> splits, const std::string& name, int process_set) {
-        return Check(
-            Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits, Named(name, process_set)));
-      });
+  m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
+                             std::vector<int64_t> splits, const std::string& name, int process_set,
+                             uintptr_t stream) {
+    return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits,
+                                      Named(name, process_set, stream)));
+  });
   m.def("reducescatter_async",
         [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
-           int op, double prescale, double postscale, int process_set) {
+           int op, double prescale, double postscale, int process_set, uintptr_t stream) {
           return Check(Rt().EnqueueReducescatter(
               View(in, dtype, shape, device),
-              Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set)));
+              Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
   m.def("join_async",
         [](int process_set) { return Check(Rt().EnqueueJoin(Named("", process_set))); });
@@ -211,6 +228,8 @@ PYBIND11_MODULE(_core, m) {
     if (!s.ok()) Raise(s);
   });
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
+  m.def("cuda_built", [] { return BuiltWithCuda(); });
+  m.def("gpu_count", [] { return GpuCount(); });
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
 
   py::class_<Output>(m, "Output")
@@ -218,6 +237,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("received_splits",
                              [](const Output& o) { return o.result.received_splits; })
       .def_property_readonly("value", [](const Output& o) { return o.result.value; })
-      .def_property_readonly("nbytes", [](const Output& o) { return o.result.data.size(); })
+      .def_property_readonly("nbytes", &Output::nbytes)
+      .def_property_readonly("device", [](const Output& o) { return o.result.device; })
       .def("copy_to", &Output::CopyTo);
 }

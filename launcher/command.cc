@@ -98,4 +98,23 @@ std::string ShellQuote(const std::vector<std::string>& argv) {
   return out;
 }
 
+Result<std::string> PinnedGpu(const std::string& visible, int local_rank) {
+  if (visible.empty()) return std::to_string(local_rank);
+  std::vector<std::string> devices;
+  size_t start = 0;
+  while (start <= visible.size()) {
+    size_t comma = visible.find(',', start);
+    if (comma == std::string::npos) comma = visible.size();
+    devices.push_back(visible.substr(start, comma - start));
+    start = comma + 1;
+  }
+  if (local_rank >= static_cast<int>(devices.size())) {
+    return Status::InvalidArgument("--pin-gpus: local rank " + std::to_string(local_rank) +
+                                   " has no GPU of its own: " + "CUDA_VISIBLE_DEVICES=" + visible +
+                                   " lists " + std::to_string(devices.size()) +
+                                   "; start at most that many ranks per host");
+  }
+  return devices[local_rank];
+}
+
 }  // namespace kolo::launcher

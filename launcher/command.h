@@ -42,4 +42,10 @@ Result<std::vector<std::string>> SplitArgs(const std::string& text);
 // Renders argv so that it can be pasted into a shell (for --dry-run).
 std::string ShellQuote(const std::vector<std::string>& argv);
 
+// kolorun --pin-gpus: the CUDA_VISIBLE_DEVICES of the rank with `local_rank`
+// on its host. `visible` is the variable as the rank found it (empty when
+// unset): the rank keeps the local_rank-th entry of that list, or device
+// `local_rank` when unset. An error when the list is too short.
+Result<std::string> PinnedGpu(const std::string& visible, int local_rank);
+
 }  // namespace kolo::launcher

@@ -46,7 +46,7 @@ struct Options {
   int cache_capacity = -1;
   bool hierarchical = false, timeline_mark_cycles = false, no_stall_check = false;
   std::string timeline, log_level, output_dir;
-  bool verbose = false, dry_run = false, check_build = false;
+  bool verbose = false, dry_run = false, check_build = false, pin_gpus = false;
   std::vector<std::string> command;
 };
 
@@ -96,6 +96,7 @@ std::map<std::string, std::string> RuntimeSettings(const Options& o) {
   if (o.stall_warning >= 0) s[env::kStallCheckTime] = Num(o.stall_warning);
   if (o.stall_shutdown >= 0) s[env::kStallShutdownTime] = Num(o.stall_shutdown);
   if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level;
+  if (o.pin_gpus) s[env::kPinGpus] = "1";
   return s;
 }
 
@@ -146,7 +147,7 @@ int CheckBuild() {
   std::printf("kolo %s build:\n", KOLO_VERSION);
   std::printf("  %-16s %s\n", "MPI", mpi_line.c_str());
   std::printf("  %-16s %s\n", "CUDA / NCCL",
-              KOLO_CUDA_FOUND ? "toolkit found at build time; GPU path not built yet" : "no");
+              KOLO_CUDA_FOUND ? "yes (NCCL collectives on CUDA tensors)" : "no (built without)");
   std::printf("  %-16s %s\n", "Python binding", binding == "yes" ? "yes" : "no");
   std::printf("  %-16s %s\n", "PyTorch", torch.empty() ? "not found" : torch.c_str());
   return 0;
@@ -512,6 +513,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-capacity", o.cache_capacity, "KOLO_CACHE_CAPACITY")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--hierarchical-allreduce", o.hierarchical, "KOLO_HIERARCHICAL_ALLREDUCE=1");
+  app.add_flag("--pin-gpus", o.pin_gpus,
+               "One GPU per local rank: each rank's CUDA_VISIBLE_DEVICES keeps its LOCAL_RANK-th "
+               "GPU (of the list it had, else device LOCAL_RANK), seen as cuda:0");
   app.add_option("--timeline-filename", o.timeline, "KOLO_TIMELINE");
   app.add_flag("--timeline-mark-cycles", o.timeline_mark_cycles, "KOLO_TIMELINE_MARK_CYCLES=1");
   app.add_flag("--no-stall-check", o.no_stall_check, "KOLO_STALL_CHECK_DISABLE=1");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "command.h"
 #include "hosts.h"
 #include "kolo/env_names.h"
 #include "rendezvous.h"
@@ -57,6 +58,19 @@ void SetRankEnvironment() {
   Set("ROLE_WORLD_SIZE", size);
 }
 
+// kolorun --pin-gpus: this rank sees only its own GPU (as cuda:0).
+bool PinGpu() {
+  if (Get(kolo::env::kPinGpus) != "1") return true;
+  auto pinned = kolo::launcher::PinnedGpu(Get("CUDA_VISIBLE_DEVICES"),
+                                          std::atoi(Get("LOCAL_RANK", "0").c_str()));
+  if (!pinned.ok()) {
+    std::fprintf(stderr, "kolo-rank: %s\n", pinned.status().message().c_str());
+    return false;
+  }
+  Set("CUDA_VISIBLE_DEVICES", pinned.value());
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +79,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetRankEnvironment();
+  if (!PinGpu()) return 2;
   // Tell kolorun that this rank started (skipped when run without kolorun).
   const std::string rendezvous = Get(kolo::env::kRendezvous);
   if (!rendezvous.empty()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "../ops/cpu_kernels.h"
 #include "fusion_planner.h"
@@ -51,6 +52,12 @@ void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
   }
   for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes,
                                                config_.in_place_threshold_bytes)) {
+    if (r.device != kCpuDevice &&
+        (r.op == OpType::kAllreduce || r.op == OpType::kAllgather || r.op == OpType::kBroadcast ||
+         r.op == OpType::kAlltoall || r.op == OpType::kReducescatter)) {
+      ExecuteGpu(set, r);
+      continue;
+    }
     switch (r.op) {
       case OpType::kAllreduce:
         Allreduce(set, r);
@@ -259,6 +266,129 @@ void Executor::Reducescatter(ProcessSet& set, const Response& r) {
   }
   Phase(*e, "REDUCESCATTER", start);
   Finish(set.Take(r.names[0]), s, &result);
+}
+
+// Enqueues the collective on the GPU and parks its entries until it finishes.
+void Executor::ExecuteGpu(ProcessSet& set, const Response& r) {
+  InFlight f;
+  f.start = Clock::now();
+  std::vector<GpuTensor> tensors;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    GpuTensor t;
+    if (TensorEntry* e = set.Find(r.names[i])) {
+      t.input = e->input.data;
+      t.output = e->output.data;
+      t.count = e->input.NumElements();
+      t.ready = e->ready;
+      f.entries.push_back(set.Take(r.names[i]));
+    } else if (r.op == OpType::kAllreduce) {
+      t.count = r.sizes[i];  // joined: take part with zeros
+    } else {
+      return;  // not this rank's (cannot happen for ops other than allreduce)
+    }
+    tensors.push_back(std::move(t));
+  }
+  const MPI_Comm comm = set.comm();
+  const int device = r.device;
+  const size_t elem = DataTypeSize(r.dtype);
+  Result<Gpu::Token> token = Status::Internal("unreachable");
+  switch (r.op) {
+    case OpType::kAllreduce:
+      f.phase = "NCCL_ALLREDUCE";
+      token = gpu_->Allreduce(comm, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
+      break;
+    case OpType::kBroadcast:
+      f.phase = "NCCL_BROADCAST";
+      token = gpu_->Broadcast(comm, device, tensors[0],
+                              static_cast<int64_t>(f.entries[0].input.NumBytes()), r.root);
+      break;
+    case OpType::kAllgather: {
+      f.phase = "NCCL_ALLGATHER";
+      const std::vector<int64_t>& shape = f.entries[0].request.shape;
+      const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(elem);
+      std::vector<int64_t> recv_bytes(r.sizes.size());
+      int64_t rows = 0;
+      for (size_t i = 0; i < r.sizes.size(); ++i) {
+        recv_bytes[i] = r.sizes[i] * row_bytes;
+        rows += r.sizes[i];
+      }
+      f.result.shape = shape;
+      f.result.shape[0] = rows;
+      token =
+          gpu_->Allgatherv(comm, device, tensors[0], shape[0] * row_bytes, recv_bytes, &f.output);
+      break;
+    }
+    case OpType::kAlltoall: {
+      f.phase = "NCCL_ALLTOALL";
+      TensorEntry& e = f.entries[0];
+      const int64_t row_bytes = RowElements(e.request.shape) * static_cast<int64_t>(elem);
+      // The split counts are host data: exchanged over MPI first.
+      Status s = set.backend().AlltoallCounts(e.splits, &f.result.received_splits);
+      if (!s.ok()) {
+        token = s;
+        break;
+      }
+      std::vector<int64_t> send_bytes(e.splits.size()), recv_bytes(e.splits.size());
+      int64_t rows = 0;
+      for (size_t i = 0; i < e.splits.size(); ++i) {
+        send_bytes[i] = e.splits[i] * row_bytes;
+        recv_bytes[i] = f.result.received_splits[i] * row_bytes;
+        rows += f.result.received_splits[i];
+      }
+      f.result.shape = e.request.shape;
+      f.result.shape[0] = rows;
+      token = gpu_->Alltoallv(comm, device, tensors[0], send_bytes, recv_bytes, &f.output);
+      break;
+    }
+    case OpType::kReducescatter: {
+      f.phase = "NCCL_REDUCESCATTER";
+      const std::vector<int64_t>& shape = f.entries[0].request.shape;
+      const int n = set.size();
+      std::vector<int64_t> counts(n);
+      for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * RowElements(shape);
+      f.result.shape = shape;
+      f.result.shape[0] = SplitRows(shape[0], n, set.rank());
+      token = gpu_->ReduceScatter(comm, device, tensors[0], counts, r.dtype, r.reduce_op,
+                                  r.prescale, r.postscale, &f.output);
+      break;
+    }
+    default:
+      break;
+  }
+  if (!token.ok()) {
+    for (TensorEntry& e : f.entries) Finish(std::move(e), token.status());
+    return;
+  }
+  f.token = std::move(token).value();
+  f.result.dtype = r.dtype;
+  f.result.device = device;
+  in_flight_.push_back(std::move(f));
+}
+
+void Executor::PollGpu() {
+  for (size_t i = 0; i < in_flight_.size();) {
+    InFlight& f = in_flight_[i];
+    Result<bool> done = gpu_->Poll(f.token);
+    if (done.ok() && !done.value()) {
+      ++i;
+      continue;
+    }
+    InFlight finished = std::move(f);
+    in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    finished.result.device_data = finished.output.data;
+    for (TensorEntry& e : finished.entries) {
+      Phase(e, finished.phase, finished.start);
+      WorkResult result = finished.result;
+      Finish(std::move(e), done.status(), &result);
+    }
+  }
+}
+
+void Executor::DrainGpu() {
+  while (!in_flight_.empty()) {
+    PollGpu();
+    if (!in_flight_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 }  // namespace kolo

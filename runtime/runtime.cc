@@ -25,12 +25,6 @@ Status CheckTensor(const TensorView& t, const char* what) {
   if (static_cast<int>(t.dtype) >= kNumDataTypes) {
     return Status::InvalidArgument(std::string(what) + " has an unknown data type");
   }
-  if (t.device != kCpuDevice) {
-    return Status::InvalidArgument(std::string(what) + " is on " + DeviceName(t.device) +
-                                   ", but this kolo build has no GPU support (built without "
-                                   "CUDA/NCCL); move the tensor to the CPU or rebuild with "
-                                   "KOLO_WITH_CUDA=ON");
-  }
   return Status::OK();
 }
 
@@ -58,6 +52,18 @@ Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int
 }
 
 }  // namespace
+
+bool BuiltWithCuda() { return MakeGpu(false)->built(); }
+int GpuCount() { return MakeGpu(false)->DeviceCount(); }
+
+Status CopyDeviceResult(const WorkResult& result, void* dst) {
+  if (result.device == kCpuDevice || !result.device_data) {
+    return Status::InvalidArgument("the result is not in device memory");
+  }
+  int64_t bytes = static_cast<int64_t>(DataTypeSize(result.dtype));
+  for (int64_t d : result.shape) bytes *= d;
+  return CopyDeviceToDevice(dst, result.device_data.get(), bytes, result.device);
+}
 
 Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
 
@@ -135,6 +141,11 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     if (inputs[i].dtype != outputs[i].dtype || inputs[i].shape != outputs[i].shape) {
       return Status::InvalidArgument("allreduce output must have the input's dtype and shape");
     }
+    if (inputs[i].device != outputs[i].device) {
+      return Status::InvalidArgument("allreduce output is on " + DeviceName(outputs[i].device) +
+                                     " but its input on " + DeviceName(inputs[i].device) +
+                                     "; both must be on one device");
+    }
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
     TensorEntry e;
@@ -150,6 +161,7 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     }
     e.input = inputs[i];
     e.output = outputs[i];
+    e.stream = options.cuda_stream;
     entries.push_back(std::move(e));
   }
   return impl_->Enqueue(std::move(entries));
@@ -168,6 +180,7 @@ Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions&
       options.name.empty() ? impl.AutoName(OpTypeName(op), options.process_set) : options.name;
   e.request = MakeRequest(op, name, tensor, rank_in_set);
   e.input = e.output = tensor;
+  e.stream = options.cuda_stream;
   if (fill) fill(e);
   std::vector<TensorEntry> entries;
   entries.push_back(std::move(e));

@@ -36,7 +36,8 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
         rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   }
   RuntimeImpl* raw = rt.get();
-  rt->executor_ = std::make_unique<Executor>(rt->config_, &rt->timeline_,
+  rt->gpu_ = MakeGpu(rt->config_.hierarchical_allreduce);
+  rt->executor_ = std::make_unique<Executor>(rt->config_, &rt->timeline_, rt->gpu_.get(),
                                              [raw](const TensorEntry& e) { raw->ForgetName(e); });
   rt->running_ = true;
   rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
@@ -164,6 +165,8 @@ Status RuntimeImpl::RemoveProcessSet(int id) {
       executor_->Finish(std::move(e), Status::Aborted("process set " + std::to_string(id) +
                                                       " was removed while this operation waited"));
     }
+    executor_->DrainGpu();  // nothing may still run on the set's NCCL communicators
+    gpu_->Forget(it->second->comm());
     sets_.erase(it);
   }
   MutexLock lock(&sets_mutex_);
@@ -193,6 +196,19 @@ std::string RuntimeImpl::AutoName(const std::string& prefix, int set) {
 }
 
 Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
+  // Device tensors: checked, and their readiness recorded on the caller's
+  // stream, here on the caller's thread.
+  for (TensorEntry& e : entries) {
+    if (e.input.device == kCpuDevice) continue;
+    Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
+    if (!usable.ok()) {
+      return Status::InvalidArgument(std::string(OpTypeName(e.request.op)) + " of '" +
+                                     e.request.name + "': " + usable.message());
+    }
+    auto ready = gpu_->MarkReady(e.input.device, e.stream);
+    if (!ready.ok()) return ready.status();
+    e.ready = std::move(ready).value();
+  }
   auto work = std::make_shared<Work>(static_cast<int>(entries.size()));
   auto now = Clock::now();
   Handle handle;
@@ -282,7 +298,9 @@ void RuntimeImpl::BackgroundLoop() {
     anything_pending = false;
     if (!RunCycle()) break;
     for (auto& [id, set] : sets_) anything_pending |= set->has_pending();
+    anything_pending |= executor_->gpu_busy();
   }
+  executor_->DrainGpu();
 }
 
 // One cycle: take the queue, negotiate every set this rank belongs to (in id
@@ -339,6 +357,7 @@ bool RuntimeImpl::RunCycle() {
           return nullptr;
         });
   }
+  executor_->PollGpu();
   timeline_.Flush();
   return true;
 }
@@ -369,6 +388,8 @@ Status RuntimeImpl::Shutdown() {
   running_ = false;
   timeline_.Stop();
   sets_.clear();
+  executor_.reset();
+  gpu_.reset();  // NCCL communicators, streams and buffers
   mpi_ops_.reset();
   global_comm_ = MpiComm();
   if (owns_mpi_) {

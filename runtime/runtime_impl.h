@@ -65,6 +65,7 @@ class RuntimeImpl {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
   std::unique_ptr<MpiOps> mpi_ops_;
+  std::unique_ptr<Gpu> gpu_;  // before the executor, which uses it
 
   // Owned by the background thread once it runs (before: by Create).
   std::map<int, std::unique_ptr<ProcessSet>> sets_;

@@ -58,6 +58,8 @@ struct TensorEntry {
   TensorView input;
   TensorView output;            // allreduce: may alias input
   std::vector<int64_t> splits;  // alltoall: rows to each rank
+  void* stream = nullptr;       // device tensors: the stream that produces them
+  std::shared_ptr<void> ready;  // device tensors: Gpu::MarkReady's event
   std::shared_ptr<Work> work;
   Clock::time_point enqueued;
   Clock::time_point picked_up;

@@ -2,6 +2,8 @@
 # Runs the whole test suite: sets up (idempotent), builds, runs every test with
 # CTest; then the same tests again in an AddressSanitizer + UndefinedBehavior-
 # Sanitizer build (build-asan/), and the C++ tests under ThreadSanitizer (build-tsan/).
+# The sanitizer builds leave the GPU path out (KOLO_WITH_CUDA=OFF): they check the
+# host-side logic, and the CUDA runtime does not run under ASan without extra options.
 # Extra arguments go to every ctest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,7 @@ echo "== tests (build/)"
 
 echo "== tests under ASan + UBSan (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \
-  -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_PYTHON=OFF >/dev/null
+  -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_PYTHON=OFF -DKOLO_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$(nproc)"
 # Open MPI's own allocations are reported as leaks at exit; leaks are not checked here.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -23,7 +25,7 @@ scripts/fuzz.sh 0
 
 echo "== C++ tests under ThreadSanitizer (build-tsan/)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \
-  -DKOLO_SANITIZE=thread -DKOLO_BUILD_PYTHON=OFF -DKOLO_BUILD_BENCH=OFF >/dev/null
+  -DKOLO_SANITIZE=thread -DKOLO_BUILD_PYTHON=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_WITH_CUDA=OFF >/dev/null
 cmake --build build-tsan -j "$(nproc)"
 # Open MPI is not built with TSan; test/sanitizers/tsan.supp names only its libraries.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../test/sanitizers/tsan.supp report_signal_unsafe=0" \

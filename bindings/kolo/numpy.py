@@ -48,7 +48,7 @@ def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_facto
     out = np.empty_like(array)
     h = _core.allreduce_async(array.ctypes.data, out.ctypes.data, _DTYPES[array.dtype],
                               list(array.shape), -1, name or "", op, float(prescale_factor),
-                              float(postscale_factor), 0)
+                              float(postscale_factor), 0, 0)
     _core.wait(h)
     return out
 
@@ -57,7 +57,7 @@ def allgather(array, name=None):
     """Returns every rank's array concatenated along axis 0 (sizes may differ)."""
     _check(array, "allgather input")
     h = _core.allgather_async(array.ctypes.data, _DTYPES[array.dtype], list(array.shape), -1,
-                              name or "", 0)
+                              name or "", 0, 0)
     result = _core.wait(h)
     out = np.empty(tuple(result.shape), dtype=array.dtype)
     result.copy_to(out.ctypes.data, out.nbytes)
@@ -69,5 +69,5 @@ def broadcast(array, root_rank, name=None):
     _check(array, "broadcast input")
     out = array.copy()
     _core.wait(_core.broadcast_async(out.ctypes.data, _DTYPES[out.dtype], list(out.shape), -1,
-                                     int(root_rank), name or "", 0))
+                                     int(root_rank), name or "", 0, 0))
     return out

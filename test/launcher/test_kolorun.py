@@ -259,3 +259,19 @@ def test_sigterm_to_kolorun_tears_the_job_down(tmp_path):
     assert "stopped by" in err
     time.sleep(0.5)
     assert no_process_matches(tag)
+
+
+def test_pin_gpus_gives_each_local_rank_its_own_gpu(tmp_path):
+    body = "import os\nprint('CVD', os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    r = kolorun("-np", "2", "--pin-gpus", PYTHON, script(tmp_path, body))
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:CVD 0" in r.stdout and "[1]<stdout>:CVD 1" in r.stdout
+    # The list the ranks were given is honoured.
+    r = kolorun("-np", "2", "--pin-gpus", "-x", "CUDA_VISIBLE_DEVICES=5,7", PYTHON,
+                script(tmp_path, body))
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:CVD 5" in r.stdout and "[1]<stdout>:CVD 7" in r.stdout
+    r = kolorun("-np", "2", "--pin-gpus", "-x", "CUDA_VISIBLE_DEVICES=5", PYTHON,
+                script(tmp_path, body))
+    assert r.returncode != 0
+    assert "local rank 1 has no GPU of its own: CUDA_VISIBLE_DEVICES=5 lists 1" in r.stderr

@@ -338,3 +338,21 @@ TEST(Rendezvous, ServerAcceptsRefusesAndDetectsDuplicates) {
 
 }  // namespace
 }  // namespace kolo::launcher
+
+namespace kolo::launcher {
+namespace {
+
+TEST(PinnedGpu, KeepsTheLocalRanksEntryOrTheLocalRankItself) {
+  EXPECT_EQ(PinnedGpu("", 3).value(), "3");
+  EXPECT_EQ(PinnedGpu("4,6", 0).value(), "4");
+  EXPECT_EQ(PinnedGpu("4,6", 1).value(), "6");
+  EXPECT_EQ(PinnedGpu("GPU-1a2b,GPU-3c4d", 1).value(), "GPU-3c4d");  // UUIDs pass through
+  auto short_list = PinnedGpu("4,6", 2);
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_NE(short_list.status().message().find("local rank 2 has no GPU of its own"),
+            std::string::npos)
+      << short_list.status().message();
+}
+
+}  // namespace
+}  // namespace kolo::launcher

@@ -152,11 +152,11 @@ def mpi_enabled():
 
 
 def nccl_built():
-    return False
+    return _core.cuda_built()
 
 
 def cuda_built():
-    return False
+    return _core.cuda_built()
 
 
 def gloo_built():
@@ -177,6 +177,13 @@ def _check_tensor(tensor, what):
 
 def _device(tensor):
     return tensor.device.index if tensor.is_cuda else -1
+
+
+def _stream(tensor):
+    """The CUDA stream that produces ``tensor`` (kolo's stream waits on it), or 0."""
+    if not tensor.is_cuda:
+        return 0
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def _view(tensor):
@@ -210,7 +217,7 @@ def _enqueue_allreduce(tensor, output, name, op, prescale_factor, postscale_fact
     data, dtype, shape, device = _view(tensor)
     return _core.allreduce_async(data, output.data_ptr(), dtype, shape, device, name or "",
                                  op, float(prescale_factor), float(postscale_factor),
-                                 _set_id(process_set))
+                                 _set_id(process_set), _stream(tensor))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -256,7 +263,8 @@ def allgather_async(tensor, name=None, process_set=None):
     """Starts gathering every rank's tensor along dimension 0 (sizes may differ)."""
     _check_tensor(tensor, "allgather input")
     data, dtype, shape, device = _view(tensor)
-    h = _core.allgather_async(data, dtype, shape, device, name or "", _set_id(process_set))
+    h = _core.allgather_async(data, dtype, shape, device, name or "", _set_id(process_set),
+                              _stream(tensor))
     return _register(h, lambda out: _copy_out(out, tensor))
 
 
@@ -276,7 +284,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     _check_tensor(tensor, "broadcast tensor")
     data, dtype, shape, device = _view(tensor)
     h = _core.broadcast_async(data, dtype, shape, device, int(root_rank), name or "",
-                              _set_id(process_set))
+                              _set_id(process_set), _stream(tensor))
     return _register(h, lambda out: tensor)
 
 
@@ -307,7 +315,8 @@ def poll(handle):
 
 
 def _copy_out(out, like):
-    result = torch.empty(tuple(out.shape), dtype=like.dtype)
+    # A result of a CUDA tensor's collective is in device memory on its device.
+    result = torch.empty(tuple(out.shape), dtype=like.dtype, device=like.device)
     out.copy_to(result.data_ptr(), result.numel() * result.element_size())
     return result
 
@@ -348,7 +357,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
         data, dtype, shape, device = _view(t)
         specs.append((data, out.data_ptr(), dtype, shape, device))
     h = _core.grouped_allreduce_async(specs, name or "", op, float(prescale_factor),
-                                      float(postscale_factor), _set_id(process_set))
+                                      float(postscale_factor), _set_id(process_set),
+                                      _stream(tensors[0]))
     return _register(h, lambda out, _inputs=list(tensors): outputs)
 
 
@@ -367,7 +377,7 @@ def _alltoall_enqueue(tensor, splits, name, process_set, with_splits):
         split_list = [int(s) for s in raw]
     data, dtype, shape, device = _view(tensor)
     h = _core.alltoall_async(data, dtype, shape, device, split_list, name or "",
-                             _set_id(process_set))
+                             _set_id(process_set), _stream(tensor))
 
     def finish(out):
         result = _copy_out(out, tensor)
@@ -405,7 +415,7 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     data, dtype, shape, device = _view(tensor)
     h = _core.reducescatter_async(data, dtype, shape, device, name or "", op,
                                   float(prescale_factor), float(postscale_factor),
-                                  _set_id(process_set))
+                                  _set_id(process_set), _stream(tensor))
     return _register(h, lambda out: _copy_out(out, tensor))
 
 

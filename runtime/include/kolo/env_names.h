@@ -23,5 +23,6 @@ inline constexpr const char* kShmAllreduce = "KOLO_SHM_ALLREDUCE";
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot
 inline constexpr const char* kRendezvous = "KOLORUN_RENDEZVOUS";  // "address:port" of kolorun
 inline constexpr const char* kToken = "KOLORUN_TOKEN";            // the job's random token
+inline constexpr const char* kPinGpus = "KOLORUN_PIN_GPUS";       // "1": one GPU per local rank
 
 }  // namespace kolo::env

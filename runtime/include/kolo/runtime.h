@@ -48,6 +48,10 @@ struct CollectiveOptions {
   // per process set in call order.
   std::string name;
   int process_set = kGlobalProcessSet;
+  // Device tensors: the CUDA stream (cudaStream_t) whose work produces them,
+  // e.g. the framework's current stream; null is the legacy default stream.
+  // kolo's stream waits for it without blocking the caller.
+  void* cuda_stream = nullptr;
 };
 
 struct AllreduceOptions : CollectiveOptions {
@@ -72,7 +76,20 @@ struct WorkResult {
   std::vector<int64_t> received_splits;
   // join: the last rank that joined; add_process_set: the new set's id.
   int value = -1;
+  // Device tensors (device != kCpuDevice): the output lives in device memory
+  // owned by `device_data` (`data` stays empty); copy it out with
+  // CopyDeviceResult() or keep the reference.
+  int device = kCpuDevice;
+  std::shared_ptr<void> device_data;
 };
+
+// Whether this build has the GPU path (CUDA and NCCL).
+bool BuiltWithCuda();
+// CUDA devices this process can use: 0 without a GPU build, driver or GPU.
+int GpuCount();
+// Copies a device result (allgather, alltoall, reducescatter) into `dst`, a
+// device buffer of at least the result's size on the result's device.
+Status CopyDeviceResult(const WorkResult& result, void* dst);
 
 class Runtime {
  public:

@@ -73,3 +73,14 @@ class [[nodiscard]] Result {
     ::kolo::Status kolo_status_ = (expr);        \
     if (!kolo_status_.ok()) return kolo_status_; \
   } while (0)
+
+// `KOLO_ASSIGN_OR_RETURN(T x, ResultExpr())` declares (or assigns) x from the
+// value of a Result, or returns its error Status from the enclosing function.
+#define KOLO_ASSIGN_OR_RETURN(lhs, expr) \
+  KOLO_ASSIGN_OR_RETURN_IMPL_(KOLO_CONCAT_(kolo_result_, __LINE__), lhs, expr)
+#define KOLO_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return tmp.status();               \
+  lhs = std::move(tmp).value()
+#define KOLO_CONCAT_(a, b) KOLO_CONCAT_INNER_(a, b)
+#define KOLO_CONCAT_INNER_(a, b) a##b

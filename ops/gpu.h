@@ -1,0 +1,95 @@
+// The GPU path's interface to the runtime, free of CUDA and NCCL headers so
+// that the runtime compiles the same with and without them. Built with CUDA
+// (ops/cuda/), it runs NCCL collectives on kolo's own stream per device;
+// without, MakeGpu() returns an implementation whose every call fails with a
+// message saying that this build has no GPU support.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+// A device tensor as a GPU collective sees it.
+struct GpuTensor {
+  const void* input = nullptr;
+  void* output = nullptr;  // may alias input
+  int64_t count = 0;       // elements
+  // From Gpu::MarkReady: kolo's stream waits for it before touching the tensor.
+  std::shared_ptr<void> ready;
+};
+
+// Device memory a collective allocated for its result (allgather, alltoall,
+// reducescatter); freed when the last reference goes.
+struct GpuOutput {
+  std::shared_ptr<void> data;
+  int64_t bytes = 0;
+};
+
+class Gpu {
+ public:
+  // Work in flight on kolo's stream; polled with Poll().
+  using Token = std::shared_ptr<void>;
+
+  virtual ~Gpu() = default;
+
+  // Whether this build has the GPU path (CUDA and NCCL).
+  virtual bool built() const = 0;
+  // CUDA devices this process can use (0 without a GPU, driver or GPU build).
+  virtual int DeviceCount() = 0;
+  // OK when kolo can run a collective on `device` with `dtype` here, or a
+  // message saying why not (no GPU build, no driver, no such device, a dtype
+  // NCCL does not have).
+  virtual Status CheckDevice(int device, DataType dtype) = 0;
+  // On the caller's thread: records an event on `stream` (the framework's
+  // current stream; null = the legacy default stream). The collective's
+  // stream waits on it, so the host never blocks.
+  virtual Result<std::shared_ptr<void>> MarkReady(int device, void* stream) = 0;
+
+  // Collectives over the process set whose MPI communicator is `comm`; every
+  // member calls them in the same order (the negotiation guarantees it). The
+  // NCCL communicator for (comm, device) is made on first use. Each call
+  // enqueues work on kolo's stream for `device` and returns at once.
+  // kAverage is native (ncclAvg); prescale is applied before the reduction,
+  // postscale after.
+  virtual Result<Token> Allreduce(MPI_Comm comm, int device, const std::vector<GpuTensor>& tensors,
+                                  DataType dtype, ReduceOp op, double prescale,
+                                  double postscale) = 0;
+  virtual Result<Token> Broadcast(MPI_Comm comm, int device, const GpuTensor& tensor, int64_t bytes,
+                                  int root) = 0;
+  // Rank i's `recv_bytes[i]` land one after the other in `out`.
+  virtual Result<Token> Allgatherv(MPI_Comm comm, int device, const GpuTensor& tensor,
+                                   int64_t send_bytes, const std::vector<int64_t>& recv_bytes,
+                                   GpuOutput* out) = 0;
+  virtual Result<Token> Alltoallv(MPI_Comm comm, int device, const GpuTensor& tensor,
+                                  const std::vector<int64_t>& send_bytes,
+                                  const std::vector<int64_t>& recv_bytes, GpuOutput* out) = 0;
+  // Reduces the input (sum of `counts` elements); this rank keeps block
+  // `rank` of counts[rank] elements in `out`.
+  virtual Result<Token> ReduceScatter(MPI_Comm comm, int device, const GpuTensor& tensor,
+                                      const std::vector<int64_t>& counts, DataType dtype,
+                                      ReduceOp op, double prescale, double postscale,
+                                      GpuOutput* out) = 0;
+
+  // True once the work behind `token` finished. An error once its
+  // communicator reported an asynchronous error: the communicator is then
+  // aborted and every later call on it fails.
+  virtual Result<bool> Poll(const Token& token) = 0;
+  // Destroys the communicators made for `comm` (its process set was removed).
+  virtual void Forget(MPI_Comm comm) = 0;
+};
+
+// `hierarchical`: allreduce on sets across hosts as reduce-scatter within the
+// host, allreduce across hosts, allgather within the host.
+std::unique_ptr<Gpu> MakeGpu(bool hierarchical);
+
+// Copies device memory (a GPU collective's output into the caller's tensor).
+Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes, int device);
+
+}  // namespace kolo

@@ -1,0 +1,48 @@
+// The GPU interface in a build without CUDA: every call says so.
+#include "gpu.h"
+
+namespace kolo {
+namespace {
+
+Status NotBuilt() {
+  return Status::InvalidArgument(
+      "this kolo build has no GPU support (built without CUDA/NCCL); move the tensor to the CPU "
+      "or rebuild with KOLO_WITH_CUDA=ON");
+}
+
+class NoGpu : public Gpu {
+ public:
+  bool built() const override { return false; }
+  int DeviceCount() override { return 0; }
+  Status CheckDevice(int, DataType) override { return NotBuilt(); }
+  Result<std::shared_ptr<void>> MarkReady(int, void*) override { return NotBuilt(); }
+  Result<Token> Allreduce(MPI_Comm, int, const std::vector<GpuTensor>&, DataType, ReduceOp, double,
+                          double) override {
+    return NotBuilt();
+  }
+  Result<Token> Broadcast(MPI_Comm, int, const GpuTensor&, int64_t, int) override {
+    return NotBuilt();
+  }
+  Result<Token> Allgatherv(MPI_Comm, int, const GpuTensor&, int64_t, const std::vector<int64_t>&,
+                           GpuOutput*) override {
+    return NotBuilt();
+  }
+  Result<Token> Alltoallv(MPI_Comm, int, const GpuTensor&, const std::vector<int64_t>&,
+                          const std::vector<int64_t>&, GpuOutput*) override {
+    return NotBuilt();
+  }
+  Result<Token> ReduceScatter(MPI_Comm, int, const GpuTensor&, const std::vector<int64_t>&,
+                              DataType, ReduceOp, double, double, GpuOutput*) override {
+    return NotBuilt();
+  }
+  Result<bool> Poll(const Token&) override { return NotBuilt(); }
+  void Forget(MPI_Comm) override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Gpu> MakeGpu(bool) { return std::make_unique<NoGpu>(); }
+
+Status CopyDeviceToDevice(void*, const void*, int64_t, int) { return NotBuilt(); }
+
+}  // namespace kolo

@@ -1,0 +1,160 @@
+// The GPU path on device memory: every collective through NCCL, fusion with
+// scale factors, float16/bfloat16, ordering after work on the caller's
+// stream. Runs where a CUDA device is present (NCCL allows one rank per GPU:
+// np=1 on a one-GPU machine); elsewhere every test skips saying why.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace kolo::test {
+namespace {
+
+// Host mirror + device copy of one tensor.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DataType dtype, int64_t n) : host_(dtype, n), bytes_(n * DataTypeSize(dtype)) {
+    EXPECT_EQ(cudaMalloc(&device_, std::max<size_t>(bytes_, 1)), cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(device_); }
+  Buffer& host() { return host_; }
+  void Upload() { ASSERT_EQ(cudaMemcpy(device_, host_.data(), bytes_, cudaMemcpyHostToDevice), 0); }
+  void Download() {
+    ASSERT_EQ(cudaMemcpy(host_.data(), device_, bytes_, cudaMemcpyDeviceToHost), 0);
+  }
+  TensorView View(std::vector<int64_t> shape) {
+    return {device_, host_.dtype(), std::move(shape), 0};
+  }
+  TensorView View() { return View({host_.size()}); }
+  void* device() { return device_; }
+
+ private:
+  Buffer host_;
+  size_t bytes_;
+  void* device_ = nullptr;
+};
+
+class Gpu : public RuntimeTest {
+ protected:
+  void SetUp() override {
+    if (GpuCount() == 0) {
+      GTEST_SKIP() << (BuiltWithCuda() ? "no CUDA device on this machine"
+                                       : "this build has no GPU support (KOLO_WITH_CUDA)");
+    }
+    int local = 0;
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
+    ASSERT_EQ(cudaSetDevice(local % GpuCount()), cudaSuccess);
+    RuntimeTest::SetUp();
+  }
+};
+
+TEST_F(Gpu, AllreduceEveryFloatTypeFusedAndScaled) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                         DataType::kBFloat16, DataType::kInt32, DataType::kInt64}) {
+    std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+    std::vector<Handle> handles;
+    for (int64_t n : {1, 17, 1000, 70000}) {
+      bufs.push_back(std::make_unique<DeviceBuffer>(dtype, n));
+      for (int64_t i = 0; i < n; ++i) bufs.back()->host().Set(i, (rank_ + 1) * (i % 5));
+      bufs.back()->Upload();
+      AllreduceOptions opts;
+      opts.op = ReduceOp::kSum;
+      opts.prescale_factor = 2;
+      opts.postscale_factor = 0.5;
+      opts.name = std::string("gpu.") + DataTypeName(dtype) + "." + std::to_string(n);
+      auto h = rt_->EnqueueAllreduce(bufs.back()->View(), bufs.back()->View(), opts);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      handles.push_back(h.value());
+    }
+    for (Handle h : handles) ASSERT_TRUE(rt_->Wait(h).ok());
+    for (auto& b : bufs) {
+      b->Download();
+      for (int64_t i = 0; i < b->host().size(); ++i) {
+        ASSERT_EQ(b->host().Get(i), (i % 5) * size_ * (size_ + 1) / 2.0)
+            << DataTypeName(dtype) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, AverageIsNative) {
+  DeviceBuffer b(DataType::kFloat32, 8);
+  for (int i = 0; i < 8; ++i) b.host().Set(i, rank_ * 2);
+  b.Upload();
+  AllreduceOptions opts;  // kAverage
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());
+  b.Download();
+  EXPECT_EQ(b.host().Get(3), size_ - 1);
+}
+
+TEST_F(Gpu, BroadcastAllgatherAlltoallReducescatter) {
+  DeviceBuffer x(DataType::kFloat32, 6);
+  for (int i = 0; i < 6; ++i) x.host().Set(i, rank_ * 10 + i);
+  x.Upload();
+  ASSERT_TRUE(Run(rt_->EnqueueBroadcast(x.View(), 0, {})).ok());
+  x.Download();
+  EXPECT_EQ(x.host().Get(5), 5);
+
+  // Allgather with a different first dimension per rank: rank r sends r+1 rows.
+  DeviceBuffer rows(DataType::kFloat32, (rank_ + 1) * 2);
+  for (int i = 0; i < (rank_ + 1) * 2; ++i) rows.host().Set(i, rank_);
+  rows.Upload();
+  WorkResult gathered;
+  ASSERT_TRUE(Run(rt_->EnqueueAllgather(rows.View({rank_ + 1, 2}), {}), &gathered).ok());
+  ASSERT_EQ(gathered.device, 0);
+  ASSERT_EQ(gathered.shape[0], size_ * (size_ + 1) / 2);
+  DeviceBuffer all(DataType::kFloat32, gathered.shape[0] * 2);
+  ASSERT_TRUE(CopyDeviceResult(gathered, all.device()).ok());
+  all.Download();
+  EXPECT_EQ(all.host().Get(0), 0);
+  EXPECT_EQ(all.host().Get(all.host().size() - 1), size_ - 1);
+
+  // Alltoall: one row to every rank.
+  DeviceBuffer a(DataType::kFloat32, size_);
+  for (int i = 0; i < size_; ++i) a.host().Set(i, rank_ * 100 + i);
+  a.Upload();
+  WorkResult swapped;
+  ASSERT_TRUE(Run(rt_->EnqueueAlltoall(a.View(), {}, {}), &swapped).ok());
+  DeviceBuffer got(DataType::kFloat32, size_);
+  ASSERT_TRUE(CopyDeviceResult(swapped, got.device()).ok());
+  got.Download();
+  for (int r = 0; r < size_; ++r) EXPECT_EQ(got.host().Get(r), r * 100 + rank_);
+
+  // Reducescatter of size_+1 rows: rank 0 keeps two.
+  DeviceBuffer rs(DataType::kFloat32, size_ + 1);
+  for (int i = 0; i <= size_; ++i) rs.host().Set(i, i);
+  rs.Upload();
+  ReducescatterOptions ro;
+  ro.op = ReduceOp::kSum;
+  WorkResult scattered;
+  ASSERT_TRUE(Run(rt_->EnqueueReducescatter(rs.View(), ro), &scattered).ok());
+  DeviceBuffer mine(DataType::kFloat32, scattered.shape[0]);
+  ASSERT_TRUE(CopyDeviceResult(scattered, mine.device()).ok());
+  mine.Download();
+  const int first = rank_ == 0 ? 0 : rank_ + 1;
+  EXPECT_EQ(mine.host().Get(0), first * size_);
+}
+
+// The collective waits for work the caller queued on its own stream.
+TEST_F(Gpu, WaitsForTheCallersStream) {
+  cudaStream_t user;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
+  const int64_t n = 1 << 22;
+  DeviceBuffer b(DataType::kFloat32, n);
+  std::vector<float> ones(n, 1.0f);
+  ASSERT_EQ(cudaMemcpyAsync(b.device(), ones.data(), n * 4, cudaMemcpyHostToDevice, user), 0);
+  AllreduceOptions opts;
+  opts.op = ReduceOp::kSum;
+  opts.cuda_stream = user;
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());
+  b.Download();
+  EXPECT_EQ(b.host().Get(n - 1), size_);
+  cudaStreamDestroy(user);
+}
+
+}  // namespace
+}  // namespace kolo::test
