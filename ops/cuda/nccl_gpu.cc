@@ -131,6 +131,9 @@ class NcclComm {
     if (broken_) {
       ncclCommAbort(comm_);
     } else {
+      // Flush what was issued (blocking communicator: returns when quiescent),
+      // then free the local resources.
+      ncclCommFinalize(comm_);
       ncclCommDestroy(comm_);
     }
   }
