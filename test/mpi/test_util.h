@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../../ops/backend.h"
 #include "../../ops/cpu_kernels.h"
 #include "kolo/runtime.h"
 
@@ -171,6 +173,40 @@ inline void AllreduceSizesAndCheck(Runtime& rt, const std::vector<int64_t>& size
     for (int64_t i = 0; i < bufs[k].size(); ++i) {
       double want = (i % period) * size * (size + 1) / 2.0 + k * size;
       ASSERT_EQ(bufs[k].Get(i), want) << "tensor " << k << " rank " << rank << " elem " << i;
+    }
+  }
+}
+
+// Runs `allreduce` (an allreduce of host memory over MPI_COMM_WORLD, e.g. a
+// backend's) on every dtype x sum/min/max/product x counts crossing 256-byte
+// pieces, and checks it bit for bit against MPI_Allreduce on the same input.
+inline void ExpectSameBitsAsMpiAllreduce(
+    const std::function<Status(void*, int64_t, DataType, ReduceOp)>& allreduce) {
+  auto ops = MpiOps::Create();
+  ASSERT_TRUE(ops.ok());
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (DataType dtype : AllDataTypes()) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (int64_t count : {0, 1, 3, 7, 63, 64, 65, 129, 1000, 4099}) {
+        Buffer ours(dtype, count), theirs(dtype, count);
+        for (int64_t i = 0; i < count; ++i) {
+          // Small values: products and fp16 sums stay exact, ranks differ.
+          double v = dtype == DataType::kBool ? (i + rank) % 2 : (i * 7 + rank * 3) % 5 + 1;
+          ours.Set(i, v);
+          theirs.Set(i, v);
+        }
+        ASSERT_TRUE(allreduce(ours.data(), count, dtype, op).ok());
+        ASSERT_EQ(
+            MPI_Allreduce(MPI_IN_PLACE, theirs.data(), static_cast<int>(count),
+                          ops.value()->Datatype(dtype), ops.value()->Op(dtype, op), MPI_COMM_WORLD),
+            MPI_SUCCESS);
+        for (int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(ours.Get(i), theirs.Get(i))
+              << DataTypeName(dtype) << " op " << static_cast<int>(op) << " count " << count
+              << " element " << i << " rank " << rank;
+        }
+      }
     }
   }
 }
