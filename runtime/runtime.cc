@@ -40,8 +40,10 @@ Status CheckScaling(DataType dtype, ReduceOp op, double pre, double post) {
   return Status::OK();
 }
 
-Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int rank) {
+Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int process_set,
+                    int rank) {
   Request r;
+  r.process_set = process_set;
   r.rank = rank;
   r.op = op;
   r.name = name;
@@ -149,9 +151,9 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
     TensorEntry e;
-    e.process_set = options.process_set;
     std::string name = grouped ? base + "." + std::to_string(i) : base;
-    e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], set.value()->rank_in_set);
+    e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], options.process_set,
+                            set.value()->rank_in_set);
     e.request.reduce_op = options.op;
     e.request.prescale = options.prescale_factor;
     e.request.postscale = options.postscale_factor;
@@ -175,10 +177,9 @@ Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions&
                           int rank_in_set, const TensorView& tensor,
                           const std::function<void(TensorEntry&)>& fill = nullptr) {
   TensorEntry e;
-  e.process_set = options.process_set;
   std::string name =
       options.name.empty() ? impl.AutoName(OpTypeName(op), options.process_set) : options.name;
-  e.request = MakeRequest(op, name, tensor, rank_in_set);
+  e.request = MakeRequest(op, name, tensor, options.process_set, rank_in_set);
   e.input = e.output = tensor;
   e.stream = options.cuda_stream;
   if (fill) fill(e);

@@ -220,7 +220,7 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
                                                           : " (" + stop_reason_ + ")"));
     }
     for (size_t i = 0; i < entries.size(); ++i) {
-      auto& names = pending_names_[entries[i].process_set];
+      auto& names = pending_names_[entries[i].request.process_set];
       const std::string& name = entries[i].request.name;
       bool repeated = false;
       for (size_t j = 0; j < i; ++j) repeated |= entries[j].request.name == name;
@@ -232,8 +232,7 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
       }
     }
     for (TensorEntry& e : entries) {
-      pending_names_[e.process_set].insert(e.request.name);
-      e.request.process_set = e.process_set;
+      pending_names_[e.request.process_set].insert(e.request.name);
       e.work = work;
       e.enqueued = now;
       queue_.push_back(std::move(e));
@@ -248,7 +247,7 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
 
 void RuntimeImpl::ForgetName(const TensorEntry& entry) {
   MutexLock lock(&queue_mutex_);
-  pending_names_[entry.process_set].erase(entry.request.name);
+  pending_names_[entry.request.process_set].erase(entry.request.name);
 }
 
 bool RuntimeImpl::Poll(Handle h) const {
@@ -317,11 +316,11 @@ bool RuntimeImpl::RunCycle() {
   if (timeline_.mark_cycles()) timeline_.Instant("CYCLE_START", now);
   for (TensorEntry& e : incoming) {
     e.picked_up = now;
-    auto it = sets_.find(e.process_set);
+    auto it = sets_.find(e.request.process_set);
     if (it == sets_.end()) {
-      executor_->Finish(std::move(e),
-                        Status::InvalidArgument("process set " + std::to_string(e.process_set) +
-                                                " was removed before this operation ran"));
+      executor_->Finish(std::move(e), Status::InvalidArgument(
+                                          "process set " + std::to_string(e.request.process_set) +
+                                          " was removed before this operation ran"));
       continue;
     }
     it->second->Add(std::move(e));

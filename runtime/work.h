@@ -53,8 +53,7 @@ class Work {
 };
 
 struct TensorEntry {
-  int process_set = kGlobalProcessSet;
-  Request request;
+  Request request;  // request.process_set: the set it runs on
   TensorView input;
   TensorView output;            // allreduce: may alias input
   std::vector<int64_t> splits;  // alltoall: rows to each rank
