@@ -23,6 +23,32 @@ int64_t RowElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+int64_t RowBytes(const std::vector<int64_t>& shape, DataType dtype) {
+  return RowElements(shape) * static_cast<int64_t>(DataTypeSize(dtype));
+}
+
+// Rows per rank (allgather's dim 0 of every rank, alltoall's splits) as bytes.
+std::vector<int64_t> RowsToBytes(const std::vector<int64_t>& rows, int64_t row_bytes) {
+  std::vector<int64_t> bytes(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) bytes[i] = rows[i] * row_bytes;
+  return bytes;
+}
+
+// `shape` with dimension 0 replaced by the sum of `rows`: the output of an
+// allgather or alltoall.
+std::vector<int64_t> StackedShape(std::vector<int64_t> shape, const std::vector<int64_t>& rows) {
+  shape[0] = 0;
+  for (int64_t r : rows) shape[0] += r;
+  return shape;
+}
+
+// Elements of each rank's block of a reducescatter of `shape` over n ranks.
+std::vector<int64_t> BlockCounts(const std::vector<int64_t>& shape, int n) {
+  std::vector<int64_t> counts(n);
+  for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * RowElements(shape);
+  return counts;
+}
+
 }  // namespace
 
 void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point begin) {
@@ -186,20 +212,13 @@ void Executor::Allgather(ProcessSet& set, const Response& r) {
   if (e == nullptr) return;
   const auto start = Clock::now();
   const std::vector<int64_t>& shape = e->request.shape;
-  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> recv_bytes(r.sizes.size());
-  int64_t rows = 0;
-  for (size_t i = 0; i < r.sizes.size(); ++i) {
-    recv_bytes[i] = r.sizes[i] * row_bytes;
-    rows += r.sizes[i];
-  }
+  const int64_t row_bytes = RowBytes(shape, r.dtype);
   WorkResult result;
   result.dtype = r.dtype;
-  result.shape = shape;
-  result.shape[0] = rows;
-  result.data.resize(static_cast<size_t>(rows * row_bytes));
-  Status s =
-      set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(), recv_bytes);
+  result.shape = StackedShape(shape, r.sizes);
+  result.data.resize(static_cast<size_t>(result.shape[0] * row_bytes));
+  Status s = set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(),
+                                      RowsToBytes(r.sizes, row_bytes));
   Phase(*e, "ALLGATHER", start);
   Finish(set.Take(r.names[0]), s, &result);
 }
@@ -218,23 +237,15 @@ void Executor::Alltoall(ProcessSet& set, const Response& r) {
   TensorEntry* e = set.Find(r.names[0]);
   if (e == nullptr) return;
   const auto start = Clock::now();
-  const int64_t row_bytes =
-      RowElements(e->request.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+  const int64_t row_bytes = RowBytes(e->request.shape, r.dtype);
   WorkResult result;
   Status s = set.backend().AlltoallCounts(e->splits, &result.received_splits);
   if (s.ok()) {
-    std::vector<int64_t> send_bytes(e->splits.size()), recv_bytes(e->splits.size());
-    int64_t rows = 0;
-    for (size_t i = 0; i < e->splits.size(); ++i) {
-      send_bytes[i] = e->splits[i] * row_bytes;
-      recv_bytes[i] = result.received_splits[i] * row_bytes;
-      rows += result.received_splits[i];
-    }
     result.dtype = r.dtype;
-    result.shape = e->request.shape;
-    result.shape[0] = rows;
-    result.data.resize(static_cast<size_t>(rows * row_bytes));
-    s = set.backend().Alltoallv(e->input.data, send_bytes, result.data.data(), recv_bytes);
+    result.shape = StackedShape(e->request.shape, result.received_splits);
+    result.data.resize(static_cast<size_t>(result.shape[0] * row_bytes));
+    s = set.backend().Alltoallv(e->input.data, RowsToBytes(e->splits, row_bytes),
+                                result.data.data(), RowsToBytes(result.received_splits, row_bytes));
   }
   Phase(*e, "ALLTOALL", start);
   Finish(set.Take(r.names[0]), s, &result);
@@ -245,10 +256,8 @@ void Executor::Reducescatter(ProcessSet& set, const Response& r) {
   if (e == nullptr) return;
   const auto start = Clock::now();
   const std::vector<int64_t>& shape = e->request.shape;
-  const int64_t row = RowElements(shape);
   const int n = set.size();
-  std::vector<int64_t> counts(n);
-  for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * row;
+  const std::vector<int64_t> counts = BlockCounts(shape, n);
   const int64_t total = e->input.NumElements();
   const size_t elem = DataTypeSize(r.dtype);
   // Scale a copy: the caller's input stays untouched.
@@ -290,7 +299,6 @@ void Executor::ExecuteGpu(ProcessSet& set, const Response& r) {
   }
   const MPI_Comm comm = set.comm();
   const int device = r.device;
-  const size_t elem = DataTypeSize(r.dtype);
   Result<Gpu::Token> token = Status::Internal("unreachable");
   switch (r.op) {
     case OpType::kAllreduce:
@@ -305,51 +313,35 @@ void Executor::ExecuteGpu(ProcessSet& set, const Response& r) {
     case OpType::kAllgather: {
       f.phase = "NCCL_ALLGATHER";
       const std::vector<int64_t>& shape = f.entries[0].request.shape;
-      const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(elem);
-      std::vector<int64_t> recv_bytes(r.sizes.size());
-      int64_t rows = 0;
-      for (size_t i = 0; i < r.sizes.size(); ++i) {
-        recv_bytes[i] = r.sizes[i] * row_bytes;
-        rows += r.sizes[i];
-      }
-      f.result.shape = shape;
-      f.result.shape[0] = rows;
-      token =
-          gpu_->Allgatherv(comm, device, tensors[0], shape[0] * row_bytes, recv_bytes, &f.output);
+      const int64_t row_bytes = RowBytes(shape, r.dtype);
+      f.result.shape = StackedShape(shape, r.sizes);
+      token = gpu_->Allgatherv(comm, device, tensors[0], shape[0] * row_bytes,
+                               RowsToBytes(r.sizes, row_bytes), &f.output);
       break;
     }
     case OpType::kAlltoall: {
       f.phase = "NCCL_ALLTOALL";
       TensorEntry& e = f.entries[0];
-      const int64_t row_bytes = RowElements(e.request.shape) * static_cast<int64_t>(elem);
+      const int64_t row_bytes = RowBytes(e.request.shape, r.dtype);
       // The split counts are host data: exchanged over MPI first.
       Status s = set.backend().AlltoallCounts(e.splits, &f.result.received_splits);
       if (!s.ok()) {
         token = s;
         break;
       }
-      std::vector<int64_t> send_bytes(e.splits.size()), recv_bytes(e.splits.size());
-      int64_t rows = 0;
-      for (size_t i = 0; i < e.splits.size(); ++i) {
-        send_bytes[i] = e.splits[i] * row_bytes;
-        recv_bytes[i] = f.result.received_splits[i] * row_bytes;
-        rows += f.result.received_splits[i];
-      }
-      f.result.shape = e.request.shape;
-      f.result.shape[0] = rows;
-      token = gpu_->Alltoallv(comm, device, tensors[0], send_bytes, recv_bytes, &f.output);
+      f.result.shape = StackedShape(e.request.shape, f.result.received_splits);
+      token = gpu_->Alltoallv(comm, device, tensors[0], RowsToBytes(e.splits, row_bytes),
+                              RowsToBytes(f.result.received_splits, row_bytes), &f.output);
       break;
     }
     case OpType::kReducescatter: {
       f.phase = "NCCL_REDUCESCATTER";
       const std::vector<int64_t>& shape = f.entries[0].request.shape;
       const int n = set.size();
-      std::vector<int64_t> counts(n);
-      for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * RowElements(shape);
       f.result.shape = shape;
       f.result.shape[0] = SplitRows(shape[0], n, set.rank());
-      token = gpu_->ReduceScatter(comm, device, tensors[0], counts, r.dtype, r.reduce_op,
-                                  r.prescale, r.postscale, &f.output);
+      token = gpu_->ReduceScatter(comm, device, tensors[0], BlockCounts(shape, n), r.dtype,
+                                  r.reduce_op, r.prescale, r.postscale, &f.output);
       break;
     }
     default:
