@@ -53,41 +53,30 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-class Stream {
+// An owned CUDA stream or event, destroyed with `Destroy`.
+template <typename T, cudaError_t (*Destroy)(T)>
+class CudaHandle {
  public:
-  Stream() = default;
-  ~Stream() {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  CudaHandle() = default;
+  ~CudaHandle() {
+    if (handle_ != nullptr) Destroy(handle_);
   }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  Status Create() {
-    return CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                      "cudaStreamCreateWithFlags");
-  }
-  cudaStream_t get() const { return stream_; }
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  T get() const { return handle_; }
+  T* out() { return &handle_; }  // for the create call
 
  private:
-  cudaStream_t stream_ = nullptr;
+  T handle_ = nullptr;
 };
 
-class Event {
- public:
-  Event() = default;
-  ~Event() {
-    if (event_ != nullptr) cudaEventDestroy(event_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  Status Create() {
-    return CudaStatus(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming),
-                      "cudaEventCreateWithFlags");
-  }
-  cudaEvent_t get() const { return event_; }
+using Stream = CudaHandle<cudaStream_t, cudaStreamDestroy>;
+using Event = CudaHandle<cudaEvent_t, cudaEventDestroy>;
 
- private:
-  cudaEvent_t event_ = nullptr;
-};
+Status CreateEvent(Event* event) {
+  return CudaStatus(cudaEventCreateWithFlags(event->out(), cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags");
+}
 
 // Device memory that grows to the largest size asked for and is kept.
 class DeviceBuffer {
@@ -282,19 +271,17 @@ class NcclGpu : public Gpu {
   Result<std::shared_ptr<void>> MarkReady(int device, void* stream) override {
     DeviceGuard guard(device);
     auto event = std::make_shared<Event>();
-    KOLO_RETURN_IF_ERROR(event->Create());
+    KOLO_RETURN_IF_ERROR(CreateEvent(event.get()));
     KOLO_CUDA(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)));
     return std::shared_ptr<void>(event);
   }
 
   Result<Token> Allreduce(MPI_Comm mpi, int device, const std::vector<GpuTensor>& tensors,
                           DataType dtype, ReduceOp op, double prescale, double postscale) override {
-    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
     DeviceGuard guard(device);
-    cudaStream_t s = d->stream.get();
-    KOLO_RETURN_IF_ERROR(WaitReady(tensors, s));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, tensors));
+    auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
     const ncclRedOp_t nccl_op = NcclOp(dtype, op);
     int64_t total = 0;
@@ -356,11 +343,9 @@ class NcclGpu : public Gpu {
 
   Result<Token> Broadcast(MPI_Comm mpi, int device, const GpuTensor& tensor, int64_t bytes,
                           int root) override {
-    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     DeviceGuard guard(device);
-    cudaStream_t s = d->stream.get();
-    KOLO_RETURN_IF_ERROR(WaitReady({tensor}, s));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    auto& [d, c, s] = l;
     KOLO_NCCL(ncclBroadcast(tensor.output, tensor.output, bytes, ncclUint8, root, c->flat.get(), s),
               c->flat.get());
     return Finish(*d, std::move(c));
@@ -368,11 +353,9 @@ class NcclGpu : public Gpu {
 
   Result<Token> Allgatherv(MPI_Comm mpi, int device, const GpuTensor& tensor, int64_t send_bytes,
                            const std::vector<int64_t>& recv_bytes, GpuOutput* out) override {
-    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     DeviceGuard guard(device);
-    cudaStream_t s = d->stream.get();
-    KOLO_RETURN_IF_ERROR(WaitReady({tensor}, s));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    auto& [d, c, s] = l;
     KOLO_ASSIGN_OR_RETURN(*out, Allocate(device, Sum(recv_bytes)));
     char* dst = static_cast<char*>(out->data.get());
     const bool even = std::all_of(recv_bytes.begin(), recv_bytes.end(),
@@ -402,11 +385,9 @@ class NcclGpu : public Gpu {
   Result<Token> Alltoallv(MPI_Comm mpi, int device, const GpuTensor& tensor,
                           const std::vector<int64_t>& send_bytes,
                           const std::vector<int64_t>& recv_bytes, GpuOutput* out) override {
-    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     DeviceGuard guard(device);
-    cudaStream_t s = d->stream.get();
-    KOLO_RETURN_IF_ERROR(WaitReady({tensor}, s));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    auto& [d, c, s] = l;
     KOLO_ASSIGN_OR_RETURN(*out, Allocate(device, Sum(recv_bytes)));
     const char* src = static_cast<const char*>(tensor.input);
     char* dst = static_cast<char*>(out->data.get());
@@ -432,12 +413,10 @@ class NcclGpu : public Gpu {
   Result<Token> ReduceScatter(MPI_Comm mpi, int device, const GpuTensor& tensor,
                               const std::vector<int64_t>& counts, DataType dtype, ReduceOp op,
                               double prescale, double postscale, GpuOutput* out) override {
-    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
     DeviceGuard guard(device);
-    cudaStream_t s = d->stream.get();
-    KOLO_RETURN_IF_ERROR(WaitReady({tensor}, s));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
     const int64_t total = Sum(counts);
     // The input stays untouched: reduce a scaled copy.
@@ -506,7 +485,7 @@ class NcclGpu : public Gpu {
     if (it != devices_.end()) return it->second.get();
     DeviceGuard guard(device);
     auto state = std::make_unique<DeviceState>(device);
-    KOLO_RETURN_IF_ERROR(state->stream.Create());
+    KOLO_CUDA(cudaStreamCreateWithFlags(state->stream.out(), cudaStreamNonBlocking));
     DeviceState* raw = state.get();
     devices_[device] = std::move(state);
     return raw;
@@ -522,7 +501,7 @@ class NcclGpu : public Gpu {
     auto c = std::make_shared<CommState>();
     MPI_Comm_rank(mpi, &c->rank);
     MPI_Comm_size(mpi, &c->size);
-    KOLO_RETURN_IF_ERROR(CheckOneGpuPerRank(mpi, device, c->rank, c->size));
+    KOLO_RETURN_IF_ERROR(CheckOneGpuPerRank(mpi, device, c->size));
     KOLO_RETURN_IF_ERROR(InitComm(mpi, device, &c->flat));
     if (hierarchical_) {
       std::string why_not;
@@ -540,7 +519,7 @@ class NcclGpu : public Gpu {
 
   // NCCL refuses two ranks of one communicator on one GPU; say so first,
   // naming them, on every rank (the check's data is the same everywhere).
-  static Status CheckOneGpuPerRank(MPI_Comm mpi, int device, int rank, int size) {
+  static Status CheckOneGpuPerRank(MPI_Comm mpi, int device, int size) {
     struct Who {
       char host[64];
       char bus[32];
@@ -558,7 +537,6 @@ class NcclGpu : public Gpu {
             std::strcmp(all[i].bus, all[j].bus) != 0) {
           continue;
         }
-        (void)rank;
         return Status::InvalidArgument(
             "ranks " + std::to_string(i) + " and " + std::to_string(j) +
             " of this process set both use the GPU at PCI " + all[i].bus + " on host " +
@@ -599,16 +577,27 @@ class NcclGpu : public Gpu {
     return out;
   }
 
-  static Status WaitReady(const std::vector<GpuTensor>& tensors, cudaStream_t s) {
+  // What every collective starts from: the device's state, the set's
+  // communicators, and kolo's stream, which now waits for the tensors'
+  // ready events. The caller holds a DeviceGuard for `device`.
+  struct Launch {
+    DeviceState* device;
+    std::shared_ptr<CommState> comm;
+    cudaStream_t stream;
+  };
+  Result<Launch> Begin(MPI_Comm mpi, int device, const std::vector<GpuTensor>& tensors) {
+    KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
+    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
     for (const GpuTensor& t : tensors) {
-      if (t.ready) KOLO_CUDA(cudaStreamWaitEvent(s, static_cast<Event*>(t.ready.get())->get(), 0));
+      if (!t.ready) continue;
+      KOLO_CUDA(cudaStreamWaitEvent(d->stream.get(), static_cast<Event*>(t.ready.get())->get(), 0));
     }
-    return Status::OK();
+    return Launch{d, std::move(c), d->stream.get()};
   }
 
   static Result<Token> Finish(DeviceState& d, std::shared_ptr<CommState> comm) {
     auto p = std::make_shared<Pending>();
-    KOLO_RETURN_IF_ERROR(p->event.Create());
+    KOLO_RETURN_IF_ERROR(CreateEvent(&p->event));
     KOLO_CUDA(cudaEventRecord(p->event.get(), d.stream.get()));
     p->comm = std::move(comm);
     return Token(p);
