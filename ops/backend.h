@@ -86,6 +86,7 @@ class MpiOps {
 struct Hierarchy {
   MpiComm local;
   MpiComm cross;
+  int local_rank = 0, local_size = 1;  // this rank within `local`
 
   // Collective over `comm`. Null, with the reason, when the set runs on one
   // host or its hosts hold different numbers of its ranks.

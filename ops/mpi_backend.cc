@@ -135,9 +135,7 @@ class MpiBackend : public Backend {
   // ends with the same bits.
   Status HierarchicalAllreduce(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) {
     MPI_Comm local = hierarchy_->local.get();
-    int local_size = 1, local_rank = 0;
-    MPI_Comm_size(local, &local_size);
-    MPI_Comm_rank(local, &local_rank);
+    const int local_size = hierarchy_->local_size, local_rank = hierarchy_->local_rank;
     std::vector<int> counts(local_size), displs(local_size);
     for (int i = 0, off = 0; i < local_size; ++i) {
       counts[i] = count / local_size + (i < count % local_size ? 1 : 0);
@@ -302,6 +300,8 @@ Result<std::unique_ptr<Hierarchy>> Hierarchy::Create(MPI_Comm comm, std::string*
   auto h = std::make_unique<Hierarchy>();
   h->local = std::move(local);
   h->cross = MpiComm(raw_cross);
+  h->local_rank = local_rank;
+  h->local_size = local_size;
   MPI_Comm_set_errhandler(h->local.get(), MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(h->cross.get(), MPI_ERRORS_RETURN);
   return h;

@@ -507,8 +507,8 @@ class NcclGpu : public Gpu {
       std::string why_not;
       KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi, &why_not));
       if (h) {
-        MPI_Comm_rank(h->local.get(), &c->local_rank);
-        MPI_Comm_size(h->local.get(), &c->local_size);
+        c->local_rank = h->local_rank;
+        c->local_size = h->local_size;
         KOLO_RETURN_IF_ERROR(InitComm(h->local.get(), device, &c->local));
         KOLO_RETURN_IF_ERROR(InitComm(h->cross.get(), device, &c->cross));
       }
