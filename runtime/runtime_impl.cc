@@ -200,13 +200,15 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
   // stream, here on the caller's thread.
   for (TensorEntry& e : entries) {
     if (e.input.device == kCpuDevice) continue;
+    const std::string what = std::string(OpTypeName(e.request.op)) + " of '" + e.request.name + "'";
     Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
-    if (!usable.ok()) {
-      return Status::InvalidArgument(std::string(OpTypeName(e.request.op)) + " of '" +
-                                     e.request.name + "': " + usable.message());
-    }
+    if (!usable.ok()) return Status::InvalidArgument(what + ": " + usable.message());
     auto ready = gpu_->MarkReady(e.input.device, e.stream);
-    if (!ready.ok()) return ready.status();
+    if (!ready.ok()) {
+      return Status::Internal(what + ": could not record an event on the tensor's stream (" +
+                              ready.status().message() + "); is the stream on " +
+                              DeviceName(e.input.device) + "?");
+    }
     e.ready = std::move(ready).value();
   }
   auto work = std::make_shared<Work>(static_cast<int>(entries.size()));
