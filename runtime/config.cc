@@ -182,9 +182,13 @@ const std::vector<Setting>& Settings() {
        "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
        "missing it.",
        Into(&Config::stall_check_seconds, ParseNonNegativeDouble)},
-      {env::kStallShutdownTime, "0",
+      // Finite by default, like PyTorch's process groups (10 minutes for NCCL): a
+      // tensor that some rank never submits fails everywhere instead of hanging.
+      {env::kStallShutdownTime, "600",
        "Seconds after which a stalled tensor fails on every rank with an error naming the "
-       "missing ranks; 0 = never.",
+       "missing ranks; 0 = never. The default, 10 minutes, is PyTorch's NCCL process-group "
+       "timeout: long enough for a checkpoint or an evaluation on one rank, short enough "
+       "that a hang ends with a message.",
        Into(&Config::stall_shutdown_seconds, ParseNonNegativeDouble)},
       {env::kStallCheckDisable, "0", "Turns the stall warnings and the stall shutdown off.",
        Into(&Config::stall_check_disabled, ParseBool)},

@@ -22,7 +22,7 @@ struct Config {
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_seconds = 60.0;
-  double stall_shutdown_seconds = 0.0;
+  double stall_shutdown_seconds = 600.0;  // see config.cc: PyTorch's NCCL default
   bool stall_check_disabled = false;
   LogLevel log_level = LogLevel::kWarning;
   double idle_tick_ms = 100.0;

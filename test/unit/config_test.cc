@@ -13,7 +13,7 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(c.value().fusion_threshold_bytes, 64LL << 20);
   EXPECT_EQ(c.value().cache_capacity, 1024);
   EXPECT_EQ(c.value().stall_check_seconds, 60.0);
-  EXPECT_EQ(c.value().stall_shutdown_seconds, 0.0);
+  EXPECT_EQ(c.value().stall_shutdown_seconds, 600.0);
   EXPECT_EQ(c.value().log_level, LogLevel::kWarning);
 }
 
