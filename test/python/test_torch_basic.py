@@ -75,9 +75,13 @@ def test_async_poll_and_synchronize():
     handles = [hvd.allreduce_async(torch.full((10,), float(k)), name="async.%d" % k, op=hvd.Sum)
                for k in range(5)]
     for k, h in enumerate(handles):
+        assert hvd.poll(h) in (True, False)
         out = hvd.synchronize(h)
-        assert hvd.poll(h)
         assert torch.equal(out, torch.full((10,), float(k * N)))
+        # As Horovod: a synchronized handle is cleared.
+        with pytest.raises(ValueError, match="not created or has been cleared"):
+            hvd.poll(h)
+        assert hvd.synchronize(h) is None
 
 
 def test_allgather_with_different_first_dimensions():
@@ -142,7 +146,7 @@ def test_bad_arguments_are_clear_errors():
         hvd.broadcast(torch.ones(2), N)
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-    with pytest.raises(ValueError, match="either op or the deprecated average"):
+    with pytest.raises(ValueError, match="op parameter supersedes average"):
         hvd.allreduce(torch.ones(2), op=hvd.Sum, average=True)
 
 

@@ -96,9 +96,9 @@ def test_bad_optimizer_arguments():
     model = make_model(0)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
     named = list(model.named_parameters())
-    with pytest.raises(ValueError, match="duplicate names"):
+    with pytest.raises(ValueError, match="must be unique"):
         hvd.DistributedOptimizer(sgd, named_parameters=[("w", named[0][1]), ("w", named[1][1])])
-    with pytest.raises(ValueError, match="not in it"):
+    with pytest.raises(ValueError, match="were not named"):
         hvd.DistributedOptimizer(sgd, named_parameters=named[:1])
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.DistributedOptimizer(sgd, op=hvd.Adasum)
@@ -187,30 +187,31 @@ def test_timeline_from_python(tmp_path):
 
 
 def test_autograd_backward_rules():
+    # Horovod's rules (test_horovod_compat.py checks every variant).
     # allreduce (average): d/dx sum(allreduce(x) * w) = average over ranks of w.
     x = torch.ones(3, requires_grad=True)
     w = torch.full((3,), float(R + 1))
     (hvd.allreduce(x, name="ag.ar") * w).sum().backward()
     assert torch.allclose(x.grad, torch.full((3,), (N + 1) / 2.0))
-    # allgather: each rank's slice receives the sum over ranks of the upstream gradient.
+    # allgather: each rank's slice receives the average over ranks of the upstream gradient.
     x = torch.ones(R + 1, 2, requires_grad=True)
     out = hvd.allgather(x, name="ag.ag")
     (out * (R + 1)).sum().backward()
-    assert torch.equal(x.grad, torch.full((R + 1, 2), N * (N + 1) / 2.0))
-    # broadcast: the root gets the summed gradient, others zero.
+    assert torch.equal(x.grad, torch.full((R + 1, 2), (N + 1) / 2.0))
+    # broadcast: the root gets the averaged gradient, others zero.
     x = torch.ones(2, requires_grad=True)
     hvd.broadcast(x, 0, name="ag.bc").sum().backward()
-    assert torch.equal(x.grad, torch.full((2,), float(N) if R == 0 else 0.0))
+    assert torch.equal(x.grad, torch.full((2,), 1.0 if R == 0 else 0.0))
     # alltoall: the gradient goes back to where the rows came from.
     splits = [1] * N
     x = torch.arange(float(N), requires_grad=True)
     out, _ = hvd.alltoall(x, splits=splits, name="ag.a2a")
     (out * torch.arange(1.0, N + 1)).sum().backward()
     assert torch.equal(x.grad, torch.full((N,), float(R + 1)))
-    # reducescatter (sum): every input row gets the gradient of the block it landed in.
+    # reducescatter (sum): the allgather of the upstream gradients, times the size.
     x = torch.ones(N, 2, requires_grad=True)
     hvd.reducescatter(x, op=hvd.Sum, name="ag.rs").sum().backward()
-    assert torch.equal(x.grad, torch.ones(N, 2))
+    assert torch.equal(x.grad, torch.full((N, 2), float(N)))
 
 
 def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():

@@ -1,54 +1,82 @@
-"""Broadcasting and gathering Python objects and optimizer state."""
+"""Broadcasting parameters, optimizer state and Python objects (Horovod's
+``horovod.torch.functions``)."""
 import io
 import pickle
 
 import torch
 
-import kolo.torch as _kt
+from kolo.torch import mpi_ops as _ops
+from kolo.torch.process_sets import global_process_set
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    """Returns ``obj`` from ``root_rank`` on every rank (pickled; size first, then bytes)."""
-    name = name or "broadcast_object"
-    if _kt.rank() == root_rank:
+def broadcast_parameters(params, root_rank):
+    """Broadcasts tensors from ``root_rank`` in place: a dict such as ``model.state_dict()``
+    (in key order), or a list (or any iterable) of tensors or ``(name, tensor)`` pairs such
+    as ``model.named_parameters()``."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, torch.Tensor) or not hasattr(params, "__iter__"):
+        raise ValueError("invalid params of type: %s" % type(params))
+    else:
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    handles = []
+    for name, p in items:
+        if not isinstance(p, torch.Tensor):
+            continue  # e.g. a module's extra state in a state_dict
+        target = p.data if isinstance(p, torch.nn.Parameter) else p
+        handles.append(_ops.broadcast_async_(
+            target, root_rank, name=None if name is None else "broadcast_parameters." + name))
+    for h in handles:
+        _ops.synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Makes every rank's optimizer state equal to ``root_rank``'s: its whole
+    ``state_dict()`` (tensors, scalars such as ``step``, None entries, hyperparameters of
+    every param group) is broadcast as one object and loaded on the other ranks. Parameters
+    without state on the root (frozen, unused, never stepped) end without state
+    everywhere."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    state = broadcast_object(optimizer.state_dict(), root_rank,
+                             name="broadcast_optimizer_state")
+    if _ops.rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled with
+    ``torch.save``: the size is broadcast first, then the bytes). The root gets its own
+    object back."""
+    name = type(obj).__name__ if name is None else name
+    is_root = _ops.rank() == root_rank
+    if is_root:
         buf = io.BytesIO()
         torch.save(obj, buf)
         payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
         size = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         size = torch.zeros(1, dtype=torch.int64)
-    _kt.broadcast_(size, root_rank, name=name + ".size", process_set=process_set)
-    if _kt.rank() != root_rank:
+    _ops.broadcast_(size, root_rank, name=name + ".sz", process_set=process_set)
+    if not is_root:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    _kt.broadcast_(payload, root_rank, name=name + ".data", process_set=process_set)
-    if _kt.rank() == root_rank:
+    _ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
+    if is_root:
         return obj
     return torch.load(io.BytesIO(payload.numpy().tobytes()))
 
 
-def allgather_object(obj, name=None, process_set=None):
-    """Returns the list of every rank's ``obj``, in rank order."""
-    name = name or "allgather_object"
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    name = type(obj).__name__ if name is None else name
     data = pickle.dumps(obj)
-    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
-        torch.empty(0, dtype=torch.uint8)
-    sizes = _kt.allgather(torch.tensor([len(data)], dtype=torch.int64), name=name + ".sizes",
-                          process_set=process_set)
-    gathered = _kt.allgather(payload, name=name + ".data", process_set=process_set)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    sizes = _ops.allgather(torch.tensor([len(data)], dtype=torch.int64), name=name + ".sz",
+                           process_set=process_set)
+    gathered = _ops.allgather(payload, name=name + ".t", process_set=process_set)
     out, offset = [], 0
     raw = gathered.numpy().tobytes()
     for n in sizes.tolist():
         out.append(pickle.loads(raw[offset:offset + n]))
         offset += n
     return out
-
-
-def broadcast_optimizer_state(optimizer, root_rank):
-    """Makes every rank's optimizer state (including scalars, and state that is still empty
-    before the first step) equal to ``root_rank``'s."""
-    if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("broadcast_optimizer_state does not support LBFGS")
-    state = broadcast_object(optimizer.state_dict(), root_rank,
-                             name="broadcast_optimizer_state")
-    if _kt.rank() != root_rank:
-        optimizer.load_state_dict(state)

@@ -1,108 +1,233 @@
-"""DistributedOptimizer: gradients averaged across ranks during backward.
+"""DistributedOptimizer: gradients reduced across ranks during backward
+(Horovod's ``horovod.torch.optimizer``).
 
 Each parameter's gradient accumulator gets a hook; when a parameter's
 gradient has been accumulated ``backward_passes_per_step`` times, its
-allreduce starts at once (overlapping the rest of backward). ``step()`` waits
-for all of them, then runs the wrapped optimizer's step.
+allreduce starts at once (overlapping the rest of backward), or, with
+``groups``, once every member of its group is ready (one grouped allreduce).
+``step()`` waits for all of them, then runs the wrapped optimizer's step.
+Sparse gradients are reduced by gathering indices and values, or densified
+with ``sparse_as_dense=True``.
 """
 import contextlib
+import warnings
 
 import torch
 
-import kolo.torch as _kt
+from kolo.torch import mpi_ops as _ops
 from kolo.torch.compression import Compression
+from kolo.torch.functions import broadcast_object
+from kolo.torch.process_sets import global_process_set
+
+_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before "
+                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                    "locally.")
+_STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
+    "code.")
+
+
+def _split_list(items, n):
+    """``items`` in ``n`` contiguous chunks of near-equal length (Horovod's split_list)."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+def _named(param_groups, named_parameters):
+    """{parameter: name}, checked as Horovod checks it."""
+    if named_parameters is None:
+        return {p: "allreduce.noname.%d.%d" % (i, j)
+                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
+    if callable(named_parameters) and not hasattr(named_parameters, "__iter__"):
+        raise TypeError("named_parameters must be a sequence of (name, parameter) tuples such "
+                        "as model.named_parameters(); got the method itself: call it")
+    named = list(named_parameters)
+    if any(not isinstance(p, tuple) for p in named):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names, duplicates = set(), set()
+    for n, _ in named:
+        (duplicates if n in names else names).add(n)
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(sorted(duplicates)))
+    by_param = {p: n for n, p in named}
+    unnamed = [id(p) for g in param_groups for p in g["params"] if p not in by_param]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named (pass model.named_parameters() of the model whose "
+                         "parameters the optimizer has). Python object ids: %s"
+                         % ", ".join(str(i) for i in unnamed))
+    return by_param
+
+
+def _check_groups(groups):
+    if groups is None:
+        return
+    if not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, process_set):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 op=_ops.Average, gradient_predivide_factor=1.0, groups=None,
+                 sparse_as_dense=False, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        self._op = op
-        self._process_set = process_set
-        self._predivide = gradient_predivide_factor
+        self._parameter_names = _named(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
-        self._names = self._parameter_names(named_parameters)
-        self._handles = {}  # parameter -> (handle, compressed tensor, context)
-        self._delay = {}
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        # parameter (or tuple of a group's parameters) -> (handle or None, context)
+        self._handles = {}
         self._grad_accs = []
+        self._requires_update = []
         self._synchronized = False
         self._should_synchronize = True
-        self._register_hooks()
-
-    def _parameter_names(self, named_parameters):
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is None:
-            return {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
-        named = list(named_parameters)
-        if any(not isinstance(n, tuple) or len(n) != 2 for n in named):
-            raise ValueError("named_parameters must be a sequence of (name, parameter) pairs, "
-                             "e.g. model.named_parameters()")
-        names = [n for n, _ in named]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError("named_parameters has duplicate names: %s" % ", ".join(duplicates))
-        by_param = {p: n for n, p in named}
-        unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
-        if unnamed:
-            raise ValueError("named_parameters was given, but %d of the optimizer's parameters "
-                             "are not in it (indices %s); pass model.named_parameters() for the "
-                             "same model" % (len(unnamed), unnamed[:10]))
-        return {p: "allreduce." + by_param[p] for p in all_params}
+        _check_groups(groups)
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+        # As Horovod: a single process reduces nothing; ranks outside the set neither.
+        if process_set.included() is not False and _ops.size() > 1:
+            self._register_hooks()
 
     def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                self._delay[p] = self.backward_passes_per_step
-                p_tmp = p.expand_as(p)
-                grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                grad_acc.register_hook(self._make_hook(p))
-                self._grad_accs.append(grad_acc)  # keeps the hook alive
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if self._groups is not None:
+            self._form_groups(params)
+        for p in params:
+            self._requires_update.append(p)
+            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            grad_acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(grad_acc)  # keeps the hook alive
+
+    def _form_groups(self, params):
+        # Rank 0's parameter order decides the groups on every rank.
+        order = broadcast_object([self._parameter_names[p] for p in params], root_rank=0,
+                                 name="DistributedOptimizer.groups",
+                                 process_set=self.process_set)
+        params = sorted(params, key=lambda p: order.index(self._parameter_names[p]))
+        if isinstance(self._groups, list):
+            wanted = {id(p) for p in params}
+            groups = [[p for p in g if id(p) in wanted] for g in self._groups]
+            grouped = {id(p) for g in groups for p in g}
+            groups += [[p] for p in params if id(p) not in grouped]
+        else:
+            groups = _split_list(params, self._groups)
+        for group in (tuple(g) for g in groups if g):
+            for p in group:
+                self._p_to_group[p] = group
+            self._group_counts[group] = 0
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if self._delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "step(); raise backward_passes_per_step or call step() / synchronize() "
-                    "after each backward pass.")
-            self._delay[p] -= 1
-            if self._delay[p] == 0:
-                self._handles[p] = self._allreduce_async(p)
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(_TOO_MANY_PASSES)
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
+                self._handles[p] = (None, None)
+                return
+            if self._groups is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+                return
+            group = self._p_to_group[p]
+            self._group_counts[group] += 1
+            if self._group_counts[group] < len(group):
+                self._handles[p] = (None, None)
+                return
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            for member in group:
+                self._handles.pop(member, None)
+            self._group_counts[group] = 0
         return hook
 
-    def _allreduce_async(self, p):
+    def _allreduce_grad_async(self, p):
         if p.grad is None:
+            # Another rank may have a gradient for it (a dynamic graph): submit zeros.
             p.grad = torch.zeros_like(p)
-        tensor, ctx = self._compression.compress(p.grad)
-        if self._op == _kt.Average:
-            pre, post = 1.0 / self._predivide, self._predivide
+        name = self._parameter_names[p]
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                return (_ops.sparse_allreduce_async(tensor, name="allgather." + name,
+                                                    op=self.op, process_set=self.process_set),
+                        None)
+            tensor = tensor.to_dense()
+        compressed, ctx = self._compression.compress(tensor)
+        if not compressed.is_contiguous():
+            compressed = compressed.contiguous()
+        if self.op == _ops.Average:
+            # The average split around the sum: 1/f before it, f/size after it.
+            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             pre, post = 1.0, 1.0
-        if tensor is p.grad and not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-        handle = _kt.allreduce_async_(tensor, name=self._names[p], op=self._op,
-                                      prescale_factor=pre, postscale_factor=post,
-                                      process_set=self._process_set)
-        return handle, tensor, ctx
+        handle = _ops.allreduce_async_(compressed, name="allreduce." + name, op=self.op,
+                                       prescale_factor=pre, postscale_factor=post,
+                                       process_set=self.process_set)
+        return handle, ctx
+
+    def _grouped_allreduce_grad_async(self, group):
+        pairs = [self._compression.compress(p.grad) for p in group]
+        tensors = [t if t.is_contiguous() else t.contiguous() for t, _ in pairs]
+        handle = _ops.grouped_allreduce_async_(
+            tensors, name="grouped_allreduce." + self._parameter_names[group[0]], op=self.op,
+            process_set=self.process_set)
+        return handle, [ctx for _, ctx in pairs]
 
     def synchronize(self):
-        """Waits for every gradient's allreduce; parameters whose hook did not fire (unused
-        in this step) are reduced as zeros so every rank submits the same names."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and p not in self._handles:
-                    self._handles[p] = self._allreduce_async(p)
-        for p, (handle, tensor, ctx) in list(self._handles.items()):
-            reduced = _kt.synchronize(handle)
-            self._delay[p] = self.backward_passes_per_step
-            out = self._compression.decompress(reduced, ctx)
-            if out is not p.grad:
-                p.grad.copy_(out)
+        """Waits for every gradient's reduction and writes the results into ``p.grad``.
+        Parameters whose hook did not fire (unused in this step) are reduced as zeros, so
+        every rank submits the same names."""
+        if self.process_set.included() is False:
+            self._synchronized = True
+            return
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for p in self._requires_update:
+            if p not in done:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for key, (handle, ctx) in list(self._handles.items()):
+            if handle is None:  # fewer backward passes than backward_passes_per_step
+                self._handles[key] = self._allreduce_grad_async(key)
+        for key, (handle, ctx) in self._handles.items():
+            if isinstance(key, tuple):
+                outputs = _ops.synchronize(handle)
+                for p, out, c in zip(key, outputs, ctx):
+                    self._write_grad(p, self._compression.decompress(out, c))
+            else:
+                out = handle() if callable(handle) else _ops.synchronize(handle)
+                self._write_grad(key, self._compression.decompress(out, ctx))
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for group in self._group_counts:
+            self._group_counts[group] = 0
         self._handles.clear()
         self._synchronized = True
+
+    @staticmethod
+    def _write_grad(p, reduced):
+        if p.grad.is_sparse:
+            # A sparse gradient stays sparse (sparse tensors have no set_/copy_ from dense).
+            p.grad.zero_().add_(reduced if reduced.is_sparse else reduced.to_sparse())
+        elif reduced is not p.grad:
+            p.grad.copy_(reduced)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -114,37 +239,64 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure=None):
-        if self._should_synchronize and not self._synchronized:
-            self.synchronize()
+        if self._should_synchronize:
+            if self._synchronized:
+                # Horovod reduces the gradients a second time here; kolo warns the same way
+                # but does not redo the reduction (with op=Sum it would multiply them).
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
+            else:
+                self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
-            raise AssertionError(
-                "optimizer.zero_grad() was called after loss.backward() but before "
-                "optimizer.step() or optimizer.synchronize(); the gradients' allreduces are "
-                "still running")
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
         return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self.set_backward_passes_per_step(self.backward_passes_per_step)
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
-                         groups=None, sparse_as_dense=False, process_set=None):
-    """Wraps ``optimizer`` so that gradients are averaged across ranks (Horovod's API)."""
-    op = _kt.Average if op is None else op
-    if op == _kt.Adasum:
-        raise NotImplementedError("Adasum is not supported yet; use Average or Sum")
-    if op not in (_kt.Average, _kt.Sum):
-        raise ValueError("DistributedOptimizer reduces with kolo.torch.Average or Sum")
-    if gradient_predivide_factor != 1.0 and op != _kt.Average:
-        raise ValueError("gradient_predivide_factor needs op=Average")
-    if backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be at least 1")
-    if groups is not None:
-        raise NotImplementedError("groups= is not supported yet; kolo fuses small gradients "
-                                  "automatically")
+                         backward_passes_per_step=1, op=_ops.Average,
+                         gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set):
+    """Wraps ``optimizer`` so that gradients are reduced (by default averaged) across the
+    ranks of ``process_set`` before each step (Horovod's signature and behaviour).
+
+    ``groups``: an int (that many groups of parameters, each reduced with one grouped
+    allreduce) or a list of lists of parameters (the others are groups of one);
+    ``num_groups`` is its deprecated name. ``sparse_as_dense``: densify sparse gradients
+    instead of gathering indices and values.
+    """
+    op = _ops.Average if op is None else op
+    process_set = global_process_set if process_set is None else process_set
+    if op == _ops.Adasum:
+        raise NotImplementedError(_ops._ADASUM)
+    if op not in _ops._OPS:
+        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product")
+    if gradient_predivide_factor != 1.0 and op != _ops.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
+                      "removed in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, process_set)
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)

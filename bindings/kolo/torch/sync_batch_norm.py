@@ -6,7 +6,7 @@ by global statistics (its backward is itself an allreduce).
 """
 import torch
 
-import kolo.torch as _kt
+from kolo.torch import mpi_ops as _ops
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -24,7 +24,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         dims = [0] + list(range(2, x.dim()))
         count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype)
         stats = torch.cat([x.sum(dims), (x * x).sum(dims), count])
-        total = _kt.allreduce(stats, op=_kt.Sum, name=None)
+        total = _ops.allreduce(stats, op=_ops.Sum, name=None)
         c = x.shape[1]
         n = total[2 * c]
         mean = total[:c] / n
