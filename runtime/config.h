@@ -32,6 +32,18 @@ struct Config {
   bool hierarchical_allreduce = false;
 };
 
+// A kolo setting's Horovod variable. Horovod reads its variables with
+// strtol/strtof, which stop at the first character they do not expect, so
+// `translate` takes a value in Horovod's syntax and returns it in the kolo
+// setting's syntax, or a message (without the variable name) when Horovod
+// would have read the value differently from what it says, e.g.
+// HOROVOD_FUSION_THRESHOLD=64M, which Horovod reads as 64 bytes.
+struct HorovodAlias {
+  const char* name = "";    // "" when Horovod has no such variable
+  const char* syntax = "";  // how Horovod writes the value, for the docs
+  std::function<Result<std::string>(const std::string& text)> translate;
+};
+
 struct Setting {
   const char* name;
   const char* default_text;
@@ -39,19 +51,55 @@ struct Setting {
   // Parses `text` into the config, or returns a message saying what is wrong
   // with it (without the variable name, which the caller adds).
   std::function<Status(const std::string& text, Config* config)> parse;
+  // The KOLO_ name wins when both are set.
+  HorovodAlias horovod;
 };
 
 // Every setting kolo reads, in documentation order.
 const std::vector<Setting>& Settings();
 
-// Reads `environment` (name -> value pairs, typically from environ) and then
-// `overrides`. Unknown KOLO_* names are returned in `unknown` (the caller
-// warns: a typo must not pass silently).
+// A Horovod runtime variable that kolo does not support, and what to use
+// instead; rank 0 warns when one is set.
+struct UnsupportedHorovodVariable {
+  // A name; "NAME*" stands for NAME and the names that extend it
+  // (HOROVOD_AUTOTUNE*: HOROVOD_AUTOTUNE_LOG, ...).
+  const char* name;
+  const char* instead;  // follows "HOROVOD_X is ignored: "
+};
+const std::vector<UnsupportedHorovodVariable>& UnsupportedHorovodVariables();
+
+// What reading the configuration noticed, for rank 0 to log.
+struct ConfigNotes {
+  struct Alias {
+    std::string horovod_name, horovod_value, kolo_name, kolo_value;
+  };
+  std::vector<std::string> unknown;              // KOLO_* names that are no setting (typos)
+  std::vector<Alias> aliases_used;               // HOROVOD_* read as their KOLO_* setting
+  std::vector<Alias> aliases_overridden;         // HOROVOD_* not read: the KOLO_ name is set
+  std::vector<std::string> horovod_unsupported;  // HOROVOD_* that kolo ignores, with a warning
+  std::vector<std::string> horovod_unknown;      // HOROVOD_* that Horovod does not read either
+
+  // The one info line that names the HOROVOD_* variables read, and those not
+  // read because their KOLO_ name is set; "" when there are none.
+  std::string AliasLine() const;
+  // One warning line per unknown or unsupported name.
+  std::vector<std::string> Warnings() const;
+};
+
+// Reads `environment` (name -> value pairs, typically KoloEnvironment()) and
+// then `overrides` (init()'s settings), which win. A HOROVOD_* alias is read
+// only when its KOLO_ name is set in neither: the KOLO_ name always wins. A
+// bad value fails naming the variable (KOLO_ or HOROVOD_) and the value.
+Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>>& environment,
+                           const std::vector<std::pair<std::string, std::string>>& overrides,
+                           ConfigNotes* notes = nullptr);
+
+// As above, returning only the unknown KOLO_* and HOROVOD_* names.
 Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>>& environment,
                            const std::vector<std::pair<std::string, std::string>>& overrides,
                            std::vector<std::string>* unknown);
 
-// The KOLO_* variables of this process's environment.
+// The KOLO_* and HOROVOD_* variables of this process's environment.
 std::vector<std::pair<std::string, std::string>> KoloEnvironment();
 
 // Parse helpers, exposed for tests and the launcher's validation.
@@ -60,7 +108,8 @@ Result<double> ParseNonNegativeDouble(const std::string& text);
 Result<bool> ParseBool(const std::string& text);  // 1/0, true/false, yes/no, on/off
 Result<LogLevel> ParseLogLevel(const std::string& text);
 
-// The setting whose name is closest to `name` (for "did you mean"), or "".
+// The KOLO_ setting, or the HOROVOD_ variable kolo knows, whose name is
+// closest to `name` (for "did you mean"), or "".
 std::string ClosestSettingName(const std::string& name);
 
 }  // namespace kolo
@@ -68,4 +117,6 @@ std::string ClosestSettingName(const std::string& name);
 namespace kolo {
 // The Markdown table of every setting, for docs/configuration.md.
 std::string SettingsMarkdownTable();
+// The Markdown table of the Horovod variables kolo ignores, for the same page.
+std::string UnsupportedHorovodMarkdownTable();
 }  // namespace kolo

@@ -15,8 +15,8 @@ constexpr double kShmTimeoutSeconds = 60;
 }  // namespace
 
 Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& options) {
-  std::vector<std::string> unknown;
-  Result<Config> config = ParseConfig(KoloEnvironment(), options.settings, &unknown);
+  ConfigNotes notes;
+  Result<Config> config = ParseConfig(KoloEnvironment(), options.settings, &notes);
   if (!config.ok()) return config.status();
   std::unique_ptr<RuntimeImpl> rt(new RuntimeImpl());
   rt->config_ = config.value();
@@ -24,11 +24,8 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
   KOLO_RETURN_IF_ERROR(rt->InitMpi(options));
   SetLogRank(rt->rank_);
   if (rt->rank_ == 0) {
-    for (const std::string& name : unknown) {
-      std::string close = ClosestSettingName(name);
-      KOLO_LOG(kWarning) << name << " is not a kolo setting and is ignored"
-                         << (close.empty() ? "" : "; did you mean " + close + "?");
-    }
+    for (const std::string& line : notes.Warnings()) KOLO_LOG(kWarning) << line;
+    if (std::string line = notes.AliasLine(); !line.empty()) KOLO_LOG(kInfo) << line;
   }
   KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
   if (!rt->config_.timeline_path.empty() && rt->rank_ == 0) {

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Rewrites the settings table in docs/configuration.md from runtime/config.cc
-# (through build/runtime/kolo_config_doc). A unit test fails when they drift.
+# Rewrites the generated tables in docs/configuration.md from runtime/config.cc
+# (through build/runtime/kolo_config_doc): the settings, with their Horovod
+# aliases, and the Horovod variables kolo ignores. A unit test fails when
+# they drift.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 doc=docs/configuration.md
-table=$(build/runtime/kolo_config_doc)
-python3 - "$doc" "$table" <<'PY'
-import re, sys
-path, table = sys.argv[1], sys.argv[2]
+settings=$(build/runtime/kolo_config_doc)
+unsupported=$(build/runtime/kolo_config_doc --horovod-unsupported)
+python3 - "$doc" "$settings" "$unsupported" <<'PY'
+import sys
+path, settings, unsupported = sys.argv[1:4]
 text = open(path).read()
-begin = text.index("<!-- settings table")
-begin = text.index("\n", begin) + 1
-end = text.index("<!-- end of settings table -->")
-open(path, "w").write(text[:begin] + table.rstrip("\n") + "\n" + text[end:])
+
+def replace(text, marker, table):
+    begin = text.index("<!-- " + marker)
+    begin = text.index("\n", begin) + 1
+    end = text.index("<!-- end of " + marker + " -->")
+    return text[:begin] + table.rstrip("\n") + "\n" + text[end:]
+
+text = replace(text, "settings table", settings)
+text = replace(text, "unsupported Horovod variables", unsupported)
+open(path, "w").write(text)
 PY

@@ -2,13 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace kolo {
 namespace {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 TEST(Config, DefaultsWithEmptyEnvironment) {
-  Result<Config> c = ParseConfig({}, {}, nullptr);
+  Result<Config> c = ParseConfig({}, {});
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value().fusion_threshold_bytes, 64LL << 20);
   EXPECT_EQ(c.value().cache_capacity, 1024);
@@ -22,7 +25,7 @@ TEST(Config, GoodValues) {
              {"KOLO_CACHE_CAPACITY", "0"},           {"KOLO_TIMELINE", "/tmp/t.json"},
              {"KOLO_STALL_CHECK_TIME_SECONDS", "5"}, {"KOLO_LOG_LEVEL", "DEBUG"},
              {"KOLO_TIMELINE_MARK_CYCLES", "yes"}};
-  Result<Config> c = ParseConfig(env, {}, nullptr);
+  Result<Config> c = ParseConfig(env, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c.value().fusion_threshold_bytes, 32LL << 20);
   EXPECT_DOUBLE_EQ(c.value().cycle_time_ms, 2.5);
@@ -34,8 +37,7 @@ TEST(Config, GoodValues) {
 }
 
 TEST(Config, OverridesWinOverEnvironment) {
-  Result<Config> c =
-      ParseConfig({{"KOLO_CACHE_CAPACITY", "10"}}, {{"KOLO_CACHE_CAPACITY", "20"}}, nullptr);
+  Result<Config> c = ParseConfig({{"KOLO_CACHE_CAPACITY", "10"}}, {{"KOLO_CACHE_CAPACITY", "20"}});
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value().cache_capacity, 20);
 }
@@ -50,7 +52,7 @@ class ConfigBadValue : public ::testing::TestWithParam<BadValue> {};
 
 TEST_P(ConfigBadValue, FailsNamingVariableAndValue) {
   const BadValue& b = GetParam();
-  Result<Config> c = ParseConfig({{b.name, b.value}}, {}, nullptr);
+  Result<Config> c = ParseConfig({{b.name, b.value}}, {});
   ASSERT_FALSE(c.ok()) << b.name << "=" << b.value << " was accepted";
   const std::string& m = c.status().message();
   EXPECT_NE(m.find(b.name), std::string::npos) << m;
@@ -70,7 +72,20 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "-3", "negative"},
                       BadValue{"KOLO_LOG_LEVEL", "loud", "not a log level"},
                       BadValue{"KOLO_TIMELINE_MARK_CYCLES", "maybe", "not a boolean"},
-                      BadValue{"KOLO_IDLE_TICK_MS", "", "empty"}));
+                      BadValue{"KOLO_IDLE_TICK_MS", "", "empty"},
+                      // Horovod's aliases fail naming the HOROVOD_ variable, also where
+                      // Horovod would have read the value differently from what it says.
+                      BadValue{"HOROVOD_FUSION_THRESHOLD", "64M", "whole number of bytes"},
+                      BadValue{"HOROVOD_FUSION_THRESHOLD", "1e6", "whole number of bytes"},
+                      BadValue{"HOROVOD_CYCLE_TIME", "0", "no pause between cycles"},
+                      BadValue{"HOROVOD_CYCLE_TIME", "5ms", "not a number"},
+                      BadValue{"HOROVOD_CACHE_CAPACITY", "-1", "negative"},
+                      BadValue{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1.5",
+                               "whole number of seconds"},
+                      BadValue{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "-5", "negative"},
+                      BadValue{"HOROVOD_HIERARCHICAL_ALLREDUCE", "true", "use 1 or 0"},
+                      BadValue{"HOROVOD_TIMELINE_MARK_CYCLES", "yes", "use 1 or 0"},
+                      BadValue{"HOROVOD_LOG_LEVEL", "loud", "not a Horovod log level"}));
 
 TEST(Config, UnknownKoloNamesAreReportedWithSuggestion) {
   std::vector<std::string> unknown;
@@ -82,8 +97,157 @@ TEST(Config, UnknownKoloNamesAreReportedWithSuggestion) {
   EXPECT_EQ(ClosestSettingName("KOLO_SOMETHING_ELSE_ENTIRELY"), "");
 }
 
+TEST(Config, HorovodAliasesApplyInHorovodsUnits) {
+  Env env = {{"HOROVOD_FUSION_THRESHOLD", "33554432"},
+             {"HOROVOD_CYCLE_TIME", "2.5"},
+             {"HOROVOD_CACHE_CAPACITY", "0"},
+             {"HOROVOD_TIMELINE", "/tmp/t.json"},
+             {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+             {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+             {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"},
+             {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+             {"HOROVOD_LOG_LEVEL", "DEBUG"},
+             {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}};
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig(env, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Config& v = c.value();
+  EXPECT_EQ(v.fusion_threshold_bytes, 32LL << 20);
+  EXPECT_DOUBLE_EQ(v.cycle_time_ms, 2.5);
+  EXPECT_EQ(v.cache_capacity, 0);
+  EXPECT_EQ(v.timeline_path, "/tmp/t.json");
+  EXPECT_TRUE(v.timeline_mark_cycles);
+  EXPECT_EQ(v.stall_check_seconds, 30.0);
+  EXPECT_EQ(v.stall_shutdown_seconds, 0.0);  // Horovod's 0 = never, as kolo's
+  EXPECT_TRUE(v.stall_check_disabled);
+  EXPECT_EQ(v.log_level, LogLevel::kDebug);
+  EXPECT_TRUE(v.hierarchical_allreduce);
+  EXPECT_EQ(notes.aliases_used.size(), env.size());
+  EXPECT_TRUE(notes.aliases_overridden.empty());
+  EXPECT_TRUE(notes.Warnings().empty());
+}
+
+TEST(Config, EveryHorovodAliasIsAHorovodName) {
+  int aliases = 0;
+  for (const Setting& s : Settings()) {
+    std::string alias = s.horovod.name;
+    if (alias.empty()) continue;
+    ++aliases;
+    EXPECT_EQ(alias.rfind("HOROVOD_", 0), 0u) << s.name;
+    EXPECT_TRUE(s.horovod.translate) << s.name << " has an alias but no translation";
+    EXPECT_NE(std::string(s.horovod.syntax), "") << s.name;
+  }
+  EXPECT_EQ(aliases, 10);
+}
+
+TEST(Config, HorovodSwitchesReadLikeHorovod) {
+  // Horovod: strtol(value) > 0 is on; an empty value is off.
+  for (auto [value, want] : std::vector<std::pair<std::string, bool>>{
+           {"1", true}, {"2", true}, {"007", true}, {"0", false}, {"-1", false}, {"", false}}) {
+    Result<Config> c = ParseConfig({{"HOROVOD_HIERARCHICAL_ALLREDUCE", value}}, {});
+    ASSERT_TRUE(c.ok()) << "'" << value << "': " << c.status().ToString();
+    EXPECT_EQ(c.value().hierarchical_allreduce, want) << "'" << value << "'";
+  }
+}
+
+TEST(Config, HorovodLogLevelsAndDynamicTimeline) {
+  EXPECT_EQ(ParseConfig({{"HOROVOD_LOG_LEVEL", "FATAL"}}, {}).value().log_level, LogLevel::kError);
+  EXPECT_EQ(ParseConfig({{"HOROVOD_LOG_LEVEL", "Trace"}}, {}).value().log_level, LogLevel::kTrace);
+  // DYNAMIC: no file until start_timeline(), which kolo offers without a setting.
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig({{"HOROVOD_TIMELINE", "DYNAMIC"}}, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().timeline_path, "");
+  EXPECT_EQ(notes.AliasLine(),
+            "Horovod settings: using HOROVOD_TIMELINE=DYNAMIC as KOLO_TIMELINE=''");
+}
+
+TEST(Config, KoloNameWinsOverHorovodAlias) {
+  for (const Env& env : {Env{{"HOROVOD_CYCLE_TIME", "9"}, {"KOLO_CYCLE_TIME", "3"}},
+                         Env{{"KOLO_CYCLE_TIME", "3"}, {"HOROVOD_CYCLE_TIME", "9"}}}) {
+    ConfigNotes notes;
+    Result<Config> c = ParseConfig(env, {}, &notes);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_DOUBLE_EQ(c.value().cycle_time_ms, 3);
+    EXPECT_TRUE(notes.aliases_used.empty());
+    ASSERT_EQ(notes.aliases_overridden.size(), 1u);
+    EXPECT_EQ(notes.aliases_overridden[0].horovod_name, "HOROVOD_CYCLE_TIME");
+  }
+  // Also when the KOLO_ name comes from init()'s settings; the alias that is
+  // not read is not validated either.
+  Result<Config> c =
+      ParseConfig({{"HOROVOD_CACHE_CAPACITY", "lots"}}, {{"KOLO_CACHE_CAPACITY", "7"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().cache_capacity, 7);
+  // A KOLO_ variable in the environment wins over an alias given to init().
+  c = ParseConfig({{"KOLO_CACHE_CAPACITY", "7"}}, {{"HOROVOD_CACHE_CAPACITY", "9"}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value().cache_capacity, 7);
+}
+
+TEST(Config, AliasLineNamesEveryMappingOnOneLine) {
+  ConfigNotes notes;
+  Env env = {{"HOROVOD_CYCLE_TIME", "2"},
+             {"HOROVOD_STALL_CHECK_DISABLE", "3"},
+             {"HOROVOD_FUSION_THRESHOLD", "1024"},
+             {"KOLO_FUSION_THRESHOLD", "2K"}};
+  ASSERT_TRUE(ParseConfig(env, {}, &notes).ok());
+  EXPECT_EQ(notes.AliasLine(),
+            "Horovod settings: using HOROVOD_CYCLE_TIME=2 as KOLO_CYCLE_TIME, "
+            "HOROVOD_STALL_CHECK_DISABLE=3 as KOLO_STALL_CHECK_DISABLE=1; not using "
+            "HOROVOD_FUSION_THRESHOLD (KOLO_FUSION_THRESHOLD is set and wins)");
+  ConfigNotes none;
+  ASSERT_TRUE(ParseConfig({{"KOLO_CYCLE_TIME", "2"}}, {}, &none).ok());
+  EXPECT_EQ(none.AliasLine(), "");
+}
+
+TEST(Config, UnsupportedUnknownAndBuildTimeHorovodVariables) {
+  ConfigNotes notes;
+  Env env = {{"HOROVOD_AUTOTUNE", "1"},
+             {"HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv"},
+             {"HOROVOD_ELASTIC", "1"},
+             {"HOROVOD_FUSION_TRESHOLD", "1"},
+             {"HOROVOD_WITH_PYTORCH", "1"},
+             {"HOROVOD_GPU_OPERATIONS", "NCCL"},
+             {"HOROVOD_NCCL_HOME", "/usr/local"},
+             {"KOLO_CYCLE_TIMES", "1"}};
+  Result<Config> c = ParseConfig(env, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(
+      notes.horovod_unsupported,
+      (std::vector<std::string>{"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_ELASTIC"}));
+  EXPECT_EQ(notes.horovod_unknown, (std::vector<std::string>{"HOROVOD_FUSION_TRESHOLD"}));
+  EXPECT_EQ(notes.unknown, (std::vector<std::string>{"KOLO_CYCLE_TIMES"}));
+  EXPECT_EQ(notes.Warnings(),
+            (std::vector<std::string>{
+                "KOLO_CYCLE_TIMES is not a kolo setting and is ignored; did you mean "
+                "KOLO_CYCLE_TIME?",
+                "HOROVOD_AUTOTUNE is ignored: autotuning is not supported; kolo's defaults are "
+                "measured (docs/performance.md): set KOLO_FUSION_THRESHOLD and KOLO_CYCLE_TIME "
+                "yourself",
+                "HOROVOD_AUTOTUNE_LOG is ignored: autotuning is not supported; kolo's defaults "
+                "are measured (docs/performance.md): set KOLO_FUSION_THRESHOLD and "
+                "KOLO_CYCLE_TIME yourself",
+                "HOROVOD_ELASTIC is ignored: elastic training is not supported",
+                "HOROVOD_FUSION_TRESHOLD is not a Horovod setting that kolo knows and is ignored; "
+                "did you mean HOROVOD_FUSION_THRESHOLD?"}));
+  // The older three-argument form reports both kinds of unknown names.
+  std::vector<std::string> unknown;
+  ASSERT_TRUE(ParseConfig(env, {}, &unknown).ok());
+  EXPECT_EQ(unknown, (std::vector<std::string>{"KOLO_CYCLE_TIMES", "HOROVOD_FUSION_TRESHOLD"}));
+}
+
+TEST(Config, EnvironmentIncludesHorovodVariables) {
+  setenv("HOROVOD_CONFIG_TEST_VARIABLE", "1", 1);
+  auto env = KoloEnvironment();
+  unsetenv("HOROVOD_CONFIG_TEST_VARIABLE");
+  EXPECT_NE(std::find(env.begin(), env.end(),
+                      std::pair<std::string, std::string>{"HOROVOD_CONFIG_TEST_VARIABLE", "1"}),
+            env.end());
+}
+
 TEST(Config, StallCheckNeverLaterThanShutdown) {
-  Result<Config> c = ParseConfig({{"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "10"}}, {}, nullptr);
+  Result<Config> c = ParseConfig({{"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "10"}}, {});
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value().stall_check_seconds, 10.0);
 }
@@ -113,7 +277,10 @@ TEST(Config, DocsCarryTheGeneratedTable) {
   ss << f.rdbuf();
   EXPECT_NE(ss.str().find(SettingsMarkdownTable()), std::string::npos)
       << "docs/configuration.md is out of date; regenerate the table with "
-         "build/runtime/kolo_config_doc";
+         "scripts/config_table.sh";
+  EXPECT_NE(ss.str().find(UnsupportedHorovodMarkdownTable()), std::string::npos)
+      << "docs/configuration.md is out of date; regenerate the tables with "
+         "scripts/config_table.sh";
 }
 
 }  // namespace
