@@ -39,8 +39,9 @@ std::vector<std::string> ForwardedNames(const std::map<std::string, std::string>
                                         const std::vector<std::string>& user_names) {
   std::vector<std::string> out;
   for (const auto& [name, value] : environment) {
-    bool wanted = name.rfind("KOLO_", 0) == 0 || name.rfind("NCCL_", 0) == 0 || name == "PATH" ||
-                  name == "LD_LIBRARY_PATH" || name == "PYTHONPATH" || name == "PYTHONUNBUFFERED";
+    bool wanted = name.rfind("KOLO_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0 ||
+                  name.rfind("NCCL_", 0) == 0 || name == "PATH" || name == "LD_LIBRARY_PATH" ||
+                  name == "PYTHONPATH" || name == "PYTHONUNBUFFERED";
     if (wanted) out.push_back(name);
   }
   for (const std::string& n : user_names) {
@@ -115,6 +116,166 @@ Result<std::string> PinnedGpu(const std::string& visible, int local_rank) {
                                    "; start at most that many ranks per host");
   }
   return devices[local_rank];
+}
+
+const std::vector<HorovodrunFlag>& HorovodrunFlags() {
+  using K = HorovodrunFlag::Kind;
+  static const char* const kElastic =
+      "elastic training is not supported; kolorun starts a fixed set of ranks (-np, -H or "
+      "--hostfile), and a job that loses a rank ends naming it";
+  static const char* const kAutotune =
+      "autotuning is not supported; kolo's defaults are measured (docs/performance.md): set "
+      "--fusion-threshold-mb and --cycle-time-ms yourself";
+  static const char* const kNoTimestamp = "kolo's log lines carry no time stamp";
+  static const std::vector<HorovodrunFlag> kFlags = {
+      // Single-dash long names, which kolorun's parser reads as letters.
+      {"-np", 1, K::kRenamed, "--np"},
+      {"--num-proc", 1, K::kRenamed, "--np"},
+      {"-cb", 0, K::kRenamed, "--check-build"},
+      {"-hostfile", 1, K::kRenamed, "--hostfile"},
+      {"-v", 0, K::kRenamed, "--version"},
+      {"--network-interfaces", 1, K::kRenamedEach, "--network-interface"},
+      // The explicit "off" forms of kolorun's switches.
+      {"--no-hierarchical-allreduce", 0, K::kSetsVariable, "KOLO_HIERARCHICAL_ALLREDUCE=0"},
+      {"--no-timeline-mark-cycles", 0, K::kSetsVariable, "KOLO_TIMELINE_MARK_CYCLES=0"},
+      {"--stall-check", 0, K::kSetsVariable, "KOLO_STALL_CHECK_DISABLE=0"},
+      // horovodrun's --tcp sets NCCL_IB_DISABLE=1; kolorun's MPI already uses TCP.
+      {"--tcp", 0, K::kSetsVariable, "NCCL_IB_DISABLE=1"},
+      // Harmless to ignore: none changes what the job computes.
+      {"--disable-cache", 0, K::kIgnored,
+       "it turns off horovodrun's cache of its host checks; kolorun caches nothing and "
+       "checks the hosts on every launch"},
+      {"--mpi", 0, K::kIgnored, "kolo always runs on MPI"},
+      {"--no-autotune", 0, K::kIgnored, "kolo never autotunes"},
+      {"--hierarchical-allgather", 0, K::kIgnored,
+       "kolo's allgather is flat (the results are the same); --hierarchical-allreduce is "
+       "supported"},
+      {"--no-hierarchical-allgather", 0, K::kIgnored, "kolo's allgather is always flat"},
+      {"--mpi-threads-disable", 0, K::kIgnored,
+       "kolo calls MPI from its background thread and needs MPI's thread support"},
+      {"--no-mpi-threads-disable", 0, K::kIgnored, "kolo always uses MPI's thread support"},
+      {"--num-nccl-streams", 1, K::kIgnored, "kolo runs NCCL on one stream per device"},
+      {"--thread-affinity", 1, K::kIgnored,
+       "kolo does not pin its background thread; bind the ranks with --binding core"},
+      {"--gloo-timeout-seconds", 1, K::kIgnored,
+       "kolo runs on MPI, not Gloo; --stall-check-shutdown-time-seconds bounds a wait for "
+       "other ranks"},
+      {"--log-with-timestamp", 0, K::kIgnored, kNoTimestamp},
+      {"--log-without-timestamp", 0, K::kIgnored, kNoTimestamp},
+      {"--log-hide-timestamp", 0, K::kIgnored, kNoTimestamp},
+      {"--no-log-hide-timestamp", 0, K::kIgnored, kNoTimestamp},
+      {"-prefix-timestamp", 0, K::kIgnored,
+       "kolorun prefixes each output line with its rank, not a time"},
+      {"--prefix-output-with-timestamp", 0, K::kIgnored,
+       "kolorun prefixes each output line with its rank, not a time"},
+      // Refused: ignoring them would run a different job from the one asked for.
+      {"--gloo", 0, K::kRefused, "kolo runs on MPI; drop --gloo"},
+      {"--jsrun", 0, K::kRefused,
+       "kolorun starts the ranks with mpirun (inside an LSF job it reads LSB_MCPU_HOSTS); drop "
+       "--jsrun"},
+      {"--config-file", 1, K::kRefused,
+       "kolorun does not read horovodrun's YAML file; give its settings as kolorun flags "
+       "(docs/launcher.md) or KOLO_* variables (docs/configuration.md)"},
+      {"--binding-args", 1, K::kRefused,
+       "kolorun maps ranks to hosts by slot itself; use --binding none|core|socket|numa|hwthread "
+       "for mpirun's --bind-to, and --mpi-args for other mpirun options"},
+      {"--autotune", 0, K::kRefused, kAutotune},
+      {"--autotune-log-file", 1, K::kRefused, kAutotune},
+      {"--autotune-warmup-samples", 1, K::kRefused, kAutotune},
+      {"--autotune-steps-per-sample", 1, K::kRefused, kAutotune},
+      {"--autotune-bayes-opt-max-samples", 1, K::kRefused, kAutotune},
+      {"--autotune-gaussian-process-noise", 1, K::kRefused, kAutotune},
+      {"--min-np", 1, K::kRefused, kElastic},
+      {"--min-num-proc", 1, K::kRefused, kElastic},
+      {"--max-np", 1, K::kRefused, kElastic},
+      {"--max-num-proc", 1, K::kRefused, kElastic},
+      {"--host-discovery-script", 1, K::kRefused, kElastic},
+      {"--elastic-timeout", 1, K::kRefused, kElastic},
+      {"--reset-limit", 1, K::kRefused, kElastic},
+      {"--blacklist-cooldown-range", 2, K::kRefused, kElastic},
+      {"--slots-per-host", 1, K::kRefused,
+       "it belongs to elastic training, which is not supported; give each host's slots with "
+       "-H host:N or a hostfile"},
+  };
+  return kFlags;
+}
+
+namespace {
+
+const HorovodrunFlag* FindHorovodrunFlag(const std::string& name) {
+  for (const HorovodrunFlag& f : HorovodrunFlags()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// Appends what `flag`, given `values`, becomes.
+void Translate(const HorovodrunFlag& flag, const std::vector<std::string>& values,
+               TranslatedArgs* out) {
+  using K = HorovodrunFlag::Kind;
+  switch (flag.kind) {
+    case K::kRenamed:
+      out->args.push_back(flag.text);
+      out->args.insert(out->args.end(), values.begin(), values.end());
+      break;
+    case K::kRenamedEach:
+      for (const std::string& v : values) {
+        size_t start = 0;
+        while (start <= v.size()) {
+          size_t comma = std::min(v.find(',', start), v.size());
+          if (comma > start)
+            out->args.insert(out->args.end(), {flag.text, v.substr(start, comma - start)});
+          start = comma + 1;
+        }
+      }
+      break;
+    case K::kSetsVariable:
+      out->args.insert(out->args.end(), {"-x", flag.text});
+      break;
+    case K::kIgnored:
+      out->notes.push_back(std::string(flag.name) + " is accepted and ignored: " + flag.text);
+      break;
+    case K::kRefused:
+      break;
+  }
+}
+
+}  // namespace
+
+Result<TranslatedArgs> TranslateHorovodrunArgs(const std::vector<std::string>& args,
+                                               const std::set<std::string>& value_options) {
+  TranslatedArgs out;
+  size_t i = 0;
+  while (i < args.size()) {
+    const std::string& arg = args[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;  // the program's command line
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const HorovodrunFlag* flag = FindHorovodrunFlag(name);
+    ++i;
+    if (flag == nullptr) {
+      out.args.push_back(arg);
+      if (eq == std::string::npos && value_options.count(name) && i < args.size()) {
+        out.args.push_back(args[i++]);
+      }
+      continue;
+    }
+    if (flag->kind == HorovodrunFlag::Kind::kRefused) {
+      return Status::InvalidArgument(name + " is not supported: " + flag->text);
+    }
+    std::vector<std::string> values;
+    if (eq != std::string::npos) values.push_back(arg.substr(eq + 1));
+    while (static_cast<int>(values.size()) < flag->values && i < args.size()) {
+      values.push_back(args[i++]);
+    }
+    if (static_cast<int>(values.size()) != flag->values) {
+      return Status::InvalidArgument(name + " expects " + std::to_string(flag->values) +
+                                     " value(s)");
+    }
+    Translate(*flag, values, &out);
+  }
+  out.args.insert(out.args.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return out;
 }
 
 }  // namespace kolo::launcher

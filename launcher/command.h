@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,8 @@ struct LaunchPlan {
 std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan);
 
 // The names of variables forwarded from kolorun's own environment to every
-// rank: KOLO_*, NCCL_*, PATH, LD_LIBRARY_PATH, PYTHONPATH, PYTHONUNBUFFERED, and
-// the user's -x names.
+// rank: KOLO_*, HOROVOD_* (the runtime reads Horovod's names too), NCCL_*, PATH, LD_LIBRARY_PATH,
+// PYTHONPATH, PYTHONUNBUFFERED, and the user's -x names.
 std::vector<std::string> ForwardedNames(const std::map<std::string, std::string>& environment,
                                         const std::vector<std::string>& user_names);
 
@@ -47,5 +48,37 @@ std::string ShellQuote(const std::vector<std::string>& argv);
 // unset): the rank keeps the local_rank-th entry of that list, or device
 // `local_rank` when unset. An error when the list is too short.
 Result<std::string> PinnedGpu(const std::string& visible, int local_rank);
+
+// horovodrun's flags (horovod/runner/launch.py) that kolorun does not have
+// under the same name, so that a horovodrun command line works after
+// s/horovodrun/kolorun/ or fails before anything starts, saying what to do.
+struct HorovodrunFlag {
+  enum class Kind {
+    kRenamed,       // becomes kolorun's flag `text`, with the same values
+    kRenamedEach,   // each comma-separated value becomes its own kolorun flag `text`
+    kSetsVariable,  // becomes -x `text` (NAME=VALUE) for every rank
+    kIgnored,       // accepted and ignored; `text` is the note kolorun prints
+    kRefused,       // kolorun stops; `text` says what to do instead
+  };
+  const char* name;
+  int values;  // how many values follow the flag
+  Kind kind;
+  const char* text;
+};
+const std::vector<HorovodrunFlag>& HorovodrunFlags();
+
+struct TranslatedArgs {
+  std::vector<std::string> args;   // kolorun's own arguments
+  std::vector<std::string> notes;  // one line per ignored flag
+};
+
+// Rewrites kolorun's arguments (argv without argv[0]) so that horovodrun's
+// flags become kolorun's. Stops at the program's command line: the first
+// argument that is neither an option nor an option's value (or the one
+// after "--"), which is kept as it is. `value_options` names kolorun's
+// options that take a value ("--np", "-H", ...). A refused flag is an error
+// naming the flag.
+Result<TranslatedArgs> TranslateHorovodrunArgs(const std::vector<std::string>& args,
+                                               const std::set<std::string>& value_options);
 
 }  // namespace kolo::launcher

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -40,6 +41,7 @@ struct Options {
   int ssh_port = 0;
   std::string ssh_identity_file;
   double start_timeout = 30;
+  bool start_timeout_given = false;  // else HOROVOD_START_TIMEOUT, as horovodrun reads it
   std::vector<std::string> network_interfaces, env_vars;
   std::string mpi_args, binding = "none";
   double fusion_threshold_mb = -1, cycle_time_ms = -1, stall_warning = -1, stall_shutdown = -1;
@@ -95,7 +97,8 @@ std::map<std::string, std::string> RuntimeSettings(const Options& o) {
   if (o.no_stall_check) s[env::kStallCheckDisable] = "1";
   if (o.stall_warning >= 0) s[env::kStallCheckTime] = Num(o.stall_warning);
   if (o.stall_shutdown >= 0) s[env::kStallShutdownTime] = Num(o.stall_shutdown);
-  if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level;
+  // horovodrun's FATAL: nothing below kolo's highest level.
+  if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level == "fatal" ? "error" : o.log_level;
   if (o.pin_gpus) s[env::kPinGpus] = "1";
   return s;
 }
@@ -402,6 +405,14 @@ int Run(Options& o) {
     return Fail("no command to run; usage: kolorun -np N [options] command ...");
   }
   const std::map<std::string, std::string> environment = Environment();
+  if (!o.start_timeout_given && environment.count("HOROVOD_START_TIMEOUT")) {
+    const std::string& text = environment.at("HOROVOD_START_TIMEOUT");
+    char* end = nullptr;
+    o.start_timeout = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(o.start_timeout > 0)) {
+      return Fail("HOROVOD_START_TIMEOUT='" + text + "' is not a positive number of seconds");
+    }
+  }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
   if (!chosen.ok()) return Fail(chosen.status().message());
@@ -498,7 +509,8 @@ int main(int argc, char** argv) {
   app.add_option("-p,--ssh-port", o.ssh_port, "ssh port of the remote hosts")
       ->check(CLI::Range(1, 65535));
   app.add_option("-i,--ssh-identity-file", o.ssh_identity_file, "ssh identity file");
-  app.add_option("--start-timeout", o.start_timeout, "Seconds to wait for hosts (default 30)")
+  app.add_option("--start-timeout", o.start_timeout,
+                 "Seconds to wait for hosts and ranks (default 30, or HOROVOD_START_TIMEOUT)")
       ->check(CLI::PositiveNumber);
   app.add_option("--network-interface", o.network_interfaces, "NIC for MPI and NCCL (repeatable)")
       ->allow_extra_args(false);
@@ -525,30 +537,35 @@ int main(int argc, char** argv) {
   app.add_option("--stall-check-shutdown-time-seconds", o.stall_shutdown,
                  "KOLO_STALL_SHUTDOWN_TIME_SECONDS")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-level", o.log_level, "KOLO_LOG_LEVEL")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error"}));
+  app.add_option("--log-level", o.log_level, "KOLO_LOG_LEVEL (any case; FATAL = error)")
+      ->transform(
+          CLI::IsMember({"trace", "debug", "info", "warning", "error", "fatal"}, CLI::ignore_case));
   app.add_option("--output-filename", o.output_dir, "Also write each rank's output to DIR/rank.N/");
   app.add_flag("--verbose", o.verbose, "Say where hosts came from and the command run");
   app.add_flag("--dry-run", o.dry_run, "Print the mpirun command and run nothing");
   app.add_flag("--check-build", o.check_build, "Show what this build has, then exit");
   // The first positional argument starts the program's command line.
   app.prefix_command();
-  // Accept horovodrun's/mpirun's single-dash "-np N".
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (!args.empty() && args.back() == "--") {
-      args.push_back(a);
-      continue;
-    }
-    args.push_back(a == "-np" ? "--np" : a);
+  // horovodrun's flags: renamed to kolorun's, ignored with a note, or refused
+  // before anything starts (launcher/command.cc, HorovodrunFlags()).
+  std::set<std::string> value_options;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_items_expected_min() == 0) continue;  // a flag
+    for (const std::string& n : opt->get_lnames()) value_options.insert("--" + n);
+    for (const std::string& n : opt->get_snames()) value_options.insert("-" + n);
   }
+  kolo::Result<kolo::launcher::TranslatedArgs> translated = kolo::launcher::TranslateHorovodrunArgs(
+      std::vector<std::string>(argv + 1, argv + argc), value_options);
+  if (!translated.ok()) return kolo::launcher::Fail(translated.status().message());
+  for (const std::string& note : translated.value().notes) std::cerr << "kolorun: " << note << "\n";
+  std::vector<std::string> args = translated.value().args;
   std::reverse(args.begin(), args.end());
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.start_timeout_given = app.count("--start-timeout") > 0;
   // prefix_command(): everything after the program's name belongs to it.
   for (const std::string& a : app.remaining()) o.command.push_back(a);
   if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());

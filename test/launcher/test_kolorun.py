@@ -192,6 +192,13 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     (["-np", "0", "true"], "not in range"),
     (["--log-level", "loud", "true"], "loud"),
     (["--mpi-args", "'unterminated", "true"], "unterminated quote"),
+    # horovodrun flags that kolorun refuses, naming the flag and the kolorun way.
+    (["-np", "2", "--gloo", "true"], "--gloo is not supported: kolo runs on MPI; drop --gloo"),
+    (["--autotune", "true"], "--autotune is not supported: autotuning is not supported"),
+    (["-np", "2", "--min-np", "1", "true"], "--min-np is not supported: elastic training"),
+    (["--host-discovery-script", "d.sh", "true"], "elastic training is not supported"),
+    (["--config-file", "c.yaml", "true"], "does not read horovodrun's YAML file"),
+    (["--binding-args=--rankfile r", "true"], "use --binding"),
 ])
 def test_bad_input_ends_with_one_clear_line_and_starts_nothing(args, message):
     r = kolorun(*args, timeout=30)
@@ -275,3 +282,40 @@ def test_pin_gpus_gives_each_local_rank_its_own_gpu(tmp_path):
                 script(tmp_path, body))
     assert r.returncode != 0
     assert "local rank 1 has no GPU of its own: CUDA_VISIBLE_DEVICES=5 lists 1" in r.stderr
+
+
+def test_horovodrun_command_line_runs_after_renaming_horovodrun_to_kolorun():
+    r = kolorun("--num-proc", "2", "--dry-run", "--disable-cache", "--network-interfaces", "lo",
+                "--log-level", "FATAL", "--no-hierarchical-allreduce", "--stall-check-warning-time-seconds",
+                "5", "prog", "-np", "3", "--gloo")
+    assert r.returncode == 0, r.stderr
+    assert "--tag-output -np 2 -H localhost:2" in r.stdout
+    assert "KOLO_LOG_LEVEL=error" in r.stdout and "KOLO_HIERARCHICAL_ALLREDUCE=0" in r.stdout
+    assert "KOLO_STALL_CHECK_TIME_SECONDS=5" in r.stdout and "btl_tcp_if_include lo" in r.stdout
+    # The program's own flags are the program's, even horovodrun's names.
+    assert r.stdout.rstrip().endswith("prog -np 3 --gloo")
+    assert "kolorun: --disable-cache is accepted and ignored:" in r.stderr
+
+
+def test_horovod_start_timeout_is_the_default_of_start_timeout():
+    r = kolorun("-np", "1", "--dry-run", "true", env={"HOROVOD_START_TIMEOUT": "soon"})
+    assert r.returncode == 2
+    assert "HOROVOD_START_TIMEOUT='soon' is not a positive number of seconds" in r.stderr
+    r = kolorun("-np", "1", "--start-timeout", "5", "--dry-run", "true",
+                env={"HOROVOD_START_TIMEOUT": "soon"})
+    assert r.returncode == 0, r.stderr
+
+
+def test_horovod_variables_reach_the_ranks_and_are_read_as_kolo_settings():
+    env = {"HOROVOD_LOG_LEVEL": "info", "HOROVOD_CYCLE_TIME": "2", "HOROVOD_AUTOTUNE": "1",
+           "HOROVOD_FUSION_THRESHOLD": "1048576", "KOLO_FUSION_THRESHOLD": "2M"}
+    r = kolorun("-np", "2", AVERAGE_TENSORS, env=env)
+    assert r.returncode == 0, r.stderr
+    assert ("[0]<stderr>:[kolo 0 INFO] Horovod settings: using HOROVOD_CYCLE_TIME=2 as "
+            "KOLO_CYCLE_TIME, HOROVOD_LOG_LEVEL=info as KOLO_LOG_LEVEL; not using "
+            "HOROVOD_FUSION_THRESHOLD (KOLO_FUSION_THRESHOLD is set and wins)") in r.stderr
+    assert "[0]<stderr>:[kolo 0 WARNING] HOROVOD_AUTOTUNE is ignored: autotuning is not supported" in r.stderr
+    assert "[kolo 1 " not in r.stderr  # rank 0 alone reports the configuration
+    r = kolorun("-np", "2", AVERAGE_TENSORS, env={"HOROVOD_FUSION_THRESHOLD": "64M"})
+    assert r.returncode != 0
+    assert "HOROVOD_FUSION_THRESHOLD='64M' is not a whole number of bytes" in r.stderr

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include "command.h"
 #include "hosts.h"
 
@@ -203,10 +207,105 @@ TEST(Command, SplitArgsAndQuote) {
 }
 
 TEST(Command, ForwardedNames) {
-  std::map<std::string, std::string> env = {
-      {"KOLO_X", "1"}, {"NCCL_DEBUG", "INFO"}, {"PATH", "/bin"}, {"HOME", "/root"}};
-  EXPECT_EQ(ForwardedNames(env, {"MY_VAR", "PATH"}),
-            (std::vector<std::string>{"KOLO_X", "NCCL_DEBUG", "PATH", "MY_VAR"}));
+  std::map<std::string, std::string> env = {{"KOLO_X", "1"},
+                                            {"HOROVOD_CYCLE_TIME", "2"},
+                                            {"NCCL_DEBUG", "INFO"},
+                                            {"PATH", "/bin"},
+                                            {"HOME", "/root"}};
+  EXPECT_EQ(
+      ForwardedNames(env, {"MY_VAR", "PATH"}),
+      (std::vector<std::string>{"HOROVOD_CYCLE_TIME", "KOLO_X", "NCCL_DEBUG", "PATH", "MY_VAR"}));
+}
+
+using Args = std::vector<std::string>;
+
+// kolorun's options that take a value, as kolorun's main() collects them.
+const std::set<std::string> kValueOptions = {"--np",       "-H",          "--hosts",        "-x",
+                                             "--mpi-args", "--log-level", "--start-timeout"};
+
+TEST(Horovodrun, FlagsBecomeKolorunsAndTheCommandIsLeftAlone) {
+  Result<TranslatedArgs> t = TranslateHorovodrunArgs(
+      {"-np", "4", "-H", "a:2,b:2", "--network-interfaces", "eth0,ib0", "-cb", "--tcp",
+       "--no-hierarchical-allreduce", "--stall-check", "--log-level", "-v", "python", "train.py",
+       "-np", "8", "--gloo", "-v"},
+      kValueOptions);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // "--log-level -v": a value that looks like a flag is still the value.
+  EXPECT_EQ(t.value().args, (Args{"--np",
+                                  "4",
+                                  "-H",
+                                  "a:2,b:2",
+                                  "--network-interface",
+                                  "eth0",
+                                  "--network-interface",
+                                  "ib0",
+                                  "--check-build",
+                                  "-x",
+                                  "NCCL_IB_DISABLE=1",
+                                  "-x",
+                                  "KOLO_HIERARCHICAL_ALLREDUCE=0",
+                                  "-x",
+                                  "KOLO_STALL_CHECK_DISABLE=0",
+                                  "--log-level",
+                                  "-v",
+                                  "python",
+                                  "train.py",
+                                  "-np",
+                                  "8",
+                                  "--gloo",
+                                  "-v"}));
+  EXPECT_TRUE(t.value().notes.empty());
+}
+
+TEST(Horovodrun, AfterDoubleDashNothingIsTranslated) {
+  Result<TranslatedArgs> t =
+      TranslateHorovodrunArgs({"--num-proc=2", "--", "-np", "3", "--gloo"}, kValueOptions);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t.value().args, (Args{"--np", "2", "--", "-np", "3", "--gloo"}));
+}
+
+TEST(Horovodrun, IgnoredFlagsTakeTheirValuesAndLeaveANote) {
+  Result<TranslatedArgs> t = TranslateHorovodrunArgs(
+      {"--disable-cache", "--num-nccl-streams", "2", "--thread-affinity=1", "--mpi", "prog"},
+      kValueOptions);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t.value().args, (Args{"prog"}));
+  ASSERT_EQ(t.value().notes.size(), 4u);
+  EXPECT_EQ(t.value().notes[0].rfind("--disable-cache is accepted and ignored: ", 0), 0u)
+      << t.value().notes[0];
+  EXPECT_NE(t.value().notes[1].find("--num-nccl-streams"), std::string::npos);
+  ExpectError(TranslateHorovodrunArgs({"--num-nccl-streams"}, kValueOptions).status(),
+              "--num-nccl-streams expects 1 value(s)");
+}
+
+TEST(Horovodrun, RefusedFlagsNameTheFlagAndTheKolorunWay) {
+  struct Case {
+    Args args;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--gloo", "prog"}, "--gloo is not supported: kolo runs on MPI; drop --gloo"},
+           {{"--autotune", "prog"}, "--autotune is not supported: autotuning is not supported"},
+           {{"--autotune-log-file=x.csv", "prog"}, "docs/performance.md"},
+           {{"-np", "2", "--min-np", "1", "prog"}, "--min-np is not supported: elastic training"},
+           {{"--host-discovery-script", "d.sh", "prog"}, "elastic training is not supported"},
+           {{"--slots-per-host", "4", "prog"}, "-H host:N or a hostfile"},
+           {{"--config-file", "c.yaml", "prog"}, "does not read horovodrun's YAML file"},
+           {{"--binding-args=--rankfile r", "prog"}, "use --binding"},
+           {{"--jsrun", "prog"}, "drop --jsrun"}}) {
+    ExpectError(TranslateHorovodrunArgs(c.args, kValueOptions).status(), c.want);
+  }
+}
+
+TEST(Horovodrun, EveryFlagIsInTheLauncherDocs) {
+  std::ifstream f(KOLO_SOURCE_DIR "/docs/launcher.md");
+  ASSERT_TRUE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  for (const HorovodrunFlag& flag : HorovodrunFlags()) {
+    EXPECT_NE(ss.str().find(std::string("`") + flag.name + "`"), std::string::npos)
+        << flag.name << " is missing from the horovodrun table of docs/launcher.md";
+  }
 }
 
 }  // namespace
