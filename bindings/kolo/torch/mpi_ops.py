@@ -32,8 +32,8 @@ Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
                                    for n in ("average", "sum", "min", "max", "product"))
 Adasum = max(_core.REDUCE_OPS.values()) + 1
 _OPS = (Average, Sum, Min, Max, Product)
-_ADASUM = ("Adasum is not supported by kolo; use op=hvd.Average (the default) or hvd.Sum, "
-           "which reduce the same gradients exactly")
+_ADASUM = ("Adasum is not supported by kolo; use op=hvd.Average (the default) or "
+           "op=hvd.Sum")
 
 _DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()
            if isinstance(getattr(torch, name, None), torch.dtype)}

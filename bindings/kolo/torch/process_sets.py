@@ -171,7 +171,8 @@ def _finish_init(registered, sets, size):
     objects, Horovod's ValueError for a set given twice or equal to the global set."""
     global_process_set.ranks = list(range(size))
     for i, ranks in enumerate(registered):
-        ps = next(s for s in sets if s.ranks == ranks)
+        # Another process's communicator has no object here: make one, for _find().
+        ps = next((s for s in sets if s.ranks == ranks), None) or ProcessSet(ranks)
         ps.process_set_id = i + 1
         _registry[i + 1] = ps
     for i, ps in enumerate(sets):
