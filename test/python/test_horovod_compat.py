@@ -771,6 +771,19 @@ def test_sparse_gradients_through_distributed_optimizer(sparse_as_dense, op):
     assert torch.allclose(emb.weight.detach(), before - want)
 
 
+def test_sparse_gradient_missing_on_some_ranks_after_the_first_step():
+    emb = torch.nn.Embedding(4, 3, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=emb.named_parameters(), op=hvd.Sum)
+    for step in range(2):
+        opt.zero_grad(set_to_none=True)
+        if step == 0 or R == 0:  # then only rank 0 has a gradient
+            (emb(_embedding_rows(R)) * (R + 1)).sum().backward()
+        opt.step()
+    assert emb.weight.grad.is_sparse
+    assert torch.allclose(emb.weight.grad.to_dense(), _dense_embedding_grad(0))
+
+
 def test_sparse_allreduce_async_returns_a_callable():
     t = _dense_embedding_grad(R).to_sparse()
     handle = hvd.sparse_allreduce_async(t, "compat.sparse", hvd.Average)

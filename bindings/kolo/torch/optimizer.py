@@ -103,6 +103,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
+        self._sparse_dims = {}  # parameter -> sparse_dim() of its last sparse gradient
         # As Horovod: a single process reduces nothing; ranks outside the set neither.
         if process_set.included() is not False and _ops.size() > 1:
             self._register_hooks()
@@ -159,11 +160,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
-            # Another rank may have a gradient for it (a dynamic graph): submit zeros.
-            p.grad = torch.zeros_like(p)
+            # Another rank may have a gradient for it (a dynamic graph): submit zeros, sparse
+            # ones where this parameter's gradients were sparse before, so that they pair with
+            # the other ranks' gathers (Horovod submits dense zeros, which never pair).
+            sparse_dim = self._sparse_dims.get(p)
+            if sparse_dim is None or self.sparse_as_dense:
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad = torch.sparse_coo_tensor(
+                    torch.empty((sparse_dim, 0), dtype=torch.int64, device=p.device),
+                    p.new_empty((0,) + tuple(p.shape[sparse_dim:])), p.shape)
         name = self._parameter_names[p]
         tensor = p.grad
         if tensor.is_sparse:
+            self._sparse_dims[p] = tensor.sparse_dim()
             if not self.sparse_as_dense:
                 return (_ops.sparse_allreduce_async(tensor, name="allgather." + name,
                                                     op=self.op, process_set=self.process_set),
