@@ -495,6 +495,9 @@ def test_process_set_objects_follow_horovod(ps):
             ps.rank()
     assert str(ps) == "ProcessSet(process_set_id=%d, ranks=%s, mpi_comm=None)" % (
         ps.process_set_id, SUB)
+    again = hvd.ProcessSet(SUB)
+    hvd.init(process_sets=[again])  # already initialized: finds the registered set
+    assert again.process_set_id == ps.process_set_id
     loose = hvd.ProcessSet([1, 0])
     assert loose.ranks == [0, 1] and loose.process_set_id is None
     assert loose.size() is None and loose.rank() is None and loose.included() == (R < 2)

@@ -72,7 +72,7 @@ def _find_homogeneous():
 
 def shutdown():
     """Stops kolo on every rank; pending operations fail with KoloInternalError. A later
-    init() starts it again."""
+    init() starts it again when the application owns MPI (init(comm=...) with mpi4py)."""
     _core.shutdown()
     _reset_run()
     _ps._reset()

@@ -73,9 +73,9 @@ def _wait_group(handle):
                         _core.wait(rest)
                     except (KoloInternalError, ValueError):
                         pass
-            del _groups[handle]
+            _groups.pop(handle, None)
             raise
-    del _groups[handle]
+    _groups.pop(handle, None)
     return [outputs[i] for i in range(len(members))]
 
 
@@ -102,9 +102,9 @@ def synchronize(handle):
     try:
         out = _wait_group(handle) if handle < 0 else _core.wait(handle)
     except (KoloInternalError, ValueError):
-        del _pending[handle]
+        _pending.pop(handle, None)
         raise
-    del _pending[handle]
+    _pending.pop(handle, None)
     return finish(out)
 
 
