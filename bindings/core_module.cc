@@ -6,9 +6,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <tuple>
-
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include <memory>
 #include <mutex>
 
@@ -58,10 +62,57 @@ TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int
   return TensorView{reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), shape, device};
 }
 
+// Directories whose frames are not the user's: kolo's package and the
+// frameworks it wraps (their autograd machinery calls kolo's functions).
+const std::vector<std::string>& InternalDirs() {
+  static const std::vector<std::string> dirs = [] {
+    std::vector<std::string> out;
+    py::object path = py::module_::import("os").attr("path");
+    py::dict modules = py::module_::import("sys").attr("modules");
+    for (const char* name : {"kolo", "torch", "tensorflow", "keras", "jax"}) {
+      if (!modules.contains(name)) continue;
+      py::object file = py::getattr(modules[name], "__file__", py::none());
+      if (file.is_none()) continue;
+      out.push_back(py::str(path.attr("dirname")(file)).cast<std::string>() + "/");
+    }
+    return out;
+  }();
+  return dirs;
+}
+
+// Where the Python code that called an unnamed collective is ("train.py:57 in
+// step"): the innermost frame outside kolo and the frameworks. Ranks that pair
+// an unnamed collective from different places and disagree are out of step.
+std::string CallSite() {
+  const std::vector<std::string>& internal = InternalDirs();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  std::string site;
+  while (frame != nullptr && site.empty()) {
+    py::object code =
+        py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
+    std::string file = py::str(code.attr("co_filename")).cast<std::string>();
+    bool mine = std::none_of(internal.begin(), internal.end(), [&](const std::string& dir) {
+      return file.compare(0, dir.size(), dir) == 0;
+    });
+    if (mine) {
+      site = file.substr(file.find_last_of('/') + 1) + ":" +
+             std::to_string(PyFrame_GetLineNumber(frame)) + " in " +
+             py::str(code.attr("co_name")).cast<std::string>();
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return site;
+}
+
 template <typename Options = CollectiveOptions>
 Options Named(const std::string& name, int process_set, uintptr_t stream = 0) {
   Options o;
   o.name = name;
+  if (name.empty()) o.call_site = CallSite();
   o.process_set = process_set;
   o.cuda_stream = reinterpret_cast<void*>(stream);
   return o;
@@ -106,15 +157,28 @@ struct Output {
   }
 };
 
+// How long a waiting thread sleeps between looks at Python's signals.
+constexpr double kSignalCheckSeconds = 0.1;
+
+// Waits without the GIL, waking every kSignalCheckSeconds to let Python run
+// signal handlers: Ctrl-C raises KeyboardInterrupt, an alarm-based timeout
+// fires. A finished operation wakes the waiter at once; the handle stays valid
+// when a handler raises.
 Output Wait(Handle h) {
+  Runtime& rt = Rt();
   Output out;
-  Status s;
-  {
-    py::gil_scoped_release release;
-    s = Rt().Wait(h, &out.result);
+  for (;;) {
+    std::optional<Status> s;
+    {
+      py::gil_scoped_release release;
+      s = rt.WaitFor(h, kSignalCheckSeconds, &out.result);
+    }
+    if (s.has_value()) {
+      if (!s->ok()) Raise(*s);
+      return out;
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
-  if (!s.ok()) Raise(s);
-  return out;
 }
 
 }  // namespace
@@ -230,6 +294,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
   m.def("cuda_built", [] { return BuiltWithCuda(); });
   m.def("gpu_count", [] { return GpuCount(); });
+  m.def("nccl_version", [] { return NcclVersion(); });
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
 
   py::class_<Output>(m, "Output")

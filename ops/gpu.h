@@ -89,6 +89,9 @@ class Gpu {
 // host, allreduce across hosts, allgather within the host.
 std::unique_ptr<Gpu> MakeGpu(bool hierarchical);
 
+// NCCL's version code this build links (e.g. 21805 for 2.18.5), or 0 without NCCL.
+int NcclVersionCode();
+
 // Copies device memory (a GPU collective's output into the caller's tensor).
 Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes, int device);
 

@@ -43,6 +43,8 @@ class NoGpu : public Gpu {
 
 std::unique_ptr<Gpu> MakeGpu(bool) { return std::make_unique<NoGpu>(); }
 
+int NcclVersionCode() { return 0; }
+
 Status CopyDeviceToDevice(void*, const void*, int64_t, int) { return NotBuilt(); }
 
 }  // namespace kolo

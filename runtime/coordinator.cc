@@ -140,6 +140,11 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
     what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
            JoinInts(a) + "] but " + other + " asked for [" + JoinInts(b) + "].";
   }
+  if (f.unnamed() && r.unnamed() && !f.call_site.empty() && !r.call_site.empty() &&
+      f.call_site != r.call_site && entry.other_site_rank < 0) {
+    entry.other_site_rank = r.rank;
+    entry.other_site = r.call_site;
+  }
   if (what.empty()) return;
   if (entry.mismatch.empty()) entry.mismatch = what;
   entry.disagreeing.push_back(r.rank);
@@ -153,10 +158,26 @@ std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
   return JoinInts(ranks);
 }
 
-Response Coordinator::Decide(const std::string& name, Entry& entry) {
+std::string Coordinator::OutOfStepNote(const std::string& what) const {
+  return " " + what +
+         " the ranks' unnamed collectives are out of step (did an exception on one rank skip a "
+         "collective?): kolo cancels the unnamed collectives pending on process set " +
+         std::to_string(process_set_) +
+         " and refuses new ones until every rank calls barrier(). Name your collectives "
+         "(name=...) so that they pair by name.";
+}
+
+Response Coordinator::Decide(const std::string& name, Entry& entry, CoordinatorOutcome* outcome) {
   const Request& f = entry.first;
   Response resp;
   resp.names = {name};
+  // Unnamed collectives pair up by call order; a pair made of calls from
+  // different places is two ranks' different collectives if they disagree.
+  const std::string sites =
+      entry.other_site_rank < 0
+          ? std::string()
+          : "rank " + std::to_string(f.rank) + " called it at " + f.call_site + " but rank " +
+                std::to_string(entry.other_site_rank) + " at " + entry.other_site;
   if (!entry.mismatch.empty()) {
     resp.op = OpType::kError;
     resp.error = entry.mismatch;
@@ -166,7 +187,22 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
       resp.error +=
           " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) + ".";
     }
+    if (!sites.empty()) {
+      resp.error +=
+          " Unnamed collectives pair up by the order in which each rank calls them, "
+          "and " +
+          sites + ":" + OutOfStepNote("").substr(1);
+      resp.cancel_unnamed_epoch = f.unnamed_epoch;
+    }
     return resp;
+  }
+  if (!sites.empty() && !warned_site_pairing_) {
+    warned_site_pairing_ = true;
+    outcome->warnings.push_back(
+        "Unnamed " + Describe(f) + " paired calls from different places: " + sites +
+        ". Unnamed collectives pair up by call order; if the ranks are out of step (e.g. an "
+        "exception skipped a collective on one rank), such pairs mix up data. Name your "
+        "collectives (name=...) so that they pair by name. (Shown once.)");
   }
   if (entry.count < size_ && f.op != OpType::kAllreduce) {
     resp.op = OpType::kError;
@@ -201,13 +237,16 @@ void Coordinator::Emit(Response response, const Request& request, std::vector<Re
   }
   Group& g = groups_[request.group];
   g.size = request.group_size;
+  g.unnamed_epoch = request.unnamed_epoch;
   if (response.op == OpType::kError && g.error.empty()) g.error = response.error;
+  g.cancel_unnamed_epoch = std::max(g.cancel_unnamed_epoch, response.cancel_unnamed_epoch);
   g.decided.push_back(std::move(response));
   if (static_cast<int>(g.decided.size()) < g.size) return;
   for (Response& r : g.decided) {
     if (!g.error.empty()) {
       r.op = OpType::kError;
       r.error = "Group '" + request.group + "' failed: " + g.error;
+      r.cancel_unnamed_epoch = g.cancel_unnamed_epoch;
     }
     out->push_back(std::move(r));
   }
@@ -230,11 +269,14 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
       continue;
     }
     Request first = entry.first;
-    Emit(Decide(name, entry), first, &outcome.responses);
+    Emit(Decide(name, entry, &outcome), first, &outcome.responses);
     table_.erase(it);
   }
   arrival_order_ = std::move(still_pending);
   CheckStalls(now, &outcome);
+  int64_t cancel = -1;
+  for (const Response& r : outcome.responses) cancel = std::max(cancel, r.cancel_unnamed_epoch);
+  if (cancel >= 0) ForgetUnnamed(cancel);
   if (joined_count_ == size_) {
     Response join;
     join.op = OpType::kJoin;
@@ -262,8 +304,11 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
          std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
     if (!shutdown_due) still_pending.push_back(name);
     if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
-    const std::string detail = Describe(e.first) + " was submitted by rank(s) " +
-                               RanksWhere(e, true) + " but not by rank(s) " + RanksWhere(e, false);
+    const std::string detail =
+        Describe(e.first) +
+        (e.first.call_site.empty() ? "" : " (unnamed, called at " + e.first.call_site + ")") +
+        " was submitted by rank(s) " + RanksWhere(e, true) + " but not by rank(s) " +
+        RanksWhere(e, false);
     const std::string waited = Num(std::round(age * 10) / 10);
     if (shutdown_due) {
       Response err;
@@ -272,6 +317,10 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       err.error = "Stalled for " + waited + " s: " + detail +
                   "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
                   " ended it. All ranks must submit the same tensors.";
+      if (e.first.unnamed()) {
+        err.error += OutOfStepNote("It was unnamed, so");
+        err.cancel_unnamed_epoch = e.first.unnamed_epoch;
+      }
       Request first = e.first;
       Emit(std::move(err), first, &outcome->responses);
       table_.erase(it);
@@ -288,11 +337,28 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
     }
     e.warned = true;
     e.last_warned = now;
-    outcome->stall_warnings.push_back("Stall: " + detail + " (waiting " + waited +
-                                      " s). Those ranks may be slower, stuck, or taking a "
-                                      "different code path.");
+    outcome->warnings.push_back("Stall: " + detail + " (waiting " + waited +
+                                " s). Those ranks may be slower, stuck, or taking a "
+                                "different code path.");
   }
   arrival_order_ = std::move(still_pending);
+}
+
+void Coordinator::ForgetUnnamed(int64_t epoch) {
+  auto doomed = [epoch](int64_t e) { return e >= 0 && e <= epoch; };
+  std::vector<std::string> kept;
+  for (const std::string& name : arrival_order_) {
+    auto it = table_.find(name);
+    if (doomed(it->second.first.unnamed_epoch)) {
+      table_.erase(it);
+    } else {
+      kept.push_back(name);
+    }
+  }
+  arrival_order_ = std::move(kept);
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    it = doomed(it->second.unnamed_epoch) ? groups_.erase(it) : std::next(it);
+  }
 }
 
 }  // namespace kolo

@@ -15,6 +15,12 @@
 //      names the ranks that have not sent it. A missing rank that holds the
 //      same name on another process set answers with a request naming that
 //      set, and the tensor then fails with a process-set mismatch.
+//   3. Unnamed collectives pair up by call order ("<op>.noname.<n>"). When
+//      ranks disagree about one that they called from different places, or
+//      one stalls past the shutdown time, the ranks are out of step: its ERROR
+//      carries cancel_unnamed_epoch, every rank cancels its pending unnamed
+//      collectives of that epoch and earlier, and the coordinator forgets
+//      theirs. Ranks count afresh from their next barrier or join.
 #pragma once
 
 #include <chrono>
@@ -34,7 +40,7 @@ struct StallSettings {
 
 struct CoordinatorOutcome {
   std::vector<Response> responses;
-  std::vector<std::string> stall_warnings;  // one line per stalled tensor
+  std::vector<std::string> warnings;  // stalled tensors, unnamed ones paired across call sites
 };
 
 class Coordinator {
@@ -57,7 +63,10 @@ class Coordinator {
     int count = 0;
     std::string mismatch;          // the first disagreement found, empty if none
     std::vector<int> disagreeing;  // ranks that differ from `first`
-    std::vector<int64_t> dim0;     // allgather: dim 0 of every rank
+    // Unnamed: the first rank that called it from another place than `first`.
+    int other_site_rank = -1;
+    std::string other_site;
+    std::vector<int64_t> dim0;  // allgather: dim 0 of every rank
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;
@@ -66,13 +75,19 @@ class Coordinator {
     int size = 0;
     std::vector<Response> decided;
     std::string error;
+    int64_t cancel_unnamed_epoch = -1;
+    int64_t unnamed_epoch = -1;  // of its members' automatic names
   };
 
   void Add(const Request& request, Clock::time_point now);
   void Compare(Entry& entry, const Request& request);
-  Response Decide(const std::string& name, Entry& entry);
+  Response Decide(const std::string& name, Entry& entry, CoordinatorOutcome* outcome);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
+  // What an out-of-step verdict adds to an error: what happened, what kolo does.
+  std::string OutOfStepNote(const std::string& what) const;
+  // Forgets the unnamed tensors of `epoch` and earlier (every rank cancels them).
+  void ForgetUnnamed(int64_t epoch);
   // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
   std::string RanksWhere(const Entry& entry, bool submitted) const;
 
@@ -85,6 +100,7 @@ class Coordinator {
   std::vector<bool> joined_;
   int joined_count_ = 0;
   int last_joined_ = -1;
+  bool warned_site_pairing_ = false;
 };
 
 // Elements of rank `rank`'s share when `rows` rows are split over `size` ranks

@@ -55,14 +55,15 @@ bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && group == o.group && group_size == o.group_size &&
-         ranks == o.ranks && process_set == o.process_set;
+         ranks == o.ranks && process_set == o.process_set && unnamed_epoch == o.unnamed_epoch &&
+         call_site == o.call_site;
 }
 
 bool Response::operator==(const Response& o) const {
   return op == o.op && names == o.names && error == o.error && dtype == o.dtype &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && sizes == o.sizes && value == o.value &&
-         ranks == o.ranks;
+         ranks == o.ranks && cancel_unnamed_epoch == o.cancel_unnamed_epoch;
 }
 
 std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
@@ -74,7 +75,9 @@ std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
         b, r.rank, static_cast<uint8_t>(r.op), b.CreateString(r.name),
         static_cast<uint8_t>(r.dtype), b.CreateVector(r.shape), static_cast<uint8_t>(r.reduce_op),
         r.prescale, r.postscale, r.root, r.device, b.CreateString(r.group), r.group_size,
-        b.CreateVector(r.ranks), r.process_set));
+        b.CreateVector(r.ranks), r.process_set,
+        r.call_site.empty() ? fb::Offset<fb::String>() : b.CreateString(r.call_site),
+        r.unnamed_epoch));
   }
   b.Finish(wire::CreateRequestList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -88,7 +91,8 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
     offsets.push_back(wire::CreateResponse(
         b, static_cast<uint8_t>(r.op), b.CreateVectorOfStrings(r.names), b.CreateString(r.error),
         static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(r.reduce_op), r.prescale, r.postscale,
-        r.root, r.device, b.CreateVector(r.sizes), r.value, b.CreateVector(r.ranks)));
+        r.root, r.device, b.CreateVector(r.sizes), r.value, b.CreateVector(r.ranks),
+        r.cancel_unnamed_epoch));
   }
   b.Finish(wire::CreateResponseList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -125,6 +129,8 @@ Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
     r.group_size = w->group_size();
     r.ranks = ToVector(w->ranks());
     r.process_set = w->process_set();
+    r.call_site = ToString(w->call_site());
+    r.unnamed_epoch = w->unnamed_epoch();
     out.push_back(std::move(r));
   }
   return out;
@@ -161,6 +167,7 @@ Result<std::vector<Response>> DecodeResponses(const uint8_t* raw, size_t size) {
     r.sizes = ToVector(w->sizes());
     r.value = w->value();
     r.ranks = ToVector(w->ranks());
+    r.cancel_unnamed_epoch = w->cancel_unnamed_epoch();
     out.push_back(std::move(r));
   }
   return out;

@@ -28,7 +28,14 @@ struct Request {
   // The process set the rank submitted the tensor on. A request naming another
   // set than the one it travels on says "I have this tensor, but on that set".
   int32_t process_set = 0;
+  // Unnamed collectives: the naming epoch their automatic name was counted in
+  // (a barrier or join starts a new one); -1 for a collective the caller named.
+  int64_t unnamed_epoch = -1;
+  // Where the caller made the call ("train.py:57 in step"), if it said; for an
+  // unnamed collective it tells ranks that are out of step from a plain mismatch.
+  std::string call_site;
 
+  bool unnamed() const { return unnamed_epoch >= 0; }
   bool operator==(const Request& o) const;
 };
 
@@ -47,6 +54,9 @@ struct Response {
   std::vector<int64_t> sizes;
   int32_t value = -1;          // join: last rank to join
   std::vector<int32_t> ranks;  // add/remove process set; missing: the ranks missing it
+  // kError, >= 0: the ranks' unnamed collectives are out of step; every rank
+  // cancels its pending unnamed collectives of this epoch and earlier.
+  int64_t cancel_unnamed_epoch = -1;
 
   bool operator==(const Response& o) const;
 };

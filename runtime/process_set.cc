@@ -209,7 +209,7 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
       coordinator_->AddRequests(r, requests.value(), now);
     }
     CoordinatorOutcome decided = coordinator_->ComputeResponses(now);
-    for (const std::string& w : decided.stall_warnings) KOLO_LOG(kWarning) << w;
+    for (const std::string& w : decided.warnings) KOLO_LOG(kWarning) << w;
     reply = EncodeResponses(decided.responses);
   }
   int64_t reply_size = static_cast<int64_t>(reply.size());
@@ -261,6 +261,24 @@ std::vector<TensorEntry> ProcessSet::TakeAll() {
   uncached_.clear();
   cache_hits_.clear();
   joined_ = false;
+  return out;
+}
+
+std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
+  auto doomed = [epoch](const Request& r) { return r.unnamed() && r.unnamed_epoch <= epoch; };
+  uncached_.erase(std::remove_if(uncached_.begin(), uncached_.end(), doomed), uncached_.end());
+  std::vector<TensorEntry> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (!doomed(it->second.request)) {
+      ++it;
+      continue;
+    }
+    for (auto hit = cache_hits_.begin(); hit != cache_hits_.end();) {
+      hit = hit->second == it->first ? cache_hits_.erase(hit) : std::next(hit);
+    }
+    out.push_back(std::move(it->second));
+    it = pending_.erase(it);
+  }
   return out;
 }
 

@@ -58,6 +58,8 @@ class ProcessSet {
   void Announce(Request request) { uncached_.push_back(std::move(request)); }
   // Fails every pending entry with `status` and forgets them.
   std::vector<TensorEntry> TakeAll();
+  // Removes and returns the pending unnamed entries of `epoch` and earlier.
+  std::vector<TensorEntry> TakeUnnamed(int64_t epoch);
 
   // A buffer that persists across cycles (no page faults per step).
   uint8_t* FusionBuffer(size_t bytes);

@@ -57,6 +57,7 @@ Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int
 
 bool BuiltWithCuda() { return MakeGpu(false)->built(); }
 int GpuCount() { return MakeGpu(false)->DeviceCount(); }
+int NcclVersion() { return NcclVersionCode(); }
 
 Status CopyDeviceResult(const WorkResult& result, void* dst) {
   if (result.device == kCpuDevice || !result.device_data) {
@@ -132,9 +133,12 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     return Status::InvalidArgument("allreduce needs as many outputs as inputs, at least one");
   }
   const bool grouped = inputs.size() > 1;
-  std::string base = options.name;
-  if (base.empty()) {
-    base = impl_->AutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
+  RuntimeImpl::AutoName base{options.name, -1};
+  if (base.name.empty()) {
+    auto named =
+        impl_->NextAutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
+    if (!named.ok()) return named.status();
+    base = std::move(named).value();
   }
   std::vector<TensorEntry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -151,14 +155,16 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
     TensorEntry e;
-    std::string name = grouped ? base + "." + std::to_string(i) : base;
+    std::string name = grouped ? base.name + "." + std::to_string(i) : base.name;
     e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], options.process_set,
                             set.value()->rank_in_set);
+    e.request.unnamed_epoch = base.epoch;
+    if (base.epoch >= 0) e.request.call_site = options.call_site;
     e.request.reduce_op = options.op;
     e.request.prescale = options.prescale_factor;
     e.request.postscale = options.postscale_factor;
     if (grouped) {
-      e.request.group = base;
+      e.request.group = base.name;
       e.request.group_size = static_cast<int32_t>(inputs.size());
     }
     e.input = inputs[i];
@@ -176,10 +182,16 @@ namespace {
 Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
                           int rank_in_set, const TensorView& tensor,
                           const std::function<void(TensorEntry&)>& fill = nullptr) {
+  RuntimeImpl::AutoName name{options.name, -1};
+  if (name.name.empty()) {
+    auto named = impl.NextAutoName(OpTypeName(op), options.process_set);
+    if (!named.ok()) return named.status();
+    name = std::move(named).value();
+  }
   TensorEntry e;
-  std::string name =
-      options.name.empty() ? impl.AutoName(OpTypeName(op), options.process_set) : options.name;
-  e.request = MakeRequest(op, name, tensor, options.process_set, rank_in_set);
+  e.request = MakeRequest(op, name.name, tensor, options.process_set, rank_in_set);
+  e.request.unnamed_epoch = name.epoch;
+  if (name.epoch >= 0) e.request.call_site = options.call_site;
   e.input = e.output = tensor;
   e.stream = options.cuda_stream;
   if (fill) fill(e);
@@ -289,7 +301,13 @@ Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
 Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  return EnqueueOne(*impl_, OpType::kBarrier, options, set.value()->rank_in_set, TensorView{});
+  // One name for every barrier (one per set at a time), so that barriers pair
+  // up even when the ranks' unnamed collectives are out of step; and every rank
+  // counts its unnamed collectives afresh from here.
+  CollectiveOptions named = options;
+  if (named.name.empty()) named.name = "barrier";
+  impl_->RestartUnnamed(options.process_set);
+  return EnqueueOne(*impl_, OpType::kBarrier, named, set.value()->rank_in_set, TensorView{});
 }
 
 Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
@@ -297,6 +315,7 @@ Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
   if (!set.ok()) return set.status();
   CollectiveOptions named = options;
   named.name = "join";  // one join per set at a time
+  impl_->RestartUnnamed(options.process_set);
   return EnqueueOne(*impl_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
 }
 
@@ -308,7 +327,9 @@ Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
     return Status::InvalidArgument("a process set must list distinct ranks between 0 and " +
                                    std::to_string(size() - 1));
   }
-  return EnqueueOne(*impl_, OpType::kAddProcessSet, {}, rank(), TensorView{},
+  CollectiveOptions named;
+  named.name = "add_process_set";  // collective over all ranks, one at a time
+  return EnqueueOne(*impl_, OpType::kAddProcessSet, named, rank(), TensorView{},
                     [&](TensorEntry& e) { e.request.ranks.assign(ranks.begin(), ranks.end()); });
 }
 
@@ -318,13 +339,19 @@ Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
   }
   auto info = impl_->SetInfo(process_set);
   if (!info.ok()) return info.status();
-  return EnqueueOne(*impl_, OpType::kRemoveProcessSet, {}, rank(), TensorView{},
+  CollectiveOptions named;
+  named.name = "remove_process_set";  // collective over all ranks, one at a time
+  return EnqueueOne(*impl_, OpType::kRemoveProcessSet, named, rank(), TensorView{},
                     [&](TensorEntry& e) { e.request.ranks = {process_set}; });
 }
 
 bool Runtime::Poll(Handle handle) const { return impl_->Poll(handle); }
 
 Status Runtime::Wait(Handle handle, WorkResult* result) { return impl_->Wait(handle, result); }
+
+std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, WorkResult* result) {
+  return impl_->WaitFor(handle, timeout_seconds, result);
+}
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
   if (rank() != 0) return Status::OK();

@@ -186,10 +186,76 @@ RuntimeImpl::~RuntimeImpl() {
   if (!s.ok()) KOLO_LOG(kError) << "shutdown failed: " << s.message();
 }
 
-std::string RuntimeImpl::AutoName(const std::string& prefix, int set) {
+namespace {
+
+Status OutOfStep(int set, const std::string& why) {
+  return Status::PreconditionFailed(
+      "Unnamed collectives on process set " + std::to_string(set) +
+      " are refused until every rank calls barrier() (or join()): the ranks' unnamed "
+      "collectives went out of step when " +
+      why + ". Name your collectives (name=...) so that they pair by name.");
+}
+
+// The first sentence of a coordinator's error: what went wrong, without the advice.
+std::string FirstSentence(const std::string& text) {
+  size_t end = text.find(". ");
+  if (end == std::string::npos) end = text.size() - (!text.empty() && text.back() == '.');
+  return text.substr(0, end);
+}
+
+}  // namespace
+
+Result<RuntimeImpl::AutoName> RuntimeImpl::NextAutoName(const std::string& prefix, int set) {
   MutexLock lock(&queue_mutex_);
-  int64_t n = auto_name_counters_[{set, prefix}]++;
-  return prefix + ".noname." + std::to_string(n);
+  UnnamedState& state = unnamed_[set];
+  if (!state.out_of_step.empty()) return OutOfStep(set, state.out_of_step);
+  int64_t n = state.counters[prefix]++;
+  AutoName out;
+  out.epoch = state.epoch;
+  out.name = prefix + ".noname." +
+             (state.epoch > 0 ? "e" + std::to_string(state.epoch) + "." : std::string()) +
+             std::to_string(n);
+  return out;
+}
+
+void RuntimeImpl::RestartUnnamed(int set) {
+  MutexLock lock(&queue_mutex_);
+  UnnamedState& state = unnamed_[set];
+  ++state.epoch;
+  state.counters.clear();
+  state.out_of_step.clear();
+}
+
+void RuntimeImpl::CancelUnnamed(ProcessSet& set, const std::vector<Response>& responses) {
+  const Response* verdict = nullptr;
+  for (const Response& r : responses) {
+    if (r.op != OpType::kError || r.cancel_unnamed_epoch < 0) continue;
+    if (verdict == nullptr || r.cancel_unnamed_epoch > verdict->cancel_unnamed_epoch) verdict = &r;
+  }
+  if (verdict == nullptr) return;
+  const int id = set.info().id;
+  const int64_t epoch = verdict->cancel_unnamed_epoch;
+  const std::string why =
+      "'" + verdict->names[0] + "' failed (" + FirstSentence(verdict->error) + ")";
+  std::vector<TensorEntry> cancelled;
+  {
+    MutexLock lock(&queue_mutex_);
+    UnnamedState& state = unnamed_[id];
+    // A rank that already passed a later barrier is in step again.
+    if (state.epoch <= epoch && state.out_of_step.empty()) state.out_of_step = why;
+    auto named = std::stable_partition(queue_.begin(), queue_.end(), [&](const TensorEntry& e) {
+      return e.request.process_set != id || !e.request.unnamed() || e.request.unnamed_epoch > epoch;
+    });
+    for (auto it = named; it != queue_.end(); ++it) cancelled.push_back(std::move(*it));
+    queue_.erase(named, queue_.end());
+  }
+  for (TensorEntry& e : set.TakeUnnamed(epoch)) cancelled.push_back(std::move(e));
+  const Status status =
+      Status::PreconditionFailed("Cancelled: the ranks' unnamed collectives on process set " +
+                                 std::to_string(id) + " went out of step when " + why +
+                                 ". Every rank's barrier() counts them afresh; name your "
+                                 "collectives (name=...) so that they pair by name.");
+  for (TensorEntry& e : cancelled) executor_->Finish(std::move(e), status);
 }
 
 Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
@@ -219,6 +285,15 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
                                                           : " (" + stop_reason_ + ")"));
     }
     for (size_t i = 0; i < entries.size(); ++i) {
+      const Request& request = entries[i].request;
+      if (request.unnamed()) {
+        // Named before this rank learned that the set's unnamed collectives
+        // are out of step.
+        const UnnamedState& state = unnamed_[request.process_set];
+        if (!state.out_of_step.empty() && request.unnamed_epoch <= state.epoch) {
+          return OutOfStep(request.process_set, state.out_of_step);
+        }
+      }
       auto& names = pending_names_[entries[i].request.process_set];
       const std::string& name = entries[i].request.name;
       bool repeated = false;
@@ -272,6 +347,26 @@ Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
     work = it->second;
   }
   Status s = work->Wait(result);
+  MutexLock lock(&handles_mutex_);
+  handles_.erase(h);
+  return s;
+}
+
+std::optional<Status> RuntimeImpl::WaitFor(Handle h, double timeout_seconds, WorkResult* result) {
+  std::shared_ptr<Work> work;
+  {
+    MutexLock lock(&handles_mutex_);
+    auto it = handles_.find(h);
+    if (it == handles_.end()) {
+      return Status::InvalidArgument("unknown handle " + std::to_string(h) +
+                                     " (already waited for, or never returned by kolo)");
+    }
+    work = it->second;
+  }
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout_seconds));
+  Status s;
+  if (!work->WaitUntil(deadline, &s, result)) return std::nullopt;
   MutexLock lock(&handles_mutex_);
   handles_.erase(h);
   return s;
@@ -354,6 +449,7 @@ bool RuntimeImpl::RunCycle() {
           }
           return nullptr;
         });
+    if (sets_.count(id)) CancelUnnamed(set, outcome.responses);
   }
   executor_->PollGpu();
   timeline_.Flush();

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -38,11 +39,25 @@ class RuntimeImpl {
 
   // Validates, names and queues one or more entries sharing one Work.
   Result<Handle> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
-  // The next automatic name on a set: "<prefix>.noname.<n>", counted per prefix.
-  std::string AutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
+
+  // The automatic name of an unnamed collective on a set.
+  struct AutoName {
+    std::string name;
+    int64_t epoch = 0;
+  };
+  // The next automatic name on a set: "<prefix>.noname.<n>" (from the second
+  // epoch on "<prefix>.noname.e<k>.<n>"), counted per prefix. Fails while the
+  // set's unnamed collectives are out of step (see CancelUnnamed).
+  Result<AutoName> NextAutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
+  // A barrier or join on `set`: every rank reaches it at the same point of its
+  // program, so unnamed collectives are counted afresh from here (a new epoch),
+  // and a set that was out of step is in step again.
+  void RestartUnnamed(int set) EXCLUDES(queue_mutex_);
 
   bool Poll(Handle h) const EXCLUDES(handles_mutex_);
   Status Wait(Handle h, WorkResult* result) EXCLUDES(handles_mutex_);
+  std::optional<Status> WaitFor(Handle h, double timeout_seconds, WorkResult* result)
+      EXCLUDES(handles_mutex_);
 
   Timeline& timeline() { return timeline_; }
 
@@ -58,6 +73,12 @@ class RuntimeImpl {
   void WaitForWork(bool anything_pending) EXCLUDES(queue_mutex_);
   void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
   void ForgetName(const TensorEntry& entry) EXCLUDES(queue_mutex_);
+  // Applies `responses`' verdict that the unnamed collectives of `set` are out
+  // of step (a kError with cancel_unnamed_epoch): fails this rank's pending
+  // unnamed collectives of that epoch and earlier, and refuses new ones until
+  // the next barrier or join (unless this rank already passed one).
+  void CancelUnnamed(ProcessSet& set, const std::vector<Response>& responses)
+      EXCLUDES(queue_mutex_);
 
   Config config_;
   bool owns_mpi_ = false;
@@ -80,7 +101,13 @@ class RuntimeImpl {
   CondVar queue_cv_{&queue_mutex_};
   std::vector<TensorEntry> queue_ GUARDED_BY(queue_mutex_);
   std::unordered_map<int, std::unordered_set<std::string>> pending_names_ GUARDED_BY(queue_mutex_);
-  std::map<std::pair<int, std::string>, int64_t> auto_name_counters_ GUARDED_BY(queue_mutex_);
+  // How one process set names its unnamed collectives.
+  struct UnnamedState {
+    int64_t epoch = 0;                        // barriers and joins passed
+    std::map<std::string, int64_t> counters;  // per prefix, within the epoch
+    std::string out_of_step;                  // why new ones are refused; empty: in step
+  };
+  std::map<int, UnnamedState> unnamed_ GUARDED_BY(queue_mutex_);
   bool shutdown_requested_ GUARDED_BY(queue_mutex_) = false;
   std::string stop_reason_ GUARDED_BY(queue_mutex_);
 

@@ -42,6 +42,18 @@ class Work {
     if (result != nullptr) *result = std::move(result_);
     return status_;
   }
+  // Waits until `deadline`; false if the work is still running then.
+  bool WaitUntil(Clock::time_point deadline, Status* status, WorkResult* result) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (!done_) {
+      auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) return false;
+      cv_.WaitFor(left);
+    }
+    if (result != nullptr) *result = std::move(result_);
+    *status = status_;
+    return true;
+  }
 
  private:
   Mutex mu_;

@@ -615,6 +615,11 @@ class NcclGpu : public Gpu {
 
 std::unique_ptr<Gpu> MakeGpu(bool hierarchical) { return std::make_unique<NcclGpu>(hierarchical); }
 
+int NcclVersionCode() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? version : NCCL_VERSION_CODE;
+}
+
 Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes, int device) {
   if (bytes == 0) return Status::OK();
   DeviceGuard guard(device);

@@ -224,6 +224,65 @@ TEST_F(Errors, OneRankShuttingDownEndsTheOthersPendingWork) {
   }
 }
 
+// Rank 0 "raises" before an unnamed allreduce that the others submit, then
+// calls its next unnamed collective: the pair is made of two different calls.
+TEST_F(Errors, UnnamedCollectivesOutOfStepFailEverywhereUntilABarrier) {
+  Buffer ints(DataType::kInt32, 3), floats(DataType::kFloat32, 5);
+  AllreduceOptions skipped, next;
+  skipped.call_site = "train.py:10 in step";
+  next.call_site = "train.py:20 in step";
+  auto start = Clock::now();
+  Status s = rank_ == 0 ? Run(rt_->EnqueueAllreduce(floats.View(), floats.View(), next))
+                        : Run(rt_->EnqueueAllreduce(ints.View(), ints.View(), skipped));
+  ASSERT_EQ(s.code(), StatusCode::kPreconditionFailed) << "rank " << rank_ << ": " << s.message();
+  EXPECT_TRUE(Contains(s.message(),
+                       "Mismatched data types for allreduce tensor "
+                       "'allreduce.noname.0'"))
+      << s.message();
+  EXPECT_TRUE(Contains(s.message(), "train.py:10 in step")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "train.py:20 in step")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "out of step")) << s.message();
+  // Every later unnamed collective fails at once, on every rank, saying why.
+  for (int i = 0; i < 3; ++i) {
+    Status refused = Run(rt_->EnqueueAllreduce(floats.View(), floats.View(), next));
+    EXPECT_EQ(refused.code(), StatusCode::kPreconditionFailed) << refused.message();
+    // Refused, or cancelled if it was queued before this rank heard the verdict.
+    EXPECT_TRUE(Contains(refused.message(), "went out of step when 'allreduce.noname.0' failed"))
+        << refused.message();
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  // Named collectives are unaffected.
+  AllreduceOptions named;
+  named.name = "named.while.out.of.step";
+  named.op = ReduceOp::kSum;
+  floats.Set(0, 1);
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(floats.View({1}), floats.View({1}), named)).ok());
+  EXPECT_EQ(floats.Get(0), size_);
+  // A barrier counts unnamed collectives afresh: they pair correctly again.
+  ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+  for (int i = 0; i < 3; ++i) {
+    AllreduceOptions sum = next;
+    sum.op = ReduceOp::kSum;
+    floats.Set(0, rank_ + i);
+    ASSERT_TRUE(Run(rt_->EnqueueAllreduce(floats.View({1}), floats.View({1}), sum)).ok());
+    EXPECT_EQ(floats.Get(0), size_ * (size_ - 1) / 2 + size_ * i) << "rank " << rank_;
+  }
+}
+
+TEST_F(Errors, UnnamedMismatchAtOnePlaceLeavesRanksInStep) {
+  // Horovod's own error tests do this: one line, rank-dependent shapes.
+  Buffer b(DataType::kFloat32, 8);
+  AllreduceOptions opts;
+  opts.call_site = "test.py:5 in test_error";
+  Status s = Run(rt_->EnqueueAllreduce(b.View({rank_ + 1}), b.View({rank_ + 1}), opts));
+  EXPECT_TRUE(Contains(s.message(), "Mismatched allreduce tensor shapes")) << s.message();
+  EXPECT_FALSE(Contains(s.message(), "out of step")) << s.message();
+  opts.op = ReduceOp::kSum;
+  b.Set(0, 1);
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View({1}), b.View({1}), opts)).ok());
+  EXPECT_EQ(b.Get(0), size_);
+}
+
 class Stall : public RuntimeTest {
   std::vector<std::pair<std::string, std::string>> Settings() override {
     return {{"KOLO_STALL_CHECK_TIME_SECONDS", "0.5"}, {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "1.5"}};
@@ -253,6 +312,25 @@ TEST_F(Stall, MissingTensorFailsWithTheMissingRankNamed) {
     EXPECT_LT(seconds, 5.0);
   }
   MeetAfterTheStall();
+}
+
+TEST_F(Stall, UnnamedTensorThatStallsPutsRanksOutOfStepUntilTheBarrier) {
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions opts;
+  opts.call_site = "train.py:10 in step";
+  opts.op = ReduceOp::kSum;
+  if (rank_ != size_ - 1) {
+    Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    EXPECT_TRUE(Contains(s.message(), "Stalled for")) << s.message();
+    EXPECT_TRUE(Contains(s.message(), "It was unnamed")) << s.message();
+    Status refused = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    EXPECT_TRUE(Contains(refused.message(), "went out of step when 'allreduce.noname.0' failed"))
+        << refused.message();
+  }
+  MeetAfterTheStall();
+  b.Set(0, 1);
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View({1}), b.View({1}), opts)).ok());
+  EXPECT_EQ(b.Get(0), size_);
 }
 
 TEST_F(Stall, CachedTensorThatStallsIsReportedToo) {

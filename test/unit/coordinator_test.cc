@@ -221,16 +221,16 @@ TEST_F(CoordinatorTest, StallWarningNamesMissingRanks) {
   Coordinator c(4, StallSettings{10, 0});
   c.AddRequests(0, {Allreduce("slow")}, t0);
   c.AddRequests(2, {Allreduce("slow")}, t0);
-  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).stall_warnings.empty());
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).warnings.empty());
   auto late = c.ComputeResponses(t0 + std::chrono::seconds(11));
-  ASSERT_EQ(late.stall_warnings.size(), 1u);
-  const std::string& w = late.stall_warnings[0];
+  ASSERT_EQ(late.warnings.size(), 1u);
+  const std::string& w = late.warnings[0];
   EXPECT_NE(w.find("'slow'"), std::string::npos) << w;
   EXPECT_NE(w.find("submitted by rank(s) 0, 2"), std::string::npos) << w;
   EXPECT_NE(w.find("not by rank(s) 1, 3"), std::string::npos) << w;
   // Not repeated every cycle, only every check interval.
-  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(12)).stall_warnings.empty());
-  EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).stall_warnings.size(), 1u);
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(12)).warnings.empty());
+  EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).warnings.size(), 1u);
 }
 
 TEST_F(CoordinatorTest, StalledTensorAsksTheMissingRanksOnceAndTheirAnswerIsAMismatch) {
@@ -267,6 +267,103 @@ TEST_F(CoordinatorTest, StallShutdownFailsTheTensor) {
   EXPECT_NE(out.responses[0].error.find("not by rank(s) 1"), std::string::npos);
   EXPECT_NE(out.responses[0].error.find("KOLO_STALL_SHUTDOWN_TIME_SECONDS"), std::string::npos);
   EXPECT_EQ(c.pending(), 0u);
+}
+
+// An unnamed collective of epoch `epoch`, called at `site`.
+Request Unnamed(const std::string& name, const std::string& site, int64_t epoch = 0,
+                std::vector<int64_t> shape = {4}, DataType dtype = DataType::kFloat32) {
+  Request r = Allreduce(name, std::move(shape), dtype);
+  r.unnamed_epoch = epoch;
+  r.call_site = site;
+  return r;
+}
+
+TEST_F(CoordinatorTest, UnnamedMismatchFromDifferentPlacesIsOutOfStep) {
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Unnamed("allreduce.noname.2", "a.py:10 in f", 0, {4}, DataType::kInt64)}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.2", "a.py:30 in g", 0, {4}, DataType::kUInt8)}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
+  const std::string& e = out[0].error;
+  EXPECT_EQ(e.find("Mismatched data types for allreduce tensor 'allreduce.noname.2': rank 0 sent "
+                   "int64 but rank 1 sent uint8."),
+            0u)
+      << e;
+  EXPECT_NE(e.find("rank 0 called it at a.py:10 in f but rank 1 at a.py:30 in g"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("out of step"), std::string::npos) << e;
+  EXPECT_NE(e.find("barrier()"), std::string::npos) << e;
+  EXPECT_NE(e.find("name=..."), std::string::npos) << e;
+}
+
+TEST_F(CoordinatorTest, UnnamedMismatchFromOnePlaceIsAPlainMismatch) {
+  // Every rank called it at the same line with rank-dependent shapes: the
+  // ranks are in step, later unnamed collectives must keep working.
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:10 in f", 0, {2})}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f", 0, {3})}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(out[0].cancel_unnamed_epoch, -1);
+  EXPECT_EQ(out[0].error.find("out of step"), std::string::npos) << out[0].error;
+}
+
+TEST_F(CoordinatorTest, UnnamedAgreementFromDifferentPlacesRunsAndWarnsOnce) {
+  // Horovod pairs these too (e.g. `if rank == 0: broadcast_(a) else: broadcast_(b)`).
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:12 in f")}, t0);
+  auto first = c.ComputeResponses(t0);
+  ASSERT_EQ(first.responses.size(), 1u);
+  EXPECT_EQ(first.responses[0].op, OpType::kAllreduce);
+  ASSERT_EQ(first.warnings.size(), 1u);
+  EXPECT_NE(first.warnings[0].find("rank 0 called it at a.py:10 in f but rank 1 at a.py:12 in f"),
+            std::string::npos)
+      << first.warnings[0];
+  c.AddRequests(0, {Unnamed("allreduce.noname.1", "a.py:10 in f")}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.1", "a.py:12 in f")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).warnings.empty());
+}
+
+TEST_F(CoordinatorTest, StalledUnnamedTensorPutsRanksOutOfStep) {
+  Coordinator c(2, StallSettings{1, 3});
+  c.AddRequests(1, {Unnamed("allreduce.noname.e1.3", "a.py:10 in f", 1), Allreduce("named")}, t0);
+  auto out = c.ComputeResponses(t0 + std::chrono::seconds(4)).responses;
+  ASSERT_EQ(out.size(), 2u);
+  for (const Response& r : out) {
+    ASSERT_EQ(r.op, OpType::kError);
+    const bool unnamed = r.names[0] == "allreduce.noname.e1.3";
+    EXPECT_EQ(r.cancel_unnamed_epoch, unnamed ? 1 : -1) << r.error;
+    EXPECT_EQ(r.error.find("It was unnamed, so the ranks' unnamed collectives are out of step") !=
+                  std::string::npos,
+              unnamed)
+        << r.error;
+    if (unnamed) {
+      EXPECT_NE(r.error.find("called at a.py:10 in f"), std::string::npos) << r.error;
+    }
+  }
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, OutOfStepVerdictForgetsPendingUnnamedTensorsOfThatEpoch) {
+  Coordinator c(2, no_stall);
+  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);  // waits for rank 0
+  c.AddRequests(0, {Unnamed("allgather.noname.0", "a.py:20 in g", 0, {4}, DataType::kInt64)}, t0);
+  c.AddRequests(1, {Unnamed("allgather.noname.0", "a.py:11 in f", 0, {4}, DataType::kUInt8)}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.e1.0", "a.py:40 in h", 1)}, t0);
+  c.AddRequests(1, {Allreduce("named")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
+  // allreduce.noname.0 is forgotten (every rank cancels it); the epoch-1 one and
+  // the named one still wait.
+  EXPECT_EQ(c.pending(), 2u);
+  c.AddRequests(0, {Unnamed("allreduce.noname.e1.0", "a.py:40 in h", 1), Allreduce("named")}, t0);
+  EXPECT_EQ(c.ComputeResponses(t0).responses.size(), 2u);
 }
 
 TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {

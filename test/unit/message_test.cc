@@ -23,6 +23,8 @@ Request SampleRequest() {
   r.group_size = 2;
   r.ranks = {0, 2};
   r.process_set = 3;
+  r.unnamed_epoch = 2;
+  r.call_site = "train.py:57 in step";
   return r;
 }
 
@@ -52,6 +54,7 @@ TEST(Message, ResponsesRoundTrip) {
   r.sizes = {1, 2, 3};
   r.value = 7;
   r.ranks = {4};
+  r.cancel_unnamed_epoch = 3;
   std::vector<uint8_t> bytes = EncodeResponses({r});
   Result<std::vector<Response>> out = DecodeResponses(bytes.data(), bytes.size());
   ASSERT_TRUE(out.ok());

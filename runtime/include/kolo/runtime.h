@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,14 @@ struct InitOptions {
 
 struct CollectiveOptions {
   // Must be the same on every rank; empty means "<op>.noname.<n>", numbered
-  // per process set in call order.
+  // per process set and op in call order (after the set's first barrier or
+  // join, "<op>.noname.e<k>.<n>": every barrier and join counts afresh).
   std::string name;
+  // Unnamed collectives: where the caller made the call (e.g. "train.py:57 in
+  // step"). Ranks that pair an unnamed collective from different places and
+  // disagree about it are out of step, not merely mismatched; the error says so
+  // and names the places. Optional.
+  std::string call_site;
   int process_set = kGlobalProcessSet;
   // Device tensors: the CUDA stream (cudaStream_t) whose work produces them,
   // e.g. the framework's current stream; null is the legacy default stream.
@@ -85,6 +92,8 @@ struct WorkResult {
 
 // Whether this build has the GPU path (CUDA and NCCL).
 bool BuiltWithCuda();
+// NCCL's version code (e.g. 21805 for 2.18.5) in a GPU build, else 0.
+int NcclVersion();
 // CUDA devices this process can use: 0 without a GPU build, driver or GPU.
 int GpuCount();
 // Copies a device result (allgather, alltoall, reducescatter) into `dst`, a
@@ -156,6 +165,10 @@ class Runtime {
   // Blocks until the operation finishes and releases the handle. `result`
   // receives outputs of allgather, alltoall, reducescatter, join.
   Status Wait(Handle handle, WorkResult* result = nullptr);
+  // Like Wait, but returns nullopt after `timeout_seconds` if the operation is
+  // still running (the handle stays valid), so a caller can handle signals.
+  std::optional<Status> WaitFor(Handle handle, double timeout_seconds,
+                                WorkResult* result = nullptr);
 
   // Starts / stops writing a Chrome-trace timeline (rank 0 only; no-op elsewhere).
   Status StartTimeline(const std::string& path, bool mark_cycles);
