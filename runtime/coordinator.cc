@@ -140,10 +140,19 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
     what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
            JoinInts(a) + "] but " + other + " asked for [" + JoinInts(b) + "].";
   }
+  // Unnamed collectives pair up by call order; a pair of calls from different
+  // places is two different collectives of ranks that are out of step, even
+  // when they agree otherwise (they would mix up data).
   if (f.unnamed() && r.unnamed() && !f.call_site.empty() && !r.call_site.empty() &&
-      f.call_site != r.call_site && entry.other_site_rank < 0) {
-    entry.other_site_rank = r.rank;
-    entry.other_site = r.call_site;
+      f.call_site != r.call_site) {
+    if (entry.other_site_rank < 0) {
+      entry.other_site_rank = r.rank;
+      entry.other_site = r.call_site;
+    }
+    if (what.empty()) {
+      what = "Mismatched call sites for unnamed " + Describe(f) + ": " + ranks + " called it at " +
+             f.call_site + " but " + other + " at " + r.call_site + ".";
+    }
   }
   if (what.empty()) return;
   if (entry.mismatch.empty()) entry.mismatch = what;
@@ -167,12 +176,10 @@ std::string Coordinator::OutOfStepNote(const std::string& what) const {
          "(name=...) so that they pair by name.";
 }
 
-Response Coordinator::Decide(const std::string& name, Entry& entry, CoordinatorOutcome* outcome) {
+Response Coordinator::Decide(const std::string& name, Entry& entry) {
   const Request& f = entry.first;
   Response resp;
   resp.names = {name};
-  // Unnamed collectives pair up by call order; a pair made of calls from
-  // different places is two ranks' different collectives if they disagree.
   const std::string sites =
       entry.other_site_rank < 0
           ? std::string()
@@ -188,21 +195,14 @@ Response Coordinator::Decide(const std::string& name, Entry& entry, CoordinatorO
           " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) + ".";
     }
     if (!sites.empty()) {
+      const bool said = entry.mismatch.rfind("Mismatched call sites", 0) == 0;
       resp.error +=
-          " Unnamed collectives pair up by the order in which each rank calls them, "
-          "and " +
-          sites + ":" + OutOfStepNote("").substr(1);
+          " Unnamed collectives pair up by the order in which each rank calls them, " +
+          (said ? std::string("so these are different collectives:") : "and " + sites + ":") +
+          OutOfStepNote("").substr(1);
       resp.cancel_unnamed_epoch = f.unnamed_epoch;
     }
     return resp;
-  }
-  if (!sites.empty() && !warned_site_pairing_) {
-    warned_site_pairing_ = true;
-    outcome->warnings.push_back(
-        "Unnamed " + Describe(f) + " paired calls from different places: " + sites +
-        ". Unnamed collectives pair up by call order; if the ranks are out of step (e.g. an "
-        "exception skipped a collective on one rank), such pairs mix up data. Name your "
-        "collectives (name=...) so that they pair by name. (Shown once.)");
   }
   if (entry.count < size_ && f.op != OpType::kAllreduce) {
     resp.op = OpType::kError;
@@ -269,7 +269,7 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
       continue;
     }
     Request first = entry.first;
-    Emit(Decide(name, entry, &outcome), first, &outcome.responses);
+    Emit(Decide(name, entry), first, &outcome.responses);
     table_.erase(it);
   }
   arrival_order_ = std::move(still_pending);

@@ -16,8 +16,8 @@
 //      same name on another process set answers with a request naming that
 //      set, and the tensor then fails with a process-set mismatch.
 //   3. Unnamed collectives pair up by call order ("<op>.noname.<n>"). When
-//      ranks disagree about one that they called from different places, or
-//      one stalls past the shutdown time, the ranks are out of step: its ERROR
+//      ranks call one from different places, or one stalls past the shutdown
+//      time, the ranks are out of step: its ERROR
 //      carries cancel_unnamed_epoch, every rank cancels its pending unnamed
 //      collectives of that epoch and earlier, and the coordinator forgets
 //      theirs. Ranks count afresh from their next barrier or join.
@@ -40,7 +40,7 @@ struct StallSettings {
 
 struct CoordinatorOutcome {
   std::vector<Response> responses;
-  std::vector<std::string> warnings;  // stalled tensors, unnamed ones paired across call sites
+  std::vector<std::string> warnings;  // one line per stalled tensor
 };
 
 class Coordinator {
@@ -81,7 +81,7 @@ class Coordinator {
 
   void Add(const Request& request, Clock::time_point now);
   void Compare(Entry& entry, const Request& request);
-  Response Decide(const std::string& name, Entry& entry, CoordinatorOutcome* outcome);
+  Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
   // What an out-of-step verdict adds to an error: what happened, what kolo does.
@@ -100,7 +100,6 @@ class Coordinator {
   std::vector<bool> joined_;
   int joined_count_ = 0;
   int last_joined_ = -1;
-  bool warned_site_pairing_ = false;
 };
 
 // Elements of rank `rank`'s share when `rows` rows are split over `size` ranks

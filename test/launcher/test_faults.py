@@ -17,8 +17,12 @@ def run(np, body, tmp_path, env=None, timeout=60):
     path.write_text(body)
     full = dict(os.environ, PYTHONPATH=PYTHON_DIR, **(env or {}))
     start = time.monotonic()
-    r = subprocess.run([KOLORUN, "-np", str(np), "/usr/bin/python3", str(path)],
-                       capture_output=True, text=True, timeout=timeout, env=full)
+    try:
+        r = subprocess.run([KOLORUN, "-np", str(np), "/usr/bin/python3", str(path)],
+                           capture_output=True, text=True, timeout=timeout, env=full)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("the job hung: still running after %d s; its output so far:\n%s\n%s"
+                    % (timeout, e.stdout or "", e.stderr or ""))
     return r, time.monotonic() - start
 
 
@@ -97,24 +101,28 @@ PROCESS_SET_MISMATCH = """
 import torch
 import kolo.torch as hvd
 hvd.init()
-everyone = hvd.add_process_set(list(range(hvd.size())))
+# Horovod refuses a second set with every rank in it; ranks 0 and 1 form one.
+pair = hvd.add_process_set([0, 1])
 try:
     hvd.allreduce(torch.ones(2), name="two.sets",
-                  process_set=everyone if hvd.rank() else hvd.global_process_set)
+                  process_set=pair if hvd.rank() == 1 else hvd.global_process_set)
 except hvd.KoloInternalError as e:
     print("caught:", e, flush=True)
-print("after:", hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=everyone).tolist(),
-      flush=True)
+if pair.included():
+    print("after:", hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=pair).tolist(),
+          flush=True)
+hvd.barrier()  # rank 2's exit would shut the others down
 """
 
 
 def test_tensor_on_different_process_sets_is_an_error_on_every_rank(tmp_path):
-    r, elapsed = run(2, PROCESS_SET_MISMATCH, tmp_path,
+    r, elapsed = run(3, PROCESS_SET_MISMATCH, tmp_path,
                      env={"KOLO_STALL_CHECK_TIME_SECONDS": "1"})
     assert r.returncode == 0, r.stderr
-    for rank in range(2):
+    for rank in range(3):
         assert "[%d]<stdout>:caught: Mismatched process sets for allreduce tensor 'two.sets'" % rank \
             in r.stdout, r.stdout
+    for rank in range(2):
         assert "[%d]<stdout>:after: [2.0, 2.0]" % rank in r.stdout
     assert elapsed < 20, elapsed
 
@@ -187,3 +195,104 @@ def test_use_before_init_is_a_clear_error(tmp_path):
     r, _ = run(1, body, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "[0]<stdout>:before init: kolo is not initialized; call kolo.init() first" in r.stdout
+
+
+ONE_RANK_RAISES_BETWEEN_UNNAMED = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+r = hvd.rank()
+
+def report(tag, fn, want):
+    try:
+        got = fn()
+        print(tag, "correct" if torch.equal(got, want) else "WRONG %s" % got.tolist(), flush=True)
+    except hvd.HorovodInternalError as e:
+        print(tag, "error:", str(e).split(":")[0], "|", "out of step" in str(e), flush=True)
+
+try:
+    if r == 0:
+        raise AssertionError("a failed assertion on rank 0 only")
+    hvd.allgather(torch.tensor([1, 2], dtype=torch.int64))   # rank 0 never gets here
+except AssertionError:
+    pass
+except hvd.HorovodInternalError as e:
+    print("skipped op:", "out of step" in str(e), flush=True)
+# The same unnamed collectives, in the same order, on every rank; one has the
+# shape of the skipped one, so a plain counter would pair it with it.
+report("allgather", lambda: hvd.allgather(torch.tensor([7, 7], dtype=torch.int64)),
+       torch.tensor([7, 7] * hvd.size()))
+report("allreduce", lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum),
+       torch.full((3,), float(hvd.size())))
+report("named", lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum, name="named"),
+       torch.full((3,), float(hvd.size())))
+hvd.barrier()
+report("after barrier", lambda: hvd.allgather(torch.tensor([r])), torch.arange(hvd.size()))
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_one_rank_raising_between_unnamed_collectives_never_hangs_or_mixes_data(np, tmp_path):
+    # Default stall settings: nothing here may wait for the stall shutdown.
+    r, elapsed = run(np, ONE_RANK_RAISES_BETWEEN_UNNAMED, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "WRONG" not in r.stdout, r.stdout
+    for rank in range(np):
+        lines = [l.split(":", 1)[1] for l in r.stdout.splitlines()
+                 if l.startswith("[%d]<stdout>:" % rank)]
+        if rank != 0:
+            assert "skipped op: True" in lines, lines
+        # Every later unnamed collective is correct or fails saying the ranks are out of
+        # step; named ones and everything after the barrier are correct.
+        for tag in ("allgather", "allreduce"):
+            line = next(l for l in lines if l.startswith(tag + " "))
+            assert line == tag + " correct" or line.endswith("| True"), lines
+        assert "named correct" in lines, lines
+        assert "after barrier correct" in lines, lines
+        assert "finished" in lines, lines
+    assert elapsed < 30, elapsed
+
+
+SIGINT_WHILE_WAITING = """
+import os, signal, threading, time, torch
+import kolo.torch as hvd
+hvd.init()
+if hvd.rank() == 1:
+    time.sleep(6)      # never submits "waited.on" before rank 0 is interrupted
+else:
+    h = hvd.allreduce_async(torch.ones(2), name="waited.on")
+    sent = []
+    def interrupt():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Timer(1.0, interrupt).start()
+    try:
+        hvd.synchronize(h)
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt after %.3f s" % (time.monotonic() - sent[0]), flush=True)
+    # An alarm-based timeout fires too, and the handle stays waitable.
+    def on_alarm(signum, frame):
+        raise TimeoutError("test timeout")
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(1)
+    try:
+        hvd.synchronize(h)
+    except TimeoutError as e:
+        print("alarm:", e, flush=True)
+if hvd.rank() == 1:
+    hvd.allreduce(torch.ones(2), name="waited.on")
+else:
+    print("after:", hvd.synchronize(h).tolist(), flush=True)
+"""
+
+
+def test_sigint_interrupts_synchronize_within_a_second(tmp_path):
+    r, _ = run(2, SIGINT_WHILE_WAITING, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"\[0\]<stdout>:KeyboardInterrupt after ([0-9.]+) s", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 1.0, m.group(0)
+    assert "[0]<stdout>:alarm: test timeout" in r.stdout, r.stdout
+    assert "[0]<stdout>:after: [1.0, 1.0]" in r.stdout, r.stdout

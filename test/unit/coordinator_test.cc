@@ -312,21 +312,23 @@ TEST_F(CoordinatorTest, UnnamedMismatchFromOnePlaceIsAPlainMismatch) {
   EXPECT_EQ(out[0].error.find("out of step"), std::string::npos) << out[0].error;
 }
 
-TEST_F(CoordinatorTest, UnnamedAgreementFromDifferentPlacesRunsAndWarnsOnce) {
-  // Horovod pairs these too (e.g. `if rank == 0: broadcast_(a) else: broadcast_(b)`).
+TEST_F(CoordinatorTest, UnnamedAgreementFromDifferentPlacesIsOutOfStepToo) {
+  // Rank 0 skipped the collective at line 10 and called the next one, at line
+  // 12, with the same shape: pairing them would silently mix up data.
   Coordinator c(2, no_stall);
-  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:12 in f")}, t0);
-  auto first = c.ComputeResponses(t0);
-  ASSERT_EQ(first.responses.size(), 1u);
-  EXPECT_EQ(first.responses[0].op, OpType::kAllreduce);
-  ASSERT_EQ(first.warnings.size(), 1u);
-  EXPECT_NE(first.warnings[0].find("rank 0 called it at a.py:10 in f but rank 1 at a.py:12 in f"),
-            std::string::npos)
-      << first.warnings[0];
-  c.AddRequests(0, {Unnamed("allreduce.noname.1", "a.py:10 in f")}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.1", "a.py:12 in f")}, t0);
-  EXPECT_TRUE(c.ComputeResponses(t0).warnings.empty());
+  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:12 in f")}, t0);
+  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
+  EXPECT_EQ(out[0].error.find("Mismatched call sites for unnamed allreduce tensor "
+                              "'allreduce.noname.0': rank 0 called it at a.py:12 in f but rank 1 "
+                              "at a.py:10 in f. Unnamed collectives pair up by the order in which "
+                              "each rank calls them, so these are different collectives: the "
+                              "ranks' unnamed collectives are out of step"),
+            0u)
+      << out[0].error;
 }
 
 TEST_F(CoordinatorTest, StalledUnnamedTensorPutsRanksOutOfStep) {
