@@ -132,15 +132,6 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
   if (inputs.empty() || inputs.size() != outputs.size()) {
     return Status::InvalidArgument("allreduce needs as many outputs as inputs, at least one");
   }
-  const bool grouped = inputs.size() > 1;
-  RuntimeImpl::AutoName base{options.name, -1};
-  if (base.name.empty()) {
-    auto named =
-        impl_->NextAutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
-    if (!named.ok()) return named.status();
-    base = std::move(named).value();
-  }
-  std::vector<TensorEntry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KOLO_RETURN_IF_ERROR(CheckTensor(inputs[i], "allreduce input"));
     KOLO_RETURN_IF_ERROR(CheckTensor(outputs[i], "allreduce output"));
@@ -154,6 +145,20 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     }
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
+  }
+  // Named only once valid: a call refused here on one rank does not count, so
+  // that rank's next unnamed call pairs with the others' refused one and the
+  // call sites tell them apart at once.
+  const bool grouped = inputs.size() > 1;
+  RuntimeImpl::AutoName base{options.name, -1};
+  if (base.name.empty()) {
+    auto named =
+        impl_->NextAutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
+    if (!named.ok()) return named.status();
+    base = std::move(named).value();
+  }
+  std::vector<TensorEntry> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     TensorEntry e;
     std::string name = grouped ? base.name + "." + std::to_string(i) : base.name;
     e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], options.process_set,
