@@ -335,17 +335,18 @@ bool RuntimeImpl::Poll(Handle h) const {
   return work->done();
 }
 
-Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
-  std::shared_ptr<Work> work;
-  {
-    MutexLock lock(&handles_mutex_);
-    auto it = handles_.find(h);
-    if (it == handles_.end()) {
-      return Status::InvalidArgument("unknown handle " + std::to_string(h) +
-                                     " (already waited for, or never returned by kolo)");
-    }
-    work = it->second;
+Result<std::shared_ptr<Work>> RuntimeImpl::FindWork(Handle h) const {
+  MutexLock lock(&handles_mutex_);
+  auto it = handles_.find(h);
+  if (it == handles_.end()) {
+    return Status::InvalidArgument("unknown handle " + std::to_string(h) +
+                                   " (already waited for, or never returned by kolo)");
   }
+  return it->second;
+}
+
+Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
+  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, FindWork(h));
   Status s = work->Wait(result);
   MutexLock lock(&handles_mutex_);
   handles_.erase(h);
@@ -353,20 +354,12 @@ Status RuntimeImpl::Wait(Handle h, WorkResult* result) {
 }
 
 std::optional<Status> RuntimeImpl::WaitFor(Handle h, double timeout_seconds, WorkResult* result) {
-  std::shared_ptr<Work> work;
-  {
-    MutexLock lock(&handles_mutex_);
-    auto it = handles_.find(h);
-    if (it == handles_.end()) {
-      return Status::InvalidArgument("unknown handle " + std::to_string(h) +
-                                     " (already waited for, or never returned by kolo)");
-    }
-    work = it->second;
-  }
+  Result<std::shared_ptr<Work>> work = FindWork(h);
+  if (!work.ok()) return work.status();
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_seconds));
   Status s;
-  if (!work->WaitUntil(deadline, &s, result)) return std::nullopt;
+  if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
   MutexLock lock(&handles_mutex_);
   handles_.erase(h);
   return s;

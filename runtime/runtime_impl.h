@@ -68,6 +68,7 @@ class RuntimeImpl {
   Result<int> CreateProcessSet(const std::vector<int>& ranks);  // collective over the global comm
   Status RemoveProcessSet(int id);
 
+  Result<std::shared_ptr<Work>> FindWork(Handle h) const EXCLUDES(handles_mutex_);
   void BackgroundLoop();
   bool RunCycle();  // false once the loop must end
   void WaitForWork(bool anything_pending) EXCLUDES(queue_mutex_);
