@@ -7,7 +7,7 @@ import time
 import pytest
 
 KOLORUN = os.environ["KOLORUN"]
-PYTHON_DIR = os.environ.get("KOLO_PYTHON_DIR", "")
+PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")
 pytestmark = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
                                 reason="the Python binding is not built in this build")
 
