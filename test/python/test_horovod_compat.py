@@ -832,3 +832,9 @@ def test_sync_batch_norm_signature():
     bn = hvd.SyncBatchNorm(3, eps=1e-3, momentum=0.2, affine=False, track_running_stats=True)
     assert isinstance(bn, torch.nn.modules.batchnorm._BatchNorm)
     assert bn.eps == 1e-3 and bn.momentum == 0.2 and not bn.affine
+
+
+def test_unsupported_dtype_is_a_value_error_as_in_horovod():
+    for fn in (hvd.allreduce, hvd.allgather, lambda t: hvd.broadcast(t, 0)):
+        with pytest.raises(ValueError, match="does not support"):
+            fn(torch.ones(2, dtype=torch.complex64))

@@ -112,6 +112,10 @@ def _differentiable(tensor):
     return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
 
+class UnsupportedDtypeError(TypeError, ValueError):
+    """A dtype kolo cannot move. A TypeError, and a ValueError as Horovod raises for it."""
+
+
 def _check_tensor(tensor, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
@@ -119,8 +123,9 @@ def _check_tensor(tensor, what):
         raise ValueError("%s is sparse; kolo reduces dense tensors (sparse gradients: "
                          "sparse_allreduce_async() or DistributedOptimizer)" % what)
     if tensor.dtype not in _DTYPES:
-        raise TypeError("%s has dtype %s, which kolo does not support; supported: %s" % (
-            what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
+        raise UnsupportedDtypeError(
+            "%s has dtype %s, which kolo does not support; supported: %s"
+            % (what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
     if not tensor.is_contiguous():
         raise ValueError("%s is not contiguous; call .contiguous() first" % what)
 
