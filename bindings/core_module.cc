@@ -108,6 +108,15 @@ std::string CallSite() {
   return site;
 }
 
+std::vector<TensorView> Views(
+    const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors) {
+  std::vector<TensorView> views;
+  for (const auto& [ptr, dtype, shape, device] : tensors) {
+    views.push_back(View(ptr, dtype, shape, device));
+  }
+  return views;
+}
+
 template <typename Options = CollectiveOptions>
 Options Named(const std::string& name, int process_set, uintptr_t stream = 0) {
   Options o;
@@ -261,6 +270,22 @@ PYBIND11_MODULE(_core, m) {
               in, out,
               Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
         });
+  // Grouped allgather / reducescatter: `tensors` are (data, dtype, shape, device);
+  // the Output's take_parts() gives the results in order.
+  m.def("grouped_allgather_async",
+        [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
+           const std::string& name, int process_set, uintptr_t stream) {
+          return Check(
+              Rt().EnqueueGroupedAllgather(Views(tensors), Named(name, process_set, stream)));
+        });
+  m.def("grouped_reducescatter_async",
+        [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
+           const std::string& name, int op, double prescale, double postscale, int process_set,
+           uintptr_t stream) {
+          return Check(Rt().EnqueueGroupedReducescatter(
+              Views(tensors),
+              Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
+        });
   m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                              std::vector<int64_t> splits, const std::string& name, int process_set,
                              uintptr_t stream) {
@@ -274,10 +299,17 @@ PYBIND11_MODULE(_core, m) {
               View(in, dtype, shape, device),
               Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
-  m.def("join_async",
-        [](int process_set) { return Check(Rt().EnqueueJoin(Named("", process_set))); });
-  m.def("barrier_async",
-        [](int process_set) { return Check(Rt().EnqueueBarrier(Named("", process_set))); });
+  // Join and barrier have fixed names: no call site to look up.
+  m.def("join_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueJoin(o));
+  });
+  m.def("barrier_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Check(Rt().EnqueueBarrier(o));
+  });
   m.def("add_process_set_async",
         [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
   m.def("remove_process_set_async", [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
@@ -304,5 +336,15 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("value", [](const Output& o) { return o.result.value; })
       .def_property_readonly("nbytes", &Output::nbytes)
       .def_property_readonly("device", [](const Output& o) { return o.result.device; })
+      // A grouped operation's results, moved out (call once); a group of one
+      // tensor has its result in the Output itself.
+      .def("take_parts",
+           [](Output& o) {
+             std::vector<Output> parts;
+             if (o.result.parts.empty()) parts.push_back({std::move(o.result)});
+             for (WorkResult& r : o.result.parts) parts.push_back({std::move(r)});
+             o.result.parts.clear();
+             return parts;
+           })
       .def("copy_to", &Output::CopyTo);
 }

@@ -63,7 +63,7 @@ void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* resul
     timeline_->Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
   }
   on_done_(entry);
-  entry.work->Complete(status, result);
+  entry.work->Complete(status, entry.part, result);
 }
 
 void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,

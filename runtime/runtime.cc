@@ -117,6 +117,60 @@ Result<std::shared_ptr<const ProcessSetInfo>> MemberSet(RuntimeImpl& impl, int i
   return info;
 }
 
+// Names, builds and queues the entries of one operation on `inputs` (already
+// validated) with one Work. Several tensors form a group, negotiated as one
+// unit: members "<name>.<i>". `fill` sets entry i's op-specific fields.
+Result<Handle> EnqueueTensors(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
+                              int rank_in_set, const std::vector<TensorView>& inputs,
+                              const std::vector<TensorView>& outputs,
+                              const std::function<void(TensorEntry&, size_t)>& fill = nullptr) {
+  const bool grouped = inputs.size() > 1;
+  RuntimeImpl::AutoName base{options.name, -1};
+  if (base.name.empty()) {
+    base = impl.NextAutoName((grouped ? "grouped_" : "") + std::string(OpTypeName(op)),
+                             options.process_set);
+  }
+  std::vector<TensorEntry> entries(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorEntry& e = entries[i];
+    e.request = MakeRequest(op, grouped ? base.name + "." + std::to_string(i) : base.name,
+                            inputs[i], options.process_set, rank_in_set);
+    e.request.unnamed_epoch = base.epoch;
+    if (base.epoch >= 0) e.request.call_site = options.call_site;
+    if (grouped) {
+      e.request.group = base.name;
+      e.request.group_size = static_cast<int32_t>(inputs.size());
+    }
+    e.input = inputs[i];
+    e.output = outputs[i];
+    e.part = static_cast<int>(i);
+    e.stream = options.cuda_stream;
+    if (fill) fill(e, i);
+  }
+  return impl.Enqueue(std::move(entries));
+}
+
+// The single entry of a one-tensor operation.
+Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
+                          int rank_in_set, const TensorView& tensor,
+                          const std::function<void(TensorEntry&)>& fill = nullptr) {
+  return EnqueueTensors(impl, op, options, rank_in_set, {tensor}, {tensor},
+                        [&](TensorEntry& e, size_t) {
+                          if (fill) fill(e);
+                        });
+}
+
+Status CheckHasDimension(const TensorView& t, const char* op, const char* why) {
+  if (!t.shape.empty()) return Status::OK();
+  return Status::InvalidArgument(std::string(op) + " needs a tensor with at least one dimension" +
+                                 why + "; got a scalar");
+}
+
+Status CheckNotEmpty(const std::vector<TensorView>& inputs, const char* op) {
+  if (!inputs.empty()) return Status::OK();
+  return Status::InvalidArgument(std::string(op) + " needs at least one tensor");
+}
+
 }  // namespace
 
 Result<Handle> Runtime::EnqueueAllreduce(const TensorView& input, const TensorView& output,
@@ -146,81 +200,34 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
   }
-  // Named only once valid: a call refused here on one rank does not count, so
-  // that rank's next unnamed call pairs with the others' refused one and the
-  // call sites tell them apart at once.
-  const bool grouped = inputs.size() > 1;
-  RuntimeImpl::AutoName base{options.name, -1};
-  if (base.name.empty()) {
-    auto named =
-        impl_->NextAutoName(grouped ? "grouped_allreduce" : "allreduce", options.process_set);
-    if (!named.ok()) return named.status();
-    base = std::move(named).value();
-  }
-  std::vector<TensorEntry> entries;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TensorEntry e;
-    std::string name = grouped ? base.name + "." + std::to_string(i) : base.name;
-    e.request = MakeRequest(OpType::kAllreduce, name, inputs[i], options.process_set,
-                            set.value()->rank_in_set);
-    e.request.unnamed_epoch = base.epoch;
-    if (base.epoch >= 0) e.request.call_site = options.call_site;
-    e.request.reduce_op = options.op;
-    e.request.prescale = options.prescale_factor;
-    e.request.postscale = options.postscale_factor;
-    if (grouped) {
-      e.request.group = base.name;
-      e.request.group_size = static_cast<int32_t>(inputs.size());
-    }
-    e.input = inputs[i];
-    e.output = outputs[i];
-    e.stream = options.cuda_stream;
-    entries.push_back(std::move(e));
-  }
-  return impl_->Enqueue(std::move(entries));
+  // Named only once valid (in EnqueueTensors): a call refused here on one rank
+  // does not count, so that rank's next unnamed call meets the others' refused
+  // one and the call sites tell them apart at once.
+  return EnqueueTensors(*impl_, OpType::kAllreduce, options, set.value()->rank_in_set, inputs,
+                        outputs, [&](TensorEntry& e, size_t) {
+                          e.request.reduce_op = options.op;
+                          e.request.prescale = options.prescale_factor;
+                          e.request.postscale = options.postscale_factor;
+                        });
 }
-
-namespace {
-
-// Names, builds and queues the single entry of a one-tensor operation;
-// `fill` sets the op-specific fields.
-Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
-                          int rank_in_set, const TensorView& tensor,
-                          const std::function<void(TensorEntry&)>& fill = nullptr) {
-  RuntimeImpl::AutoName name{options.name, -1};
-  if (name.name.empty()) {
-    auto named = impl.NextAutoName(OpTypeName(op), options.process_set);
-    if (!named.ok()) return named.status();
-    name = std::move(named).value();
-  }
-  TensorEntry e;
-  e.request = MakeRequest(op, name.name, tensor, options.process_set, rank_in_set);
-  e.request.unnamed_epoch = name.epoch;
-  if (name.epoch >= 0) e.request.call_site = options.call_site;
-  e.input = e.output = tensor;
-  e.stream = options.cuda_stream;
-  if (fill) fill(e);
-  std::vector<TensorEntry> entries;
-  entries.push_back(std::move(e));
-  return impl.Enqueue(std::move(entries));
-}
-
-Status CheckHasDimension(const TensorView& t, const char* op, const char* why) {
-  if (!t.shape.empty()) return Status::OK();
-  return Status::InvalidArgument(std::string(op) + " needs a tensor with at least one dimension" +
-                                 why + "; got a scalar");
-}
-
-}  // namespace
 
 Result<Handle> Runtime::EnqueueAllgather(const TensorView& input,
                                          const CollectiveOptions& options) {
+  return EnqueueGroupedAllgather({input}, options);
+}
+
+Result<Handle> Runtime::EnqueueGroupedAllgather(const std::vector<TensorView>& inputs,
+                                                const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
-  KOLO_RETURN_IF_ERROR(
-      CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
-  return EnqueueOne(*impl_, OpType::kAllgather, options, set.value()->rank_in_set, input);
+  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "allgather"));
+  for (const TensorView& input : inputs) {
+    KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
+    KOLO_RETURN_IF_ERROR(
+        CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
+  }
+  return EnqueueTensors(*impl_, OpType::kAllgather, options, set.value()->rank_in_set, inputs,
+                        inputs);
 }
 
 Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank,
@@ -285,22 +292,30 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vect
 
 Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
                                              const ReducescatterOptions& options) {
+  return EnqueueGroupedReducescatter({input}, options);
+}
+
+Result<Handle> Runtime::EnqueueGroupedReducescatter(const std::vector<TensorView>& inputs,
+                                                    const ReducescatterOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
-  KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "reducescatter", ""));
+  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "reducescatter"));
   if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
     return Status::InvalidArgument(std::string("reducescatter supports sum and average, not ") +
                                    ReduceOpName(options.op));
   }
-  KOLO_RETURN_IF_ERROR(
-      CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
-  return EnqueueOne(*impl_, OpType::kReducescatter, options, set.value()->rank_in_set, input,
-                    [&](TensorEntry& e) {
-                      e.request.reduce_op = options.op;
-                      e.request.prescale = options.prescale_factor;
-                      e.request.postscale = options.postscale_factor;
-                    });
+  for (const TensorView& input : inputs) {
+    KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
+    KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "reducescatter", ""));
+    KOLO_RETURN_IF_ERROR(
+        CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
+  }
+  return EnqueueTensors(*impl_, OpType::kReducescatter, options, set.value()->rank_in_set, inputs,
+                        inputs, [&](TensorEntry& e, size_t) {
+                          e.request.reduce_op = options.op;
+                          e.request.prescale = options.prescale_factor;
+                          e.request.postscale = options.postscale_factor;
+                        });
 }
 
 Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
@@ -311,8 +326,9 @@ Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   // counts its unnamed collectives afresh from here.
   CollectiveOptions named = options;
   if (named.name.empty()) named.name = "barrier";
-  impl_->RestartUnnamed(options.process_set);
-  return EnqueueOne(*impl_, OpType::kBarrier, named, set.value()->rank_in_set, TensorView{});
+  auto handle = EnqueueOne(*impl_, OpType::kBarrier, named, set.value()->rank_in_set, TensorView{});
+  if (handle.ok()) impl_->RestartUnnamed(options.process_set);
+  return handle;
 }
 
 Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
@@ -320,8 +336,9 @@ Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
   if (!set.ok()) return set.status();
   CollectiveOptions named = options;
   named.name = "join";  // one join per set at a time
-  impl_->RestartUnnamed(options.process_set);
-  return EnqueueOne(*impl_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
+  auto handle = EnqueueOne(*impl_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
+  if (handle.ok()) impl_->RestartUnnamed(options.process_set);
+  return handle;
 }
 
 Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {

@@ -205,10 +205,9 @@ std::string FirstSentence(const std::string& text) {
 
 }  // namespace
 
-Result<RuntimeImpl::AutoName> RuntimeImpl::NextAutoName(const std::string& prefix, int set) {
+RuntimeImpl::AutoName RuntimeImpl::NextAutoName(const std::string& prefix, int set) {
   MutexLock lock(&queue_mutex_);
   UnnamedState& state = unnamed_[set];
-  if (!state.out_of_step.empty()) return OutOfStep(set, state.out_of_step);
   int64_t n = state.counters[prefix]++;
   AutoName out;
   out.epoch = state.epoch;
@@ -243,11 +242,11 @@ void RuntimeImpl::CancelUnnamed(ProcessSet& set, const std::vector<Response>& re
     UnnamedState& state = unnamed_[id];
     // A rank that already passed a later barrier is in step again.
     if (state.epoch <= epoch && state.out_of_step.empty()) state.out_of_step = why;
-    auto named = std::stable_partition(queue_.begin(), queue_.end(), [&](const TensorEntry& e) {
+    auto doomed = std::stable_partition(queue_.begin(), queue_.end(), [&](const TensorEntry& e) {
       return e.request.process_set != id || !e.request.unnamed() || e.request.unnamed_epoch > epoch;
     });
-    for (auto it = named; it != queue_.end(); ++it) cancelled.push_back(std::move(*it));
-    queue_.erase(named, queue_.end());
+    for (auto it = doomed; it != queue_.end(); ++it) cancelled.push_back(std::move(*it));
+    queue_.erase(doomed, queue_.end());
   }
   for (TensorEntry& e : set.TakeUnnamed(epoch)) cancelled.push_back(std::move(e));
   const Status status =
@@ -287,8 +286,8 @@ Result<Handle> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
     for (size_t i = 0; i < entries.size(); ++i) {
       const Request& request = entries[i].request;
       if (request.unnamed()) {
-        // Named before this rank learned that the set's unnamed collectives
-        // are out of step.
+        // Refused while the set's unnamed collectives are out of step (also
+        // when named just before this rank learned it).
         const UnnamedState& state = unnamed_[request.process_set];
         if (!state.out_of_step.empty() && request.unnamed_epoch <= state.epoch) {
           return OutOfStep(request.process_set, state.out_of_step);

@@ -46,9 +46,9 @@ class RuntimeImpl {
     int64_t epoch = 0;
   };
   // The next automatic name on a set: "<prefix>.noname.<n>" (from the second
-  // epoch on "<prefix>.noname.e<k>.<n>"), counted per prefix. Fails while the
-  // set's unnamed collectives are out of step (see CancelUnnamed).
-  Result<AutoName> NextAutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
+  // epoch on "<prefix>.noname.e<k>.<n>"), counted per prefix. Enqueue refuses
+  // unnamed entries while the set is out of step (see CancelUnnamed).
+  AutoName NextAutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
   // A barrier or join on `set`: every rank reaches it at the same point of its
   // program, so unnamed collectives are counted afresh from here (a new epoch),
   // and a set that was out of step is in step again.

@@ -15,18 +15,18 @@ namespace kolo {
 
 using Clock = std::chrono::steady_clock;
 
-// The completion state behind a Handle. A grouped allreduce has one Work for
+// The completion state behind a Handle. A grouped operation has one Work for
 // all its tensors: it completes when the last one does, with the first error.
 class Work {
  public:
-  explicit Work(int parts) : remaining_(parts) {}
+  explicit Work(int parts) : remaining_(parts), results_(parts) {}
 
   // Called by the background thread once per part. `result` (may be null) is
   // moved in before waiters wake.
-  void Complete(const Status& status, WorkResult* result = nullptr) EXCLUDES(mu_) {
+  void Complete(const Status& status, int part, WorkResult* result = nullptr) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     if (!status.ok() && status_.ok()) status_ = status;
-    if (result != nullptr) result_ = std::move(*result);
+    if (result != nullptr) results_[part] = std::move(*result);
     if (--remaining_ == 0) {
       done_ = true;
       cv_.SignalAll();
@@ -37,20 +37,29 @@ class Work {
     return done_;
   }
   Status Wait(WorkResult* result) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    while (!done_) cv_.Wait();
-    if (result != nullptr) *result = std::move(result_);
-    return status_;
+    Status status;
+    WaitUntil(Clock::time_point::max(), &status, result);
+    return status;
   }
   // Waits until `deadline`; false if the work is still running then.
   bool WaitUntil(Clock::time_point deadline, Status* status, WorkResult* result) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     while (!done_) {
+      if (deadline == Clock::time_point::max()) {
+        cv_.Wait();
+        continue;
+      }
       auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) return false;
       cv_.WaitFor(left);
     }
-    if (result != nullptr) *result = std::move(result_);
+    if (result != nullptr) {
+      if (results_.size() == 1) {
+        *result = std::move(results_[0]);
+      } else {
+        result->parts = std::move(results_);
+      }
+    }
     *status = status_;
     return true;
   }
@@ -61,7 +70,7 @@ class Work {
   int remaining_ GUARDED_BY(mu_);
   bool done_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
-  WorkResult result_ GUARDED_BY(mu_);
+  std::vector<WorkResult> results_ GUARDED_BY(mu_);  // one per part
 };
 
 struct TensorEntry {
@@ -72,6 +81,7 @@ struct TensorEntry {
   void* stream = nullptr;       // device tensors: the stream that produces them
   std::shared_ptr<void> ready;  // device tensors: Gpu::MarkReady's event
   std::shared_ptr<Work> work;
+  int part = 0;  // this tensor's place in a grouped operation
   Clock::time_point enqueued;
   Clock::time_point picked_up;
   Clock::time_point negotiated;

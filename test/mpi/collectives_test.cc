@@ -246,6 +246,53 @@ TEST_F(Collectives, ReducescatterUnevenRows) {
   }
 }
 
+TEST_F(Collectives, GroupedAllgatherAndReducescatterReturnEveryPartInOrder) {
+  // Rank r gathers r + 1 rows of `a` and 1 row of `b`; reducescatters `c`.
+  Buffer a(DataType::kFloat32, (rank_ + 1) * 2), b(DataType::kInt32, 3), c(DataType::kFloat64, 8);
+  for (int64_t i = 0; i < a.size(); ++i) a.Set(i, rank_);
+  for (int64_t i = 0; i < b.size(); ++i) b.Set(i, 10 * rank_ + i);
+  for (int64_t i = 0; i < c.size(); ++i) c.Set(i, i);
+  WorkResult gathered;
+  ASSERT_TRUE(
+      Run(rt_->EnqueueGroupedAllgather({a.View({rank_ + 1, 2}), b.View({1, 3})}, {}), &gathered)
+          .ok());
+  ASSERT_EQ(gathered.parts.size(), 2u);
+  const int64_t rows = size_ * (size_ + 1) / 2;
+  ASSERT_EQ(gathered.parts[0].shape, (std::vector<int64_t>{rows, 2}));
+  ASSERT_EQ(gathered.parts[1].shape, (std::vector<int64_t>{size_, 3}));
+  int64_t row = 0;
+  for (int r = 0; r < size_; ++r) {
+    for (int k = 0; k < r + 1; ++k, ++row) {
+      ASSERT_EQ(Buffer::Read(gathered.parts[0].data.data(), DataType::kFloat32, row * 2), r)
+          << "rank " << rank_ << " row " << row;
+    }
+    ASSERT_EQ(Buffer::Read(gathered.parts[1].data.data(), DataType::kInt32, r * 3 + 2), 10 * r + 2)
+        << "rank " << rank_;
+  }
+  ReducescatterOptions sum;
+  sum.op = ReduceOp::kSum;
+  WorkResult scattered;
+  ASSERT_TRUE(
+      Run(rt_->EnqueueGroupedReducescatter({c.View({8}), c.View({4, 2})}, sum), &scattered).ok());
+  ASSERT_EQ(scattered.parts.size(), 2u);
+  int64_t first = 0;
+  for (int r = 0; r < rank_; ++r) first += 8 / size_ + (r < 8 % size_ ? 1 : 0);
+  ASSERT_EQ(Buffer::Read(scattered.parts[0].data.data(), DataType::kFloat64, 0), first * size_);
+}
+
+TEST_F(Collectives, GroupedAllgatherFailsAsAWhole) {
+  // One member disagrees on one rank: every member fails on every rank.
+  Buffer a(DataType::kFloat32, 4), b(DataType::kFloat32, 4);
+  CollectiveOptions opts;
+  opts.name = "grouped.gather";
+  std::vector<int64_t> b_shape =
+      rank_ == 0 ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{2, 2};
+  Status s = Run(rt_->EnqueueGroupedAllgather({a.View({1, 4}), b.View(b_shape)}, opts));
+  ASSERT_FALSE(s.ok()) << "rank " << rank_;
+  EXPECT_NE(s.message().find("Group 'grouped.gather' failed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'grouped.gather.1'"), std::string::npos) << s.message();
+}
+
 TEST_F(Collectives, BarrierCompletesOnEveryRank) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
 }

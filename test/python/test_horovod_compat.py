@@ -271,6 +271,13 @@ def test_allgather_family():
     assert type(res) is tuple and torch.equal(res[1], want)
 
 
+def test_grouped_allgather_fails_as_a_whole():
+    # Horovod negotiates a group as one unit: one disagreeing member fails all, everywhere.
+    bad = torch.ones(1, 2 + (R == 0))
+    with pytest.raises(hvd.HorovodInternalError, match="Group 'compat.gag.bad' failed"):
+        hvd.grouped_allgather([torch.ones(1, 2), bad], name="compat.gag.bad")
+
+
 def test_broadcast_family():
     root = N - 1
     x = torch.arange(4, dtype=torch.int64) * (R + 1)

@@ -3,12 +3,9 @@ values and autograd rules of Horovod 0.28's ``horovod.torch.mpi_ops``
 (docs/moving-from-horovod.md lists every name and the few deliberate
 differences).
 
-Every ``*_async`` form returns a handle for :func:`poll` and
-:func:`synchronize`. A handle is the core's (a positive int) or, for the
-grouped allgather and reducescatter, which kolo's core runs as one operation
-per tensor, a negative int that stands for all of them.
+Every ``*_async`` form returns a handle (the core's, an int) for
+:func:`poll` and :func:`synchronize`.
 """
-import itertools
 import warnings
 
 import torch
@@ -42,9 +39,6 @@ _DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()
 # (and keeps the tensors it needs alive until then). An entry leaves only when the wait
 # ended with the operation's result or error, never when a signal interrupted it.
 _pending = {}
-# negative handle -> [core handles, {index: output of the members already waited for}]
-_groups = {}
-_group_handles = itertools.count(-1, -1)
 
 
 def _register(handle, finish):
@@ -52,40 +46,11 @@ def _register(handle, finish):
     return handle
 
 
-def _register_group(handles, finish):
-    h = next(_group_handles)
-    _groups[h] = [list(handles), {}]
-    _pending[h] = finish
-    return h
-
-
-def _wait_group(handle):
-    members, outputs = _groups[handle]
-    for i, member in enumerate(members):
-        if i in outputs:
-            continue
-        try:
-            outputs[i] = _core.wait(member)
-        except (KoloInternalError, ValueError):
-            for rest in members[i + 1:]:  # release the finished ones; the rest stay with
-                if _core.poll(rest):      # the core until they finish
-                    try:
-                        _core.wait(rest)
-                    except (KoloInternalError, ValueError):
-                        pass
-            _groups.pop(handle, None)
-            raise
-    _groups.pop(handle, None)
-    return [outputs[i] for i in range(len(members))]
-
-
 def poll(handle):
     """True once the operation behind ``handle`` has finished (then synchronize() does not
     block). ValueError for a handle that was never returned or was already synchronized."""
     if handle not in _pending:
         raise ValueError("Handle %s was not created or has been cleared." % (handle,))
-    if handle < 0:
-        return all(_core.poll(h) for h in _groups[handle][0])
     return _core.poll(handle)
 
 
@@ -100,7 +65,7 @@ def synchronize(handle):
     if finish is None:
         return None
     try:
-        out = _wait_group(handle) if handle < 0 else _core.wait(handle)
+        out = _core.wait(handle)
     except (KoloInternalError, ValueError):
         _pending.pop(handle, None)
         raise
@@ -158,10 +123,6 @@ def _copy_out(out, like):
     return result
 
 
-def _member_name(name, i):
-    return None if name is None else "%s.%d" % (name, i)
-
-
 def _compress_all(tensors, compression):
     pairs = [compression.compress(t) for t in tensors]
     return [c for c, _ in pairs], [ctx for _, ctx in pairs]
@@ -170,7 +131,6 @@ def _compress_all(tensors, compression):
 def _reset_handles():
     """A new run (init) or none (shutdown): the old run's handles are gone."""
     _pending.clear()
-    _groups.clear()
 
 
 def _reduce_op(op, average):
@@ -343,13 +303,17 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return synchronize(allgather_async(tensor, name, process_set))
 
 
+def _copy_out_parts(out, tensors):
+    return tuple(_copy_out(o, t) for o, t in zip(out.take_parts(), tensors))
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Starts an allgather of every tensor of the list; its result is a tuple."""
+    """Starts an allgather of every tensor of the list, negotiated as one unit (one member
+    failing fails all); its result is a tuple."""
     tensors = _check_list(tensors, "grouped_allgather")
-    handles = [_allgather_async(t, _member_name(name, i), process_set)
-               for i, t in enumerate(tensors)]
-    return _register_group(handles, lambda outs: tuple(_copy_out(o, t)
-                                                       for o, t in zip(outs, tensors)))
+    h = _core.grouped_allgather_async([_view(t) for t in tensors], name or "",
+                                      _set_id(process_set), _stream(tensors[0]))
+    return _register(h, lambda out: _copy_out_parts(out, tensors))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -475,14 +439,14 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    """Starts a reducescatter of every tensor of the list; its result is a tuple."""
+    """Starts a reducescatter of every tensor of the list, negotiated as one unit; its
+    result is a tuple."""
     op = _reducescatter_op(op)
     tensors = _check_list(tensors, "grouped_reducescatter")
-    handles = [_reducescatter_async(t, _member_name(name, i), op, process_set,
-                                    prescale_factor, postscale_factor)
-               for i, t in enumerate(tensors)]
-    return _register_group(handles, lambda outs: tuple(_copy_out(o, t)
-                                                       for o, t in zip(outs, tensors)))
+    h = _core.grouped_reducescatter_async([_view(t) for t in tensors], name or "", op,
+                                          float(prescale_factor), float(postscale_factor),
+                                          _set_id(process_set), _stream(tensors[0]))
+    return _register(h, lambda out: _copy_out_parts(out, tensors))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,

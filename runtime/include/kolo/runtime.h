@@ -88,6 +88,9 @@ struct WorkResult {
   // CopyDeviceResult() or keep the reference.
   int device = kCpuDevice;
   std::shared_ptr<void> device_data;
+  // Grouped allgather / reducescatter: every tensor's result, in input order
+  // (the fields above stay empty).
+  std::vector<WorkResult> parts;
 };
 
 // Whether this build has the GPU path (CUDA and NCCL).
@@ -140,6 +143,10 @@ class Runtime {
                                          const AllreduceOptions& options);
   // Concatenates every rank's input along dim 0; the first dimension may differ.
   Result<Handle> EnqueueAllgather(const TensorView& input, const CollectiveOptions& options);
+  // Allgathers of several tensors, negotiated as one unit like a grouped
+  // allreduce; the result's `parts` holds each output in input order.
+  Result<Handle> EnqueueGroupedAllgather(const std::vector<TensorView>& inputs,
+                                         const CollectiveOptions& options);
   // In place: `tensor` on `root_rank` (a rank of the process set) is copied to all.
   Result<Handle> EnqueueBroadcast(const TensorView& tensor, int root_rank,
                                   const CollectiveOptions& options);
@@ -149,6 +156,9 @@ class Runtime {
   // Reduces, then rank i keeps the i-th block of rows; when dim 0 does not
   // divide, the first (dim0 % n) ranks get one row more.
   Result<Handle> EnqueueReducescatter(const TensorView& input, const ReducescatterOptions& options);
+  // Reducescatters of several tensors as one unit; results in `parts`.
+  Result<Handle> EnqueueGroupedReducescatter(const std::vector<TensorView>& inputs,
+                                             const ReducescatterOptions& options);
   Result<Handle> EnqueueBarrier(const CollectiveOptions& options);
   // For uneven data: after joining, this rank takes part in other ranks'
   // allreduces with zeros until every rank has joined. The result's `value` is
@@ -163,7 +173,8 @@ class Runtime {
   // True once the operation finished (successfully or not).
   bool Poll(Handle handle) const;
   // Blocks until the operation finishes and releases the handle. `result`
-  // receives outputs of allgather, alltoall, reducescatter, join.
+  // receives outputs of allgather, alltoall, reducescatter, join (grouped
+  // ones: in `parts`).
   Status Wait(Handle handle, WorkResult* result = nullptr);
   // Like Wait, but returns nullopt after `timeout_seconds` if the operation is
   // still running (the handle stays valid), so a caller can handle signals.
