@@ -167,9 +167,8 @@ std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
   return JoinInts(ranks);
 }
 
-std::string Coordinator::OutOfStepNote(const std::string& what) const {
-  return " " + what +
-         " the ranks' unnamed collectives are out of step (did an exception on one rank skip a "
+std::string Coordinator::OutOfStepNote() const {
+  return "the ranks' unnamed collectives are out of step (did an exception on one rank skip a "
          "collective?): kolo cancels the unnamed collectives pending on process set " +
          std::to_string(process_set_) +
          " and refuses new ones until every rank calls barrier(). Name your collectives "
@@ -180,11 +179,6 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
   const Request& f = entry.first;
   Response resp;
   resp.names = {name};
-  const std::string sites =
-      entry.other_site_rank < 0
-          ? std::string()
-          : "rank " + std::to_string(f.rank) + " called it at " + f.call_site + " but rank " +
-                std::to_string(entry.other_site_rank) + " at " + entry.other_site;
   if (!entry.mismatch.empty()) {
     resp.op = OpType::kError;
     resp.error = entry.mismatch;
@@ -194,12 +188,15 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
       resp.error +=
           " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) + ".";
     }
-    if (!sites.empty()) {
+    if (entry.other_site_rank >= 0) {
+      // The call-site mismatch message names the sites already.
       const bool said = entry.mismatch.rfind("Mismatched call sites", 0) == 0;
-      resp.error +=
-          " Unnamed collectives pair up by the order in which each rank calls them, " +
-          (said ? std::string("so these are different collectives:") : "and " + sites + ":") +
-          OutOfStepNote("").substr(1);
+      resp.error += " Unnamed collectives pair up by the order in which each rank calls them, " +
+                    (said ? std::string("so these are different collectives: ")
+                          : "and rank " + std::to_string(f.rank) + " called it at " + f.call_site +
+                                " but rank " + std::to_string(entry.other_site_rank) + " at " +
+                                entry.other_site + ": ") +
+                    OutOfStepNote();
       resp.cancel_unnamed_epoch = f.unnamed_epoch;
     }
     return resp;
@@ -318,7 +315,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
                   "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
                   " ended it. All ranks must submit the same tensors.";
       if (e.first.unnamed()) {
-        err.error += OutOfStepNote("It was unnamed, so");
+        err.error += " It was unnamed, so " + OutOfStepNote();
         err.cancel_unnamed_epoch = e.first.unnamed_epoch;
       }
       Request first = e.first;

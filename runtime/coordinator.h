@@ -85,7 +85,7 @@ class Coordinator {
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
   // What an out-of-step verdict adds to an error: what happened, what kolo does.
-  std::string OutOfStepNote(const std::string& what) const;
+  std::string OutOfStepNote() const;
   // Forgets the unnamed tensors of `epoch` and earlier (every rank cancels them).
   void ForgetUnnamed(int64_t epoch);
   // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
