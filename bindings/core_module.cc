@@ -238,6 +238,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_rank", [] { return Rt().cross_rank(); });
   m.def("cross_size", [] { return Rt().cross_size(); });
   m.def("mpi_threads_supported", [] { return Rt().mpi_threads_supported(); });
+  m.def("is_homogeneous", [] { return Rt().is_homogeneous(); });
 
   m.def("allreduce_async", [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape,
                               int device, const std::string& name, int op, double prescale,

@@ -91,6 +91,7 @@ int Runtime::local_size() const { return impl_->local_size(); }
 int Runtime::cross_rank() const { return impl_->cross_rank(); }
 int Runtime::cross_size() const { return impl_->cross_size(); }
 bool Runtime::mpi_threads_supported() const { return impl_->threads_multiple(); }
+bool Runtime::is_homogeneous() const { return impl_->homogeneous(); }
 
 Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
   auto info = impl_->SetInfo(process_set);

@@ -84,6 +84,11 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
   MpiComm cross_owner(cross);
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
+  // Homogeneous: every host runs as many ranks (min == max of local sizes).
+  int bounds[2] = {local_size_, -local_size_};
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT, MPI_MIN, dup), "MPI_Allreduce"));
+  homogeneous_ = bounds[0] == -bounds[1];
 
   Result<std::unique_ptr<MpiOps>> ops = MpiOps::Create();
   if (!ops.ok()) return ops.status();

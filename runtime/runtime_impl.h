@@ -34,6 +34,7 @@ class RuntimeImpl {
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
   bool threads_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
+  bool homogeneous() const { return homogeneous_; }
 
   Result<std::shared_ptr<const ProcessSetInfo>> SetInfo(int id) const EXCLUDES(sets_mutex_);
 
@@ -85,7 +86,8 @@ class RuntimeImpl {
   bool owns_mpi_ = false;
   int thread_level_ = 0;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
-  MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
+  bool homogeneous_ = true;  // every host runs as many ranks
+  MpiComm global_comm_;      // duplicated; never used after the sets are built but to split
   std::unique_ptr<MpiOps> mpi_ops_;
   std::unique_ptr<Gpu> gpu_;  // before the executor, which uses it
 

@@ -293,6 +293,11 @@ TEST_F(Collectives, GroupedAllgatherFailsAsAWhole) {
   EXPECT_NE(s.message().find("'grouped.gather.1'"), std::string::npos) << s.message();
 }
 
+TEST_F(Collectives, OneHostIsHomogeneous) {
+  EXPECT_EQ(rt_->local_size(), size_);
+  EXPECT_TRUE(rt_->is_homogeneous());
+}
+
 TEST_F(Collectives, BarrierCompletesOnEveryRank) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
 }

@@ -7,10 +7,6 @@ import torch
 from kolo import _core
 from kolo.torch import process_sets as _ps
 
-# Ranks' local sizes agree (every host runs as many ranks): computed at init().
-_homogeneous = None
-
-
 def _comm_handle(comm):
     if comm is None:
         return 0
@@ -51,23 +47,11 @@ def init(comm=None, process_sets=None):
         _reset_run()
         _ps._finish_init(registered, sets, _core.size())
     _ps.global_process_set.ranks = list(range(_core.size()))
-    if _homogeneous is None:
-        _find_homogeneous()
 
 
 def _reset_run():
-    global _homogeneous
-    _homogeneous = None
     from kolo.torch import mpi_ops  # the handle table belongs to the run that made it
     mpi_ops._reset_handles()
-
-
-def _find_homogeneous():
-    global _homogeneous
-    from kolo.torch import mpi_ops
-    local_sizes = mpi_ops.allgather(torch.tensor([_core.local_size()], dtype=torch.int32),
-                                    name="kolo.init.local_sizes")
-    _homogeneous = bool((local_sizes == local_sizes[0]).all())
 
 
 def shutdown():
@@ -115,9 +99,7 @@ def mpi_threads_supported():
 
 def is_homogeneous():
     """Whether every host runs the same number of ranks (bool)."""
-    if _homogeneous is None:
-        raise ValueError("kolo is not initialized; call kolo.init() first")
-    return _homogeneous
+    return bool(_ps._query(_core.is_homogeneous))
 
 
 # What this build has. kolo always runs on MPI; it has no Gloo, DDL, oneCCL or ROCm path.

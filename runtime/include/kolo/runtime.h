@@ -127,6 +127,7 @@ class Runtime {
   int cross_rank() const;
   int cross_size() const;
   bool mpi_threads_supported() const;  // MPI_THREAD_MULTIPLE is available
+  bool is_homogeneous() const;         // every host runs as many ranks
 
   // Ranks of a process set (in set order), or an error if it does not exist.
   Result<std::vector<int>> ProcessSetRanks(int process_set) const;
