@@ -1,5 +1,6 @@
 #include "timeline.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -31,7 +32,7 @@ constexpr char kTail[] = "\n]\n";
 Timeline::~Timeline() { Stop(); }
 
 Status Timeline::Start(const std::string& path, bool mark_cycles) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (file_ != nullptr) return Status::PreconditionFailed("a timeline is already being written");
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr) {
@@ -51,7 +52,7 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
 }
 
 void Timeline::Stop() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (file_ == nullptr) return;
   active_ = false;
   mark_cycles_ = false;
@@ -89,7 +90,7 @@ int Timeline::TidFor(const std::string& tensor) {
 
 void Timeline::Span(const std::string& tensor, const char* phase, Clock::time_point begin,
                     Clock::time_point end) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (file_ == nullptr) return;
   int tid = TidFor(tensor);
   long ts = Micros(begin);
@@ -100,7 +101,7 @@ void Timeline::Span(const std::string& tensor, const char* phase, Clock::time_po
 }
 
 void Timeline::Instant(const char* name, Clock::time_point at) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (file_ == nullptr) return;
   WriteEvent(std::string(R"({"name":")") + name + R"(","ph":"i","s":"g","pid":0,"tid":0,"ts":)" +
              std::to_string(Micros(at)) + "}");
@@ -108,7 +109,7 @@ void Timeline::Instant(const char* name, Clock::time_point at) {
 
 void Timeline::Flush() {
   if (!active()) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (file_ == nullptr || tail_written_) return;
   std::fputs(kTail, file_);
   std::fflush(file_);
