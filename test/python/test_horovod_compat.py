@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import kolo.torch as hvd
+from kolo import _core
 from kolo.torch import mpi_ops
 
 hvd.init()
@@ -337,6 +338,27 @@ def test_join_returns_the_last_rank_to_join_on_every_rank():
         got = hvd.join(device=-1)
         assert type(got) is int
         assert hvd.allgather(torch.tensor([got])).tolist() == [last] * N
+
+
+def test_join_accepts_the_cpu_and_checks_a_cuda_device_before_joining():
+    for device in (-1, "cpu", torch.device("cpu")):
+        assert type(hvd.join(device=device)) is int
+    # Refused on every rank before it joins, so no rank is left waiting in a join.
+    with pytest.raises(ValueError, match=r"join\(device=-2\): device must be -1"):
+        hvd.join(device=-2)
+    with pytest.raises(ValueError, match=r"join\(device='cuda:99'\)"):
+        hvd.join(device="cuda:99")
+    with pytest.raises(ValueError, match=r"join\(device='tpu'\): not a device"):
+        hvd.join(device="tpu")
+    with pytest.raises(TypeError, match="device must be"):
+        hvd.join(device=1.5)
+    if _core.gpu_count() == 0:  # this machine (or build) cannot serve CUDA device 0
+        with pytest.raises(ValueError, match=r"join\(device=0\): this (kolo build has no GPU "
+                                             r"support|process sees 0 CUDA device)"):
+            hvd.join(device=0)
+    else:
+        assert type(hvd.join(device=0)) is int
+    assert hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item() == N  # all still in step
 
 
 def test_barrier_returns_none():
