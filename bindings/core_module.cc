@@ -1,20 +1,25 @@
-// kolo._core: a thin, framework-neutral Python module over the C++ API.
-// Tensors cross as (data pointer, dtype, shape, device); nothing here links
-// against a framework, so one build serves every PyTorch version. The GIL is
-// released while waiting. A Status becomes ValueError (bad argument on this
-// rank) or KoloInternalError (collective failure, with the coordinator's text).
+// kolo._core: the Python module over kolo's C++ Runtime that the framework
+// modules (kolo.torch, kolo.numpy) call. Tensors cross as (data pointer, dtype
+// code, shape, device); nothing here links against a framework, so one build
+// serves every PyTorch version. Besides passing calls through, it
+//  - keeps what it holds between calls (the runtime, whether this process shut
+//    it down, the KoloInternalError type) in one ModuleState;
+//  - gives an unnamed collective its Python call site, so that ranks out of
+//    step are told which lines disagree;
+//  - waits without the GIL, waking to let Python run signal handlers;
+//  - turns a Status into ValueError (a bad argument on this rank) or
+//    KoloInternalError (anything else: a failed collective, with the
+//    coordinator's text, or kolo not running).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <memory>
-#include <mutex>
 
 #include "kolo/runtime.h"
 
@@ -23,33 +28,99 @@ namespace py = pybind11;
 namespace kolo {
 namespace {
 
-// The one runtime of this process (the only mutable global besides logging).
-std::unique_ptr<Runtime>& TheRuntime() {
-  static std::unique_ptr<Runtime> runtime;
-  return runtime;
+// What the module keeps between calls. Its one instance, State(), lives as
+// long as the process (CPython never unloads an extension module); every
+// call reaches it holding the GIL, which serializes them.
+class ModuleState {
+ public:
+  bool running() const { return runtime_ && runtime_->is_running(); }
+
+  // Makes the runtime, unless one is running (like Horovod's, init() is
+  // idempotent).
+  void Init(const InitOptions& options);
+  // Marks the runtime shut down here, then shuts it down without the GIL.
+  void Shutdown();
+
+  // The runtime, for queries and enqueues; raises when kolo is not
+  // initialized or this process shut it down. After another rank's shutdown
+  // it stays valid: queries answer and enqueues fail with the reason.
+  Runtime& runtime();
+
+  [[noreturn]] void Raise(const Status& s) const;
+  // Holds the KoloInternalError type for good: Python may be finalized
+  // before this object is destroyed, so the reference is never released.
+  void set_internal_error(py::object type) { internal_error_ = type.release().ptr(); }
+
+  // Directories whose frames are not the user's: kolo's package and the
+  // frameworks it wraps (their autograd machinery calls kolo's functions).
+  // Looked up on first use, once the frameworks are imported.
+  const std::vector<std::string>& InternalDirs();
+
+ private:
+  std::unique_ptr<Runtime> runtime_;
+  bool shut_down_here_ = false;  // shutdown() was called since the last init()
+  PyObject* internal_error_ = nullptr;
+  std::optional<std::vector<std::string>> internal_dirs_;
+};
+
+ModuleState& State() {
+  static ModuleState state;
+  return state;
 }
 
-PyObject* g_internal_error = nullptr;
-
-[[noreturn]] void Raise(const Status& s) {
+void ModuleState::Raise(const Status& s) const {
   if (s.code() == StatusCode::kInvalidArgument) throw py::value_error(s.message());
-  PyErr_SetString(g_internal_error, s.message().c_str());
+  PyErr_SetString(internal_error_, s.message().c_str());
   throw py::error_already_set();
 }
 
-// Whether this process called shutdown() since its last init().
-bool g_shut_down_here = false;
-
-// The runtime, for queries and enqueues. After another rank's shutdown the
-// runtime stays valid: queries answer and enqueues fail with the reason.
-Runtime& Rt() {
-  if (!TheRuntime() || g_shut_down_here) {
-    Raise(Status(StatusCode::kPreconditionFailed,
-                 TheRuntime() ? "kolo is not running (it was shut down); call kolo.init() again"
-                              : "kolo is not initialized; call kolo.init() first"));
-  }
-  return *TheRuntime();
+void ModuleState::Init(const InitOptions& options) {
+  if (running()) return;
+  Result<std::unique_ptr<Runtime>> created = Runtime::Create(options);
+  if (!created.ok()) Raise(created.status());
+  runtime_ = std::move(created).value();
+  shut_down_here_ = false;
 }
+
+void ModuleState::Shutdown() {
+  if (!runtime_) return;
+  shut_down_here_ = true;
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = runtime_->Shutdown();
+  }
+  if (!s.ok()) Raise(s);
+}
+
+Runtime& ModuleState::runtime() {
+  if (!runtime_ || shut_down_here_) {
+    Raise(Status(StatusCode::kPreconditionFailed,
+                 runtime_ ? "kolo is not running (it was shut down); call kolo.init() again"
+                          : "kolo is not initialized; call kolo.init() first"));
+  }
+  return *runtime_;
+}
+
+const std::vector<std::string>& ModuleState::InternalDirs() {
+  if (internal_dirs_) return *internal_dirs_;
+  std::vector<std::string> dirs;
+  py::object path = py::module_::import("os").attr("path");
+  py::dict modules = py::module_::import("sys").attr("modules");
+  for (const char* name : {"kolo", "torch", "tensorflow", "keras", "jax"}) {
+    if (!modules.contains(name)) continue;
+    py::object file = py::getattr(modules[name], "__file__", py::none());
+    if (file.is_none()) continue;
+    dirs.push_back(py::str(path.attr("dirname")(file)).cast<std::string>() + "/");
+  }
+  internal_dirs_ = std::move(dirs);
+  return *internal_dirs_;
+}
+
+[[noreturn]] void Raise(const Status& s) { State().Raise(s); }
+
+// The runtime, for queries and enqueues (see ModuleState::runtime).
+Runtime& Rt() { return State().runtime(); }
 
 template <typename T>
 T Check(Result<T> r) {
@@ -62,29 +133,11 @@ TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int
   return TensorView{reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), shape, device};
 }
 
-// Directories whose frames are not the user's: kolo's package and the
-// frameworks it wraps (their autograd machinery calls kolo's functions).
-const std::vector<std::string>& InternalDirs() {
-  static const std::vector<std::string> dirs = [] {
-    std::vector<std::string> out;
-    py::object path = py::module_::import("os").attr("path");
-    py::dict modules = py::module_::import("sys").attr("modules");
-    for (const char* name : {"kolo", "torch", "tensorflow", "keras", "jax"}) {
-      if (!modules.contains(name)) continue;
-      py::object file = py::getattr(modules[name], "__file__", py::none());
-      if (file.is_none()) continue;
-      out.push_back(py::str(path.attr("dirname")(file)).cast<std::string>() + "/");
-    }
-    return out;
-  }();
-  return dirs;
-}
-
 // Where the Python code that called an unnamed collective is ("train.py:57 in
 // step"): the innermost frame outside kolo and the frameworks. Ranks that pair
 // an unnamed collective from different places and disagree are out of step.
 std::string CallSite() {
-  const std::vector<std::string>& internal = InternalDirs();
+  const std::vector<std::string>& internal = State().InternalDirs();
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
   std::string site;
@@ -193,11 +246,13 @@ Output Wait(Handle h) {
 }  // namespace
 }  // namespace kolo
 
+// Long, and left so: it is the module's table of contents, one short m.def
+// per entry point; the work is in the functions above.
 PYBIND11_MODULE(_core, m) {
   using namespace kolo;
   m.doc() = "kolo's framework-neutral core (use kolo.torch or kolo.numpy)";
-  static py::exception<std::runtime_error> internal(m, "KoloInternalError", PyExc_RuntimeError);
-  g_internal_error = internal.ptr();
+  State().set_internal_error(
+      py::exception<std::runtime_error>(m, "KoloInternalError", PyExc_RuntimeError));
 
   // The codes of kolo::DataType and kolo::ReduceOp, by name, for the Python modules.
   py::dict dtypes, ops;
@@ -211,26 +266,15 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "init",
       [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle) {
-        if (TheRuntime() && TheRuntime()->is_running()) return;  // like Horovod: init is idempotent
         InitOptions options;
         options.process_sets = std::move(process_sets);
         // An mpi4py communicator's handle (MPI._handleof(comm)): an Open MPI MPI_Comm.
         if (comm_handle != 0) options.comm = reinterpret_cast<MPI_Comm>(comm_handle);
-        TheRuntime() = Check(Runtime::Create(options));
-        g_shut_down_here = false;
+        State().Init(options);
       },
       py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0);
-  m.def("shutdown", [] {
-    if (!TheRuntime()) return;
-    g_shut_down_here = true;
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = TheRuntime()->Shutdown();
-    }
-    if (!s.ok()) Raise(s);
-  });
-  m.def("is_initialized", [] { return TheRuntime() && TheRuntime()->is_running(); });
+  m.def("shutdown", [] { State().Shutdown(); });
+  m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });
   m.def("size", [] { return Rt().size(); });
   m.def("local_rank", [] { return Rt().local_rank(); });
