@@ -13,8 +13,9 @@
 #include <cstring>
 #include <random>
 
-#include "backend.h"
-#include "cpu_kernels.h"
+#include "base/rows.h"
+#include "ops/cpu_kernels.h"
+#include "ops/mpi.h"
 
 namespace kolo {
 
@@ -37,14 +38,6 @@ const char* CounterName(int which) {
 }
 
 std::string ErrnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
-
-// Element range [begin, end) of slice `r` when `count` elements are split over
-// `n` ranks.
-void Slice(int64_t count, int n, int r, int64_t* begin, int64_t* end) {
-  const int64_t base = count / n, extra = count % n;
-  *begin = r * base + std::min<int64_t>(r, extra);
-  *end = *begin + base + (r < extra ? 1 : 0);
-}
 
 }  // namespace
 
@@ -180,19 +173,18 @@ Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, Redu
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
-    int64_t begin, end;
-    Slice(n, size_, rank_, &begin, &end);
+    // This rank's slice [begin, begin + len) of the piece.
+    const int64_t begin = SplitBegin(n, size_, rank_), len = SplitRows(n, size_, rank_);
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_ || end == begin) continue;
-      ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, end - begin, dtype, op);
+      if (r == rank_ || len == 0) continue;
+      ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, len, dtype, op);
     }
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
     for (int r = 0; r < size_; ++r) {
-      Slice(n, size_, r, &begin, &end);
-      std::memcpy(src + begin * elem, Slot(r, seq) + begin * elem,
-                  static_cast<size_t>((end - begin) * elem));
+      const int64_t at = SplitBegin(n, size_, r) * elem;
+      std::memcpy(src + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
     }
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);
     done += n;

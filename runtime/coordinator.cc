@@ -41,11 +41,59 @@ bool ShapesAgree(const Request& a, const Request& b) {
   }
 }
 
-}  // namespace
-
-int64_t SplitRows(int64_t rows, int size, int rank) {
-  return rows / size + (rank < rows % size ? 1 : 0);
+// The first way request `r` disagrees with `f`, the first request for its
+// name, as the sentence every rank raises; empty when they agree.
+std::string Disagreement(const Request& f, const Request& r) {
+  const std::string ranks = "rank " + std::to_string(f.rank);
+  const std::string other = "rank " + std::to_string(r.rank);
+  std::string what;
+  if (r.process_set != f.process_set) {
+    what = "Mismatched process sets for " + Describe(f) + ": " + ranks +
+           " submitted it on process set " + std::to_string(f.process_set) + " but " + other +
+           " submitted it on process set " + std::to_string(r.process_set) + ".";
+  } else if (r.op != f.op) {
+    what = "Mismatched operations for tensor '" + f.name + "': " + ranks + " asked for " +
+           OpTypeName(f.op) + " but " + other + " asked for " + OpTypeName(r.op) + ".";
+  } else if (r.dtype != f.dtype && f.op != OpType::kBarrier) {
+    what = "Mismatched data types for " + Describe(f) + ": " + ranks + " sent " +
+           DataTypeName(f.dtype) + " but " + other + " sent " + DataTypeName(r.dtype) + ".";
+  } else if (r.device != f.device) {
+    what = "Mismatched devices for " + Describe(f) + ": " + ranks + " sent a tensor on " +
+           DeviceName(f.device) + " but " + other + " sent one on " + DeviceName(r.device) + ".";
+  } else if (!ShapesAgree(f, r)) {
+    bool dim0_free = f.op == OpType::kAllgather || f.op == OpType::kAlltoall;
+    what = std::string("Mismatched ") + OpTypeName(f.op) + " tensor shapes for tensor '" + f.name +
+           "'" + (dim0_free ? " (all dimensions but the first must agree)" : "") + ": " + ranks +
+           " sent a tensor of shape " + ShapeToString(f.shape) + " but " + other +
+           " sent a tensor of shape " + ShapeToString(r.shape) + ".";
+  } else if (r.reduce_op != f.reduce_op &&
+             (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter)) {
+    what = "Mismatched reduce operations for " + Describe(f) + ": " + ranks + " asked for " +
+           ReduceOpName(f.reduce_op) + " but " + other + " asked for " + ReduceOpName(r.reduce_op) +
+           ".";
+  } else if (r.prescale != f.prescale) {
+    what = "Mismatched prescale factors for " + Describe(f) + ": " + ranks + " sent " +
+           Num(f.prescale) + " but " + other + " sent " + Num(r.prescale) + ".";
+  } else if (r.postscale != f.postscale) {
+    what = "Mismatched postscale factors for " + Describe(f) + ": " + ranks + " sent " +
+           Num(f.postscale) + " but " + other + " sent " + Num(r.postscale) + ".";
+  } else if (r.root != f.root) {
+    what = "Mismatched broadcast root ranks for tensor '" + f.name + "': " + ranks +
+           " named root " + std::to_string(f.root) + " but " + other + " named root " +
+           std::to_string(r.root) + ".";
+  } else if (r.group != f.group || r.group_size != f.group_size) {
+    what = "Mismatched groups for " + Describe(f) + ": " + ranks + " submitted it in group '" +
+           f.group + "' of " + std::to_string(f.group_size) + " but " + other + " in group '" +
+           r.group + "' of " + std::to_string(r.group_size) + ".";
+  } else if (r.ranks != f.ranks) {
+    std::vector<int> a(f.ranks.begin(), f.ranks.end()), b(r.ranks.begin(), r.ranks.end());
+    what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
+           JoinInts(a) + "] but " + other + " asked for [" + JoinInts(b) + "].";
+  }
+  return what;
 }
+
+}  // namespace
 
 Coordinator::Coordinator(int size, StallSettings stall, int process_set)
     : size_(size), stall_(stall), process_set_(process_set), joined_(size, false) {}
@@ -94,52 +142,7 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
 // Records the first way `r` disagrees with the entry's first request.
 void Coordinator::Compare(Entry& entry, const Request& r) {
   const Request& f = entry.first;
-  const std::string ranks = "rank " + std::to_string(f.rank);
-  const std::string other = "rank " + std::to_string(r.rank);
-  std::string what;
-  if (r.process_set != f.process_set) {
-    what = "Mismatched process sets for " + Describe(f) + ": " + ranks +
-           " submitted it on process set " + std::to_string(f.process_set) + " but " + other +
-           " submitted it on process set " + std::to_string(r.process_set) + ".";
-  } else if (r.op != f.op) {
-    what = "Mismatched operations for tensor '" + f.name + "': " + ranks + " asked for " +
-           OpTypeName(f.op) + " but " + other + " asked for " + OpTypeName(r.op) + ".";
-  } else if (r.dtype != f.dtype && f.op != OpType::kBarrier) {
-    what = "Mismatched data types for " + Describe(f) + ": " + ranks + " sent " +
-           DataTypeName(f.dtype) + " but " + other + " sent " + DataTypeName(r.dtype) + ".";
-  } else if (r.device != f.device) {
-    what = "Mismatched devices for " + Describe(f) + ": " + ranks + " sent a tensor on " +
-           DeviceName(f.device) + " but " + other + " sent one on " + DeviceName(r.device) + ".";
-  } else if (!ShapesAgree(f, r)) {
-    bool dim0_free = f.op == OpType::kAllgather || f.op == OpType::kAlltoall;
-    what = std::string("Mismatched ") + OpTypeName(f.op) + " tensor shapes for tensor '" + f.name +
-           "'" + (dim0_free ? " (all dimensions but the first must agree)" : "") + ": " + ranks +
-           " sent a tensor of shape " + ShapeToString(f.shape) + " but " + other +
-           " sent a tensor of shape " + ShapeToString(r.shape) + ".";
-  } else if (r.reduce_op != f.reduce_op &&
-             (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter)) {
-    what = "Mismatched reduce operations for " + Describe(f) + ": " + ranks + " asked for " +
-           ReduceOpName(f.reduce_op) + " but " + other + " asked for " + ReduceOpName(r.reduce_op) +
-           ".";
-  } else if (r.prescale != f.prescale) {
-    what = "Mismatched prescale factors for " + Describe(f) + ": " + ranks + " sent " +
-           Num(f.prescale) + " but " + other + " sent " + Num(r.prescale) + ".";
-  } else if (r.postscale != f.postscale) {
-    what = "Mismatched postscale factors for " + Describe(f) + ": " + ranks + " sent " +
-           Num(f.postscale) + " but " + other + " sent " + Num(r.postscale) + ".";
-  } else if (r.root != f.root) {
-    what = "Mismatched broadcast root ranks for tensor '" + f.name + "': " + ranks +
-           " named root " + std::to_string(f.root) + " but " + other + " named root " +
-           std::to_string(r.root) + ".";
-  } else if (r.group != f.group || r.group_size != f.group_size) {
-    what = "Mismatched groups for " + Describe(f) + ": " + ranks + " submitted it in group '" +
-           f.group + "' of " + std::to_string(f.group_size) + " but " + other + " in group '" +
-           r.group + "' of " + std::to_string(r.group_size) + ".";
-  } else if (r.ranks != f.ranks) {
-    std::vector<int> a(f.ranks.begin(), f.ranks.end()), b(r.ranks.begin(), r.ranks.end());
-    what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
-           JoinInts(a) + "] but " + other + " asked for [" + JoinInts(b) + "].";
-  }
+  std::string what = Disagreement(f, r);
   // Unnamed collectives pair up by call order; a pair of calls from different
   // places is two different collectives of ranks that are out of step, even
   // when they agree otherwise (they would mix up data).
@@ -150,8 +153,9 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
       entry.other_site = r.call_site;
     }
     if (what.empty()) {
-      what = "Mismatched call sites for unnamed " + Describe(f) + ": " + ranks + " called it at " +
-             f.call_site + " but " + other + " at " + r.call_site + ".";
+      what = "Mismatched call sites for unnamed " + Describe(f) + ": rank " +
+             std::to_string(f.rank) + " called it at " + f.call_site + " but rank " +
+             std::to_string(r.rank) + " at " + r.call_site + ".";
     }
   }
   if (what.empty()) return;

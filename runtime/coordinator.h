@@ -102,8 +102,4 @@ class Coordinator {
   int last_joined_ = -1;
 };
 
-// Elements of rank `rank`'s share when `rows` rows are split over `size` ranks
-// (the first rows % size ranks get one row more).
-int64_t SplitRows(int64_t rows, int size, int rank);
-
 }  // namespace kolo

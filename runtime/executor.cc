@@ -1,12 +1,10 @@
 #include "executor.h"
 
-#include <algorithm>
 #include <cstring>
 #include <thread>
 
-#include "../ops/cpu_kernels.h"
-#include "fusion_planner.h"
-#include "logging.h"
+#include "base/rows.h"
+#include "ops/cpu_kernels.h"
 
 namespace kolo {
 namespace {
@@ -15,38 +13,6 @@ namespace {
 // an average.
 double PostFactor(const Response& r, int size) {
   return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
-}
-
-int64_t RowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-int64_t RowBytes(const std::vector<int64_t>& shape, DataType dtype) {
-  return RowElements(shape) * static_cast<int64_t>(DataTypeSize(dtype));
-}
-
-// Rows per rank (allgather's dim 0 of every rank, alltoall's splits) as bytes.
-std::vector<int64_t> RowsToBytes(const std::vector<int64_t>& rows, int64_t row_bytes) {
-  std::vector<int64_t> bytes(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) bytes[i] = rows[i] * row_bytes;
-  return bytes;
-}
-
-// `shape` with dimension 0 replaced by the sum of `rows`: the output of an
-// allgather or alltoall.
-std::vector<int64_t> StackedShape(std::vector<int64_t> shape, const std::vector<int64_t>& rows) {
-  shape[0] = 0;
-  for (int64_t r : rows) shape[0] += r;
-  return shape;
-}
-
-// Elements of each rank's block of a reducescatter of `shape` over n ranks.
-std::vector<int64_t> BlockCounts(const std::vector<int64_t>& shape, int n) {
-  std::vector<int64_t> counts(n);
-  for (int i = 0; i < n; ++i) counts[i] = SplitRows(shape[0], n, i) * RowElements(shape);
-  return counts;
 }
 
 }  // namespace
@@ -66,301 +32,251 @@ void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* resul
   entry.work->Complete(status, entry.part, result);
 }
 
-void Executor::Execute(ProcessSet& set, const std::vector<Response>& responses,
-                       const std::function<Result<int>(const std::vector<int>&)>& add_set,
-                       const std::function<Status(int)>& remove_set,
-                       const std::function<const Request*(const std::string&)>& held_elsewhere) {
-  auto now = Clock::now();
-  for (const Response& r : responses) {
-    for (const std::string& name : r.names) {
-      if (TensorEntry* e = set.Find(name)) e->negotiated = now;
+uint8_t* Executor::FusionBuffer(size_t bytes) {
+  if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+  return fusion_buffer_.data();
+}
+
+void Executor::Execute(Job job, const Movers& movers) {
+  try {
+    Run(job, movers);
+  } catch (const std::exception& e) {
+    // The entries not completed yet (not moved out) fail with the reason; the
+    // loop then stops kolo.
+    const Status status =
+        Status::Internal(std::string("kolo's background thread stopped on an "
+                                     "exception (") +
+                         e.what() + ") while running this " + OpTypeName(job.response.op));
+    for (std::optional<TensorEntry>& entry : job.entries) {
+      if (entry && entry->work) Finish(std::move(*entry), status);
     }
-  }
-  for (const Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes,
-                                               config_.in_place_threshold_bytes)) {
-    if (r.device != kCpuDevice &&
-        (r.op == OpType::kAllreduce || r.op == OpType::kAllgather || r.op == OpType::kBroadcast ||
-         r.op == OpType::kAlltoall || r.op == OpType::kReducescatter)) {
-      ExecuteGpu(set, r);
-      continue;
-    }
-    switch (r.op) {
-      case OpType::kAllreduce:
-        Allreduce(set, r);
-        break;
-      case OpType::kAllgather:
-        Allgather(set, r);
-        break;
-      case OpType::kBroadcast:
-        Broadcast(set, r);
-        break;
-      case OpType::kAlltoall:
-        Alltoall(set, r);
-        break;
-      case OpType::kReducescatter:
-        Reducescatter(set, r);
-        break;
-      case OpType::kError:
-        for (const std::string& name : r.names) {
-          if (set.Find(name) != nullptr) {
-            Finish(set.Take(name), Status::PreconditionFailed(r.error));
-          }
-        }
-        break;
-      case OpType::kMissing: {
-        // The coordinator waits for this rank. Holding the name on another
-        // set is a mismatch the coordinator can only see if it is told.
-        const bool asked = std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end();
-        const Request* other =
-            asked && set.Find(r.names[0]) == nullptr ? held_elsewhere(r.names[0]) : nullptr;
-        if (other != nullptr) {
-          Request answer = *other;
-          answer.rank = set.rank();
-          set.Announce(std::move(answer));
-        }
-        break;
-      }
-      case OpType::kBarrier:
-        // Negotiation already proved that every rank reached the barrier.
-        if (set.Find(r.names[0]) != nullptr) Finish(set.Take(r.names[0]), Status::OK());
-        break;
-      case OpType::kJoin: {
-        if (set.Find(r.names[0]) == nullptr) break;
-        WorkResult result;
-        result.value = r.value;
-        Finish(set.Take(r.names[0]), Status::OK(), &result);
-        break;
-      }
-      case OpType::kAddProcessSet: {
-        Result<int> id = add_set(r.ranks);
-        WorkResult result;
-        if (id.ok()) result.value = id.value();
-        if (set.Find(r.names[0]) != nullptr) {
-          Finish(set.Take(r.names[0]), id.status(), &result);
-        }
-        break;
-      }
-      case OpType::kRemoveProcessSet: {
-        Status s = remove_set(r.ranks.empty() ? -1 : r.ranks[0]);
-        if (set.Find(r.names[0]) != nullptr) Finish(set.Take(r.names[0]), s);
-        break;
-      }
-    }
+    throw;
   }
 }
 
-void Executor::Allreduce(ProcessSet& set, const Response& r) {
-  const size_t elem = DataTypeSize(r.dtype);
-  std::vector<TensorEntry*> entries;
-  int64_t total = 0;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    entries.push_back(set.Find(r.names[i]));
-    total += r.sizes[i];
+void Executor::Run(Job& job, const Movers& movers) {
+  const Response& r = job.response;
+  if (r.device != kCpuDevice) return ExecuteOnDevice(job, movers);
+  if (r.op == OpType::kAllreduce) return Allreduce(job, movers);
+  // The other collectives run one tensor at a time, and only allreduce lets a
+  // joined rank take part without one.
+  if (job.entries.empty() || !job.entries[0]) return;
+  TensorEntry& e = *job.entries[0];
+  switch (r.op) {
+    case OpType::kAllgather:
+      return Allgather(e, r, *movers.host);
+    case OpType::kBroadcast:
+      return Broadcast(e, r, *movers.host);
+    case OpType::kAlltoall:
+      return Alltoall(e, r, *movers.host);
+    case OpType::kReducescatter:
+      return Reducescatter(e, r, movers);
+    default:
+      return Finish(std::move(e), Status::Internal(std::string("kolo's executor was handed a ") +
+                                                   OpTypeName(r.op) + " response"));
   }
+}
+
+void Executor::Allreduce(Job& job, const Movers& movers) {
+  const Response& r = job.response;
+  std::vector<std::optional<TensorEntry>>& entries = job.entries;
+  const size_t elem = DataTypeSize(r.dtype);
+  int64_t total = 0;
+  for (int64_t size : r.sizes) total += size;
   const auto start = Clock::now();
   uint8_t* buffer;
-  const bool in_place = entries.size() == 1 && entries[0] != nullptr;
+  const bool in_place = entries.size() == 1 && entries[0].has_value();
   if (in_place) {
     // A single tensor is reduced in its output buffer: no fusion copies.
-    TensorEntry* e = entries[0];
-    buffer = static_cast<uint8_t*>(e->output.data);
-    if (e->output.data != e->input.data && total > 0) {
-      std::memcpy(buffer, e->input.data, total * elem);
-    }
+    TensorEntry& e = *entries[0];
+    buffer = static_cast<uint8_t*>(e.output.data);
+    if (e.output.data != e.input.data && total > 0) std::memcpy(buffer, e.input.data, total * elem);
   } else {
-    buffer = set.FusionBuffer(static_cast<size_t>(total) * elem);
+    buffer = FusionBuffer(static_cast<size_t>(total) * elem);
     int64_t offset = 0;
     for (size_t i = 0; i < entries.size(); ++i) {
-      size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
-      if (entries[i] != nullptr) {
-        if (bytes > 0) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
-      } else {
+      const size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
+      if (!entries[i]) {
         std::memset(buffer + offset, 0, bytes);  // joined: take part with zeros
+      } else if (bytes > 0) {
+        std::memcpy(buffer + offset, entries[i]->input.data, bytes);
       }
       offset += static_cast<int64_t>(bytes);
     }
-    for (TensorEntry* e : entries) {
-      if (e != nullptr) Phase(*e, "MEMCPY_IN_FUSION_BUFFER", start);
+    for (auto& e : entries) {
+      if (e) Phase(*e, "MEMCPY_IN_FUSION_BUFFER", start);
     }
   }
   ScaleBuffer(buffer, total, r.dtype, r.prescale);
   const auto reduce_start = Clock::now();
-  Status status = set.backend().Allreduce(buffer, total, r.dtype, r.reduce_op);
-  if (status.ok()) ScaleBuffer(buffer, total, r.dtype, PostFactor(r, set.size()));
-  for (TensorEntry* e : entries) {
-    if (e != nullptr) Phase(*e, "ALLREDUCE", reduce_start);
+  Status status = movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
+  if (status.ok()) ScaleBuffer(buffer, total, r.dtype, PostFactor(r, movers.size));
+  for (auto& e : entries) {
+    if (e) Phase(*e, "ALLREDUCE", reduce_start);
   }
   const auto copy_start = Clock::now();
   int64_t offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
-    if (entries[i] == nullptr) {
-      offset += static_cast<int64_t>(bytes);
-      continue;
-    }
-    if (!in_place && status.ok() && bytes > 0) {
-      std::memcpy(entries[i]->output.data, buffer + offset, bytes);
-      Phase(*entries[i], "MEMCPY_OUT_FUSION_BUFFER", copy_start);
+    const size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
+    if (entries[i]) {
+      if (!in_place && status.ok() && bytes > 0) {
+        std::memcpy(entries[i]->output.data, buffer + offset, bytes);
+        Phase(*entries[i], "MEMCPY_OUT_FUSION_BUFFER", copy_start);
+      }
+      Finish(std::move(*entries[i]), status);
     }
     offset += static_cast<int64_t>(bytes);
-    Finish(set.Take(r.names[i]), status);
   }
 }
 
-void Executor::Allgather(ProcessSet& set, const Response& r) {
-  TensorEntry* e = set.Find(r.names[0]);
-  if (e == nullptr) return;
+void Executor::Allgather(TensorEntry& e, const Response& r, HostMover& mover) {
   const auto start = Clock::now();
-  const std::vector<int64_t>& shape = e->request.shape;
+  const std::vector<int64_t>& shape = e.request.shape;
   const int64_t row_bytes = RowBytes(shape, r.dtype);
   WorkResult result;
   result.dtype = r.dtype;
   result.shape = StackedShape(shape, r.sizes);
   result.data.resize(static_cast<size_t>(result.shape[0] * row_bytes));
-  Status s = set.backend().Allgatherv(e->input.data, shape[0] * row_bytes, result.data.data(),
-                                      RowsToBytes(r.sizes, row_bytes));
-  Phase(*e, "ALLGATHER", start);
-  Finish(set.Take(r.names[0]), s, &result);
+  Status s = mover.Allgatherv(e.input.data, shape[0] * row_bytes, result.data.data(),
+                              RowsToBytes(r.sizes, row_bytes));
+  Phase(e, "ALLGATHER", start);
+  Finish(std::move(e), s, &result);
 }
 
-void Executor::Broadcast(ProcessSet& set, const Response& r) {
-  TensorEntry* e = set.Find(r.names[0]);
-  if (e == nullptr) return;
+void Executor::Broadcast(TensorEntry& e, const Response& r, HostMover& mover) {
   const auto start = Clock::now();
-  Status s =
-      set.backend().Broadcast(e->input.data, static_cast<int64_t>(e->input.NumBytes()), r.root);
-  Phase(*e, "BROADCAST", start);
-  Finish(set.Take(r.names[0]), s);
+  Status s = mover.Broadcast(e.input.data, static_cast<int64_t>(e.input.NumBytes()), r.root);
+  Phase(e, "BROADCAST", start);
+  Finish(std::move(e), s);
 }
 
-void Executor::Alltoall(ProcessSet& set, const Response& r) {
-  TensorEntry* e = set.Find(r.names[0]);
-  if (e == nullptr) return;
+void Executor::Alltoall(TensorEntry& e, const Response& r, HostMover& mover) {
   const auto start = Clock::now();
-  const int64_t row_bytes = RowBytes(e->request.shape, r.dtype);
+  const int64_t row_bytes = RowBytes(e.request.shape, r.dtype);
   WorkResult result;
-  Status s = set.backend().AlltoallCounts(e->splits, &result.received_splits);
+  Status s = mover.AlltoallCounts(e.splits, &result.received_splits);
   if (s.ok()) {
     result.dtype = r.dtype;
-    result.shape = StackedShape(e->request.shape, result.received_splits);
+    result.shape = StackedShape(e.request.shape, result.received_splits);
     result.data.resize(static_cast<size_t>(result.shape[0] * row_bytes));
-    s = set.backend().Alltoallv(e->input.data, RowsToBytes(e->splits, row_bytes),
-                                result.data.data(), RowsToBytes(result.received_splits, row_bytes));
+    s = mover.Alltoallv(e.input.data, RowsToBytes(e.splits, row_bytes), result.data.data(),
+                        RowsToBytes(result.received_splits, row_bytes));
   }
-  Phase(*e, "ALLTOALL", start);
-  Finish(set.Take(r.names[0]), s, &result);
+  Phase(e, "ALLTOALL", start);
+  Finish(std::move(e), s, &result);
 }
 
-void Executor::Reducescatter(ProcessSet& set, const Response& r) {
-  TensorEntry* e = set.Find(r.names[0]);
-  if (e == nullptr) return;
+void Executor::Reducescatter(TensorEntry& e, const Response& r, const Movers& movers) {
   const auto start = Clock::now();
-  const std::vector<int64_t>& shape = e->request.shape;
-  const int n = set.size();
+  const std::vector<int64_t>& shape = e.request.shape;
+  const int n = movers.size, me = movers.rank;
   const std::vector<int64_t> counts = BlockCounts(shape, n);
-  const int64_t total = e->input.NumElements();
+  const int64_t total = e.input.NumElements();
   const size_t elem = DataTypeSize(r.dtype);
   // Scale a copy: the caller's input stays untouched.
-  uint8_t* send = set.FusionBuffer(static_cast<size_t>(total) * elem);
-  if (total > 0) std::memcpy(send, e->input.data, static_cast<size_t>(total) * elem);
+  uint8_t* send = FusionBuffer(static_cast<size_t>(total) * elem);
+  if (total > 0) std::memcpy(send, e.input.data, static_cast<size_t>(total) * elem);
   ScaleBuffer(send, total, r.dtype, r.prescale);
   WorkResult result;
   result.dtype = r.dtype;
   result.shape = shape;
-  result.shape[0] = SplitRows(shape[0], n, set.rank());
-  result.data.resize(static_cast<size_t>(counts[set.rank()]) * elem);
-  Status s = set.backend().ReduceScatter(send, result.data.data(), counts, r.dtype, r.reduce_op);
-  if (s.ok()) {
-    ScaleBuffer(result.data.data(), counts[set.rank()], r.dtype, PostFactor(r, n));
-  }
-  Phase(*e, "REDUCESCATTER", start);
-  Finish(set.Take(r.names[0]), s, &result);
+  result.shape[0] = SplitRows(shape[0], n, me);
+  result.data.resize(static_cast<size_t>(counts[me]) * elem);
+  Status s = movers.host->ReduceScatter(send, result.data.data(), counts, r.dtype, r.reduce_op);
+  if (s.ok()) ScaleBuffer(result.data.data(), counts[me], r.dtype, PostFactor(r, n));
+  Phase(e, "REDUCESCATTER", start);
+  Finish(std::move(e), s, &result);
 }
 
 // Enqueues the collective on the GPU and parks its entries until it finishes.
-void Executor::ExecuteGpu(ProcessSet& set, const Response& r) {
+void Executor::ExecuteOnDevice(Job& job, const Movers& movers) {
+  const Response& r = job.response;
   InFlight f;
+  f.gpu = movers.device;
   f.start = Clock::now();
   std::vector<GpuTensor> tensors;
-  for (size_t i = 0; i < r.names.size(); ++i) {
+  for (size_t i = 0; i < job.entries.size(); ++i) {
     GpuTensor t;
-    if (TensorEntry* e = set.Find(r.names[i])) {
+    if (const std::optional<TensorEntry>& e = job.entries[i]) {
       t.input = e->input.data;
       t.output = e->output.data;
       t.count = e->input.NumElements();
       t.ready = e->ready;
-      f.entries.push_back(set.Take(r.names[i]));
     } else if (r.op == OpType::kAllreduce) {
       t.count = r.sizes[i];  // joined: take part with zeros
     } else {
-      return;  // not this rank's (cannot happen for ops other than allreduce)
+      return;  // not this rank's (only allreduce lets a joined rank take part)
     }
     tensors.push_back(std::move(t));
   }
-  const MPI_Comm comm = set.comm();
+  // Every op but allreduce has this rank's entry (checked above).
+  const TensorEntry* first = job.entries[0] ? &*job.entries[0] : nullptr;
+  Result<Gpu::Token> token = StartOnDevice(r, first, tensors, movers, f);
+  for (std::optional<TensorEntry>& e : job.entries) {
+    if (!e) continue;
+    if (token.ok()) {
+      f.entries.push_back(std::move(*e));
+    } else {
+      Finish(std::move(*e), token.status());
+    }
+  }
+  if (!token.ok()) return;
+  f.token = std::move(token).value();
+  f.result.dtype = r.dtype;
+  f.result.device = r.device;
+  in_flight_.push_back(std::move(f));
+}
+
+Result<Gpu::Token> Executor::StartOnDevice(const Response& r, const TensorEntry* first,
+                                           const std::vector<GpuTensor>& tensors,
+                                           const Movers& movers, InFlight& f) {
+  Gpu& gpu = *movers.device;
+  const MPI_Comm comm = movers.comm;
   const int device = r.device;
-  Result<Gpu::Token> token = Status::Internal("unreachable");
   switch (r.op) {
     case OpType::kAllreduce:
       f.phase = "NCCL_ALLREDUCE";
-      token = gpu_->Allreduce(comm, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
-      break;
+      return gpu.Allreduce(comm, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
     case OpType::kBroadcast:
       f.phase = "NCCL_BROADCAST";
-      token = gpu_->Broadcast(comm, device, tensors[0],
-                              static_cast<int64_t>(f.entries[0].input.NumBytes()), r.root);
-      break;
+      return gpu.Broadcast(comm, device, tensors[0], static_cast<int64_t>(first->input.NumBytes()),
+                           r.root);
     case OpType::kAllgather: {
       f.phase = "NCCL_ALLGATHER";
-      const std::vector<int64_t>& shape = f.entries[0].request.shape;
+      const std::vector<int64_t>& shape = first->request.shape;
       const int64_t row_bytes = RowBytes(shape, r.dtype);
       f.result.shape = StackedShape(shape, r.sizes);
-      token = gpu_->Allgatherv(comm, device, tensors[0], shape[0] * row_bytes,
-                               RowsToBytes(r.sizes, row_bytes), &f.output);
-      break;
+      return gpu.Allgatherv(comm, device, tensors[0], shape[0] * row_bytes,
+                            RowsToBytes(r.sizes, row_bytes), &f.output);
     }
     case OpType::kAlltoall: {
       f.phase = "NCCL_ALLTOALL";
-      TensorEntry& e = f.entries[0];
+      const TensorEntry& e = *first;
       const int64_t row_bytes = RowBytes(e.request.shape, r.dtype);
-      // The split counts are host data: exchanged over MPI first.
-      Status s = set.backend().AlltoallCounts(e.splits, &f.result.received_splits);
-      if (!s.ok()) {
-        token = s;
-        break;
-      }
+      // The split counts are host data: exchanged through the host mover first.
+      KOLO_RETURN_IF_ERROR(movers.host->AlltoallCounts(e.splits, &f.result.received_splits));
       f.result.shape = StackedShape(e.request.shape, f.result.received_splits);
-      token = gpu_->Alltoallv(comm, device, tensors[0], RowsToBytes(e.splits, row_bytes),
-                              RowsToBytes(f.result.received_splits, row_bytes), &f.output);
-      break;
+      return gpu.Alltoallv(comm, device, tensors[0], RowsToBytes(e.splits, row_bytes),
+                           RowsToBytes(f.result.received_splits, row_bytes), &f.output);
     }
     case OpType::kReducescatter: {
       f.phase = "NCCL_REDUCESCATTER";
-      const std::vector<int64_t>& shape = f.entries[0].request.shape;
-      const int n = set.size();
+      const std::vector<int64_t>& shape = first->request.shape;
       f.result.shape = shape;
-      f.result.shape[0] = SplitRows(shape[0], n, set.rank());
-      token = gpu_->ReduceScatter(comm, device, tensors[0], BlockCounts(shape, n), r.dtype,
-                                  r.reduce_op, r.prescale, r.postscale, &f.output);
-      break;
+      f.result.shape[0] = SplitRows(shape[0], movers.size, movers.rank);
+      return gpu.ReduceScatter(comm, device, tensors[0], BlockCounts(shape, movers.size), r.dtype,
+                               r.reduce_op, r.prescale, r.postscale, &f.output);
     }
     default:
-      break;
+      return Status::Internal(std::string("kolo's executor was handed a ") + OpTypeName(r.op) +
+                              " response for a device tensor");
   }
-  if (!token.ok()) {
-    for (TensorEntry& e : f.entries) Finish(std::move(e), token.status());
-    return;
-  }
-  f.token = std::move(token).value();
-  f.result.dtype = r.dtype;
-  f.result.device = device;
-  in_flight_.push_back(std::move(f));
 }
 
 void Executor::PollGpu() {
   for (size_t i = 0; i < in_flight_.size();) {
     InFlight& f = in_flight_[i];
-    Result<bool> done = gpu_->Poll(f.token);
+    Result<bool> done = f.gpu->Poll(f.token);
     if (done.ok() && !done.value()) {
       ++i;
       continue;

@@ -1,33 +1,38 @@
-// Runs decided responses on this rank: fusion copies, the collective, scaling,
-// completion of the handles. Called only on the background thread.
+// Moves the bytes of one decided response and completes its entries: fusion
+// copies, scaling, the collective on the host or device mover. Knows nothing
+// of process sets or negotiation; called only on the background thread.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
-#include "../ops/gpu.h"
-#include "process_set.h"
+#include "message.h"
+#include "ops/data_mover.h"
 #include "timeline.h"
+#include "work.h"
 
 namespace kolo {
+
+// A data response (allreduce, allgather, broadcast, alltoall, reducescatter)
+// with this rank's entries, one per name in response order. An allreduce
+// member a joined rank does not hold has no entry: the rank reduces zeros.
+struct Job {
+  Response response;
+  std::vector<std::optional<TensorEntry>> entries;
+};
 
 class Executor {
  public:
   // `on_done` runs before an entry's work completes (the runtime forgets the
   // name, so the caller may reuse it as soon as Wait() returns).
-  // `gpu` runs responses on device tensors; it outlives the executor.
-  Executor(const Config& config, Timeline* timeline, Gpu* gpu,
-           std::function<void(const TensorEntry&)> on_done)
-      : config_(config), timeline_(timeline), gpu_(gpu), on_done_(std::move(on_done)) {}
+  Executor(Timeline* timeline, std::function<void(const TensorEntry&)> on_done)
+      : timeline_(timeline), on_done_(std::move(on_done)) {}
 
-  // Executes `responses` (already fused) in order. Process-set changes are
-  // returned through `add_set` / `remove_set`, which the runtime applies.
-  // `held_elsewhere(name)` finds a request of this rank pending under `name`
-  // on another process set (null if none), to answer a MISSING response.
-  void Execute(ProcessSet& set, const std::vector<Response>& responses,
-               const std::function<Result<int>(const std::vector<int>&)>& add_set,
-               const std::function<Status(int)>& remove_set,
-               const std::function<const Request*(const std::string&)>& held_elsewhere);
+  // Runs `job` on `movers` and completes its entries: host tensors before it
+  // returns, device tensors in a later PollGpu(). An exception (out of memory)
+  // fails the job's entries with its message and is rethrown.
+  void Execute(Job job, const Movers& movers);
 
   // Completes one entry with `status` (and `result`).
   void Finish(TensorEntry entry, const Status& status, WorkResult* result = nullptr);
@@ -39,30 +44,37 @@ class Executor {
   void DrainGpu();
 
  private:
-  // GPU collectives enqueued but not finished: their entries complete when
+  // A GPU collective enqueued but not finished: its entries complete when
   // the token says so.
   struct InFlight {
+    Gpu* gpu = nullptr;
     Gpu::Token token;
     std::vector<TensorEntry> entries;
     WorkResult result;
     GpuOutput output;
-    const char* phase;
+    const char* phase = "";
     Clock::time_point start;
   };
-  void ExecuteGpu(ProcessSet& set, const Response& r);
 
-  void Allreduce(ProcessSet& set, const Response& r);
-  void Allgather(ProcessSet& set, const Response& r);
-  void Broadcast(ProcessSet& set, const Response& r);
-  void Alltoall(ProcessSet& set, const Response& r);
-  void Reducescatter(ProcessSet& set, const Response& r);
+  // Each completes the entries it is given (moving them out of the job).
+  void Run(Job& job, const Movers& movers);
+  void Allreduce(Job& job, const Movers& movers);
+  void Allgather(TensorEntry& e, const Response& r, HostMover& mover);
+  void Broadcast(TensorEntry& e, const Response& r, HostMover& mover);
+  void Alltoall(TensorEntry& e, const Response& r, HostMover& mover);
+  void Reducescatter(TensorEntry& e, const Response& r, const Movers& movers);
+  void ExecuteOnDevice(Job& job, const Movers& movers);
+  Result<Gpu::Token> StartOnDevice(const Response& r, const TensorEntry* first,
+                                   const std::vector<GpuTensor>& tensors, const Movers& movers,
+                                   InFlight& f);
   void Phase(const TensorEntry& e, const char* phase, Clock::time_point begin);
+  // A buffer that persists across cycles (no page faults per step).
+  uint8_t* FusionBuffer(size_t bytes);
 
-  Config config_;
   Timeline* timeline_;
-  Gpu* gpu_;
   std::function<void(const TensorEntry&)> on_done_;
   std::vector<InFlight> in_flight_;
+  std::vector<uint8_t> fusion_buffer_;
 };
 
 }  // namespace kolo

@@ -173,4 +173,32 @@ Result<std::vector<Response>> DecodeResponses(const uint8_t* raw, size_t size) {
   return out;
 }
 
+const char* OpTypeName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kJoin:
+      return "join";
+    case OpType::kAddProcessSet:
+      return "add_process_set";
+    case OpType::kRemoveProcessSet:
+      return "remove_process_set";
+    case OpType::kError:
+      return "error";
+    case OpType::kMissing:
+      return "missing";
+  }
+  return "unknown";
+}
+
 }  // namespace kolo

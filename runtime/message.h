@@ -11,6 +11,24 @@
 
 namespace kolo {
 
+// The collective a request asks for. Join, barrier and the process-set
+// operations are negotiated like tensors so that every rank sees them in the
+// same order.
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
+  kError = 9,     // responses only
+  kMissing = 10,  // responses only: the coordinator asks the ranks missing a tensor
+};
+const char* OpTypeName(OpType op);
+
 struct Request {
   int32_t rank = 0;  // rank within the process set
   OpType op = OpType::kAllreduce;

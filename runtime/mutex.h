@@ -43,18 +43,19 @@ class SCOPED_CAPABILITY MutexLock {
   Mutex* mu_;
 };
 
+// Waits take the mutex they run under, so that the analysis can check that
+// the caller holds it.
 class CondVar {
  public:
-  explicit CondVar(Mutex* mu) : mu_(mu) {}
-  // Waits with mu held (released while waiting). Spurious wakeups possible.
-  void Wait() REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  // Waits with `mu` held (released while waiting). Spurious wakeups possible.
+  void Wait(Mutex* mu) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
   // Returns false on timeout.
-  bool WaitFor(std::chrono::nanoseconds timeout) REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  bool WaitFor(Mutex* mu, std::chrono::nanoseconds timeout) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool woken = cv_.wait_for(lock, timeout) == std::cv_status::no_timeout;
     lock.release();
     return woken;
@@ -63,7 +64,6 @@ class CondVar {
   void SignalAll() { cv_.notify_all(); }
 
  private:
-  Mutex* const mu_;
   std::condition_variable cv_;
 };
 

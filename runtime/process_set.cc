@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "../ops/shm_allreduce.h"
 #include "logging.h"
 
 namespace kolo {
@@ -33,15 +32,18 @@ void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
 
 }  // namespace
 
-ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
-                       const Config& config, std::unique_ptr<ShmAllreduce> shm,
-                       std::unique_ptr<Hierarchy> hierarchy)
+ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
+                       std::unique_ptr<HostMover> host, Gpu* gpu, const Config& config)
     : info_(std::move(info)),
       comm_(std::move(comm)),
-      backend_(MakeMpiBackend(comm_.get(), ops, config.piece_bytes, std::move(shm),
-                              std::move(hierarchy))),
+      host_mover_(std::move(host)),
       config_(config),
       cache_(config.cache_capacity) {
+  movers_.host = host_mover_.get();
+  movers_.device = gpu;
+  movers_.comm = comm_.get();
+  movers_.rank = rank();
+  movers_.size = size();
   if (info_->rank_in_set == 0) {
     StallSettings stall;
     if (!config.stall_check_disabled) {
@@ -282,9 +284,15 @@ std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
   return out;
 }
 
-uint8_t* ProcessSet::FusionBuffer(size_t bytes) {
-  if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
-  return fusion_buffer_.data();
+Job ProcessSet::TakeJob(Response response) {
+  Job job;
+  job.entries.resize(response.names.size());
+  for (size_t i = 0; i < response.names.size(); ++i) {
+    if (Find(response.names[i]) == nullptr) continue;  // joined: none here
+    job.entries[i] = Take(response.names[i]);
+  }
+  job.response = std::move(response);
+  return job;
 }
 
 }  // namespace kolo

@@ -1,6 +1,6 @@
-// One process set as the background thread sees it: its communicator, the
-// tensors waiting on it, its response cache, its coordinator (on its rank 0),
-// and the negotiation round that decides what is ready everywhere.
+// One process set as the background thread sees it: its communicator and data
+// movers, the tensors waiting on it, its response cache, its coordinator (on
+// its rank 0), and the negotiation round that decides what is ready everywhere.
 #pragma once
 
 #include <map>
@@ -9,9 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../ops/backend.h"
 #include "config.h"
 #include "coordinator.h"
+#include "executor.h"
+#include "ops/data_mover.h"
 #include "response_cache.h"
 #include "work.h"
 
@@ -31,17 +32,16 @@ struct NegotiationOutcome {
 
 class ProcessSet {
  public:
-  // `shm`: the shared-memory allreduce when the members share a host, or null.
-  // `hierarchy`: the communicators of a hierarchical allreduce, or null.
-  ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm, const MpiOps* ops,
-             const Config& config, std::unique_ptr<ShmAllreduce> shm,
-             std::unique_ptr<Hierarchy> hierarchy = nullptr);
+  // `host`: the set's host mover (MakeHostMover); `gpu` moves its device
+  // tensors and outlives the set.
+  ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
+             std::unique_ptr<HostMover> host, Gpu* gpu, const Config& config);
 
   const ProcessSetInfo& info() const { return *info_; }
   int size() const { return static_cast<int>(info_->ranks.size()); }
   int rank() const { return info_->rank_in_set; }
   MPI_Comm comm() const { return comm_.get(); }
-  Backend& backend() { return *backend_; }
+  const Movers& movers() const { return movers_; }
 
   // Takes a new entry (from the tensor queue) into this set's bookkeeping.
   void Add(TensorEntry entry);
@@ -52,6 +52,9 @@ class ProcessSet {
   TensorEntry* Find(const std::string& name);
   // Removes and returns the entry (the caller completes its work).
   TensorEntry Take(const std::string& name);
+  // Removes the entries `response` (a data response) names and returns them
+  // with it.
+  Job TakeJob(Response response);
   bool has_pending() const { return !pending_.empty(); }
   // Sends `request` to the coordinator next round without a local entry (the
   // answer to a MISSING response: "this rank has the tensor on another set").
@@ -60,9 +63,6 @@ class ProcessSet {
   std::vector<TensorEntry> TakeAll();
   // Removes and returns the pending unnamed entries of `epoch` and earlier.
   std::vector<TensorEntry> TakeUnnamed(int64_t epoch);
-
-  // A buffer that persists across cycles (no page faults per step).
-  uint8_t* FusionBuffer(size_t bytes);
 
  private:
   void Classify(TensorEntry& entry);
@@ -74,7 +74,8 @@ class ProcessSet {
 
   std::shared_ptr<const ProcessSetInfo> info_;
   MpiComm comm_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<HostMover> host_mover_;
+  Movers movers_;
   Config config_;
 
   std::unordered_map<std::string, TensorEntry> pending_;  // by name
@@ -85,7 +86,6 @@ class ProcessSet {
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;
   Clock::time_point last_slow_round_;
-  std::vector<uint8_t> fusion_buffer_;
 };
 
 }  // namespace kolo

@@ -68,7 +68,10 @@ Status CopyDeviceResult(const WorkResult& result, void* dst) {
   return CopyDeviceToDevice(dst, result.device_data.get(), bytes, result.device);
 }
 
-Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
+Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl)
+    : impl_(std::move(impl)),
+      handles_(std::make_unique<HandleTable>()),
+      placement_(impl_->placement()) {}
 
 Runtime::~Runtime() {
   Status s = Shutdown();
@@ -84,14 +87,6 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
 Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
 
 bool Runtime::is_running() const { return impl_->running(); }
-int Runtime::rank() const { return impl_->rank(); }
-int Runtime::size() const { return impl_->size(); }
-int Runtime::local_rank() const { return impl_->local_rank(); }
-int Runtime::local_size() const { return impl_->local_size(); }
-int Runtime::cross_rank() const { return impl_->cross_rank(); }
-int Runtime::cross_size() const { return impl_->cross_size(); }
-bool Runtime::mpi_threads_supported() const { return impl_->threads_multiple(); }
-bool Runtime::is_homogeneous() const { return impl_->homogeneous(); }
 
 Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
   auto info = impl_->SetInfo(process_set);
@@ -112,7 +107,7 @@ Result<std::shared_ptr<const ProcessSetInfo>> MemberSet(RuntimeImpl& impl, int i
   auto info = impl.SetInfo(id);
   if (!info.ok()) return info.status();
   if (info.value()->rank_in_set < 0) {
-    return Status::InvalidArgument("this rank (" + std::to_string(impl.rank()) +
+    return Status::InvalidArgument("this rank (" + std::to_string(impl.placement().rank) +
                                    ") is not a member of process set " + std::to_string(id));
   }
   return info;
@@ -121,8 +116,9 @@ Result<std::shared_ptr<const ProcessSetInfo>> MemberSet(RuntimeImpl& impl, int i
 // Names, builds and queues the entries of one operation on `inputs` (already
 // validated) with one Work. Several tensors form a group, negotiated as one
 // unit: members "<name>.<i>". `fill` sets entry i's op-specific fields.
-Result<Handle> EnqueueTensors(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
-                              int rank_in_set, const std::vector<TensorView>& inputs,
+Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op,
+                              const CollectiveOptions& options, int rank_in_set,
+                              const std::vector<TensorView>& inputs,
                               const std::vector<TensorView>& outputs,
                               const std::function<void(TensorEntry&, size_t)>& fill = nullptr) {
   const bool grouped = inputs.size() > 1;
@@ -148,14 +144,16 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, OpType op, const CollectiveOpti
     e.stream = options.cuda_stream;
     if (fill) fill(e, i);
   }
-  return impl.Enqueue(std::move(entries));
+  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, impl.Enqueue(std::move(entries)));
+  return handles.Add(std::move(work));
 }
 
 // The single entry of a one-tensor operation.
-Result<Handle> EnqueueOne(RuntimeImpl& impl, OpType op, const CollectiveOptions& options,
-                          int rank_in_set, const TensorView& tensor,
+Result<Handle> EnqueueOne(RuntimeImpl& impl, HandleTable& handles, OpType op,
+                          const CollectiveOptions& options, int rank_in_set,
+                          const TensorView& tensor,
                           const std::function<void(TensorEntry&)>& fill = nullptr) {
-  return EnqueueTensors(impl, op, options, rank_in_set, {tensor}, {tensor},
+  return EnqueueTensors(impl, handles, op, options, rank_in_set, {tensor}, {tensor},
                         [&](TensorEntry& e, size_t) {
                           if (fill) fill(e);
                         });
@@ -204,8 +202,8 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
   // Named only once valid (in EnqueueTensors): a call refused here on one rank
   // does not count, so that rank's next unnamed call meets the others' refused
   // one and the call sites tell them apart at once.
-  return EnqueueTensors(*impl_, OpType::kAllreduce, options, set.value()->rank_in_set, inputs,
-                        outputs, [&](TensorEntry& e, size_t) {
+  return EnqueueTensors(*impl_, *handles_, OpType::kAllreduce, options, set.value()->rank_in_set,
+                        inputs, outputs, [&](TensorEntry& e, size_t) {
                           e.request.reduce_op = options.op;
                           e.request.prescale = options.prescale_factor;
                           e.request.postscale = options.postscale_factor;
@@ -227,8 +225,8 @@ Result<Handle> Runtime::EnqueueGroupedAllgather(const std::vector<TensorView>& i
     KOLO_RETURN_IF_ERROR(
         CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
   }
-  return EnqueueTensors(*impl_, OpType::kAllgather, options, set.value()->rank_in_set, inputs,
-                        inputs);
+  return EnqueueTensors(*impl_, *handles_, OpType::kAllgather, options, set.value()->rank_in_set,
+                        inputs, inputs);
 }
 
 Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank,
@@ -242,9 +240,11 @@ Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank
                                    " is out of range: the process set has ranks 0.." +
                                    std::to_string(n - 1));
   }
-  return EnqueueOne(*impl_, OpType::kBroadcast, options, set.value()->rank_in_set, tensor,
-                    [&](TensorEntry& e) { e.request.root = root_rank; });
+  return EnqueueOne(*impl_, *handles_, OpType::kBroadcast, options, set.value()->rank_in_set,
+                    tensor, [&](TensorEntry& e) { e.request.root = root_rank; });
 }
+
+namespace {
 
 // The rows `input` sends to each rank: `splits`, or an even split when empty.
 Result<std::vector<int64_t>> AlltoallSplits(const TensorView& input,
@@ -279,6 +279,8 @@ Result<std::vector<int64_t>> AlltoallSplits(const TensorView& input,
   return s;
 }
 
+}  // namespace
+
 Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vector<int64_t>& splits,
                                         const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
@@ -287,7 +289,7 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vect
   KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "alltoall", ""));
   auto s = AlltoallSplits(input, splits, static_cast<int>(set.value()->ranks.size()));
   if (!s.ok()) return s.status();
-  return EnqueueOne(*impl_, OpType::kAlltoall, options, set.value()->rank_in_set, input,
+  return EnqueueOne(*impl_, *handles_, OpType::kAlltoall, options, set.value()->rank_in_set, input,
                     [&](TensorEntry& e) { e.splits = std::move(s).value(); });
 }
 
@@ -311,8 +313,8 @@ Result<Handle> Runtime::EnqueueGroupedReducescatter(const std::vector<TensorView
     KOLO_RETURN_IF_ERROR(
         CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
   }
-  return EnqueueTensors(*impl_, OpType::kReducescatter, options, set.value()->rank_in_set, inputs,
-                        inputs, [&](TensorEntry& e, size_t) {
+  return EnqueueTensors(*impl_, *handles_, OpType::kReducescatter, options,
+                        set.value()->rank_in_set, inputs, inputs, [&](TensorEntry& e, size_t) {
                           e.request.reduce_op = options.op;
                           e.request.prescale = options.prescale_factor;
                           e.request.postscale = options.postscale_factor;
@@ -327,7 +329,8 @@ Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   // counts its unnamed collectives afresh from here.
   CollectiveOptions named = options;
   if (named.name.empty()) named.name = "barrier";
-  auto handle = EnqueueOne(*impl_, OpType::kBarrier, named, set.value()->rank_in_set, TensorView{});
+  auto handle = EnqueueOne(*impl_, *handles_, OpType::kBarrier, named, set.value()->rank_in_set,
+                           TensorView{});
   if (handle.ok()) impl_->RestartUnnamed(options.process_set);
   return handle;
 }
@@ -337,22 +340,17 @@ Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
   if (!set.ok()) return set.status();
   CollectiveOptions named = options;
   named.name = "join";  // one join per set at a time
-  auto handle = EnqueueOne(*impl_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
+  auto handle =
+      EnqueueOne(*impl_, *handles_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
   if (handle.ok()) impl_->RestartUnnamed(options.process_set);
   return handle;
 }
 
 Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
-  std::vector<int> sorted = ranks;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
-      sorted.front() < 0 || sorted.back() >= size()) {
-    return Status::InvalidArgument("a process set must list distinct ranks between 0 and " +
-                                   std::to_string(size() - 1));
-  }
+  KOLO_RETURN_IF_ERROR(CheckSetRanks(ranks, size()));
   CollectiveOptions named;
   named.name = "add_process_set";  // collective over all ranks, one at a time
-  return EnqueueOne(*impl_, OpType::kAddProcessSet, named, rank(), TensorView{},
+  return EnqueueOne(*impl_, *handles_, OpType::kAddProcessSet, named, rank(), TensorView{},
                     [&](TensorEntry& e) { e.request.ranks.assign(ranks.begin(), ranks.end()); });
 }
 
@@ -364,16 +362,31 @@ Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
   if (!info.ok()) return info.status();
   CollectiveOptions named;
   named.name = "remove_process_set";  // collective over all ranks, one at a time
-  return EnqueueOne(*impl_, OpType::kRemoveProcessSet, named, rank(), TensorView{},
+  return EnqueueOne(*impl_, *handles_, OpType::kRemoveProcessSet, named, rank(), TensorView{},
                     [&](TensorEntry& e) { e.request.ranks = {process_set}; });
 }
 
-bool Runtime::Poll(Handle handle) const { return impl_->Poll(handle); }
+bool Runtime::Poll(Handle handle) const {
+  Result<std::shared_ptr<Work>> work = handles_->Find(handle);
+  return !work.ok() || work.value()->done();
+}
 
-Status Runtime::Wait(Handle handle, WorkResult* result) { return impl_->Wait(handle, result); }
+Status Runtime::Wait(Handle handle, WorkResult* result) {
+  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, handles_->Find(handle));
+  Status s = work->Wait(result);
+  handles_->Release(handle);
+  return s;
+}
 
 std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, WorkResult* result) {
-  return impl_->WaitFor(handle, timeout_seconds, result);
+  Result<std::shared_ptr<Work>> work = handles_->Find(handle);
+  if (!work.ok()) return work.status();
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout_seconds));
+  Status s;
+  if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
+  handles_->Release(handle);
+  return s;
 }
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {

@@ -1,14 +1,22 @@
-// The runtime's internals: configuration, communicators, the tensor queue,
-// the handles, and the background thread that negotiates and executes.
+// The runtime behind kolo::Runtime: the tensor queue that the caller threads
+// fill, and the background thread that empties it, negotiates every process
+// set, handles the control operations and hands data responses to the
+// executor.
+//
+// Threads and data: the caller threads touch only the fields guarded by
+// queue_mutex_ and sets_mutex_ (and Work objects, guarded by their own
+// mutex). The process sets, the executor and the GPU path belong to the
+// background thread once it runs (to Create before that, to Shutdown after).
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <memory>
-#include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "config.h"
 #include "executor.h"
@@ -19,6 +27,9 @@
 
 namespace kolo {
 
+// Checks the ranks of a new process set: distinct, within 0..size-1, at least one.
+Status CheckSetRanks(const std::vector<int>& ranks, int size);
+
 class RuntimeImpl {
  public:
   static Result<std::unique_ptr<RuntimeImpl>> Create(const InitOptions& options);
@@ -26,20 +37,12 @@ class RuntimeImpl {
 
   Status Shutdown();
   bool running() const { return running_.load(); }
-
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int local_rank() const { return local_rank_; }
-  int local_size() const { return local_size_; }
-  int cross_rank() const { return cross_rank_; }
-  int cross_size() const { return cross_size_; }
-  bool threads_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
-  bool homogeneous() const { return homogeneous_; }
+  const Placement& placement() const { return placement_; }
 
   Result<std::shared_ptr<const ProcessSetInfo>> SetInfo(int id) const EXCLUDES(sets_mutex_);
 
   // Validates, names and queues one or more entries sharing one Work.
-  Result<Handle> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
+  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
 
   // The automatic name of an unnamed collective on a set.
   struct AutoName {
@@ -55,24 +58,28 @@ class RuntimeImpl {
   // and a set that was out of step is in step again.
   void RestartUnnamed(int set) EXCLUDES(queue_mutex_);
 
-  bool Poll(Handle h) const EXCLUDES(handles_mutex_);
-  Status Wait(Handle h, WorkResult* result) EXCLUDES(handles_mutex_);
-  std::optional<Status> WaitFor(Handle h, double timeout_seconds, WorkResult* result)
-      EXCLUDES(handles_mutex_);
-
   Timeline& timeline() { return timeline_; }
 
  private:
   RuntimeImpl() = default;
+  // Set-up and tear-down (runtime_setup.cc).
   Status InitMpi(const InitOptions& options);
   Status InitProcessSets(const InitOptions& options);
   Result<int> CreateProcessSet(const std::vector<int>& ranks);  // collective over the global comm
   Status RemoveProcessSet(int id);
 
-  Result<std::shared_ptr<Work>> FindWork(Handle h) const EXCLUDES(handles_mutex_);
+  // The background thread (runtime_impl.cc).
   void BackgroundLoop();
   bool RunCycle();  // false once the loop must end
   void WaitForWork(bool anything_pending) EXCLUDES(queue_mutex_);
+  // Runs what one negotiation round decided on `set`.
+  void Dispatch(ProcessSet& set, const std::vector<Response>& responses);
+  // Barrier, join, errors, process-set changes, and the coordinator's
+  // question about a missing tensor.
+  void RunControl(ProcessSet& set, const Response& r);
+  // The request this rank has pending under `name` on a set other than
+  // `except`, or null.
+  const Request* HeldElsewhere(const std::string& name, int except) const;
   void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
   void ForgetName(const TensorEntry& entry) EXCLUDES(queue_mutex_);
   // Applies `responses`' verdict that the unnamed collectives of `set` are out
@@ -84,12 +91,10 @@ class RuntimeImpl {
 
   Config config_;
   bool owns_mpi_ = false;
-  int thread_level_ = 0;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
-  bool homogeneous_ = true;  // every host runs as many ranks
-  MpiComm global_comm_;      // duplicated; never used after the sets are built but to split
+  Placement placement_;
+  MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
   std::unique_ptr<MpiOps> mpi_ops_;
-  std::unique_ptr<Gpu> gpu_;  // before the executor, which uses it
+  std::unique_ptr<Gpu> gpu_;  // before the sets and the executor, which use it
 
   // Owned by the background thread once it runs (before: by Create).
   std::map<int, std::unique_ptr<ProcessSet>> sets_;
@@ -101,7 +106,7 @@ class RuntimeImpl {
   std::map<int, std::shared_ptr<const ProcessSetInfo>> set_infos_ GUARDED_BY(sets_mutex_);
 
   Mutex queue_mutex_;
-  CondVar queue_cv_{&queue_mutex_};
+  CondVar queue_cv_;
   std::vector<TensorEntry> queue_ GUARDED_BY(queue_mutex_);
   std::unordered_map<int, std::unordered_set<std::string>> pending_names_ GUARDED_BY(queue_mutex_);
   // How one process set names its unnamed collectives.
@@ -113,10 +118,6 @@ class RuntimeImpl {
   std::map<int, UnnamedState> unnamed_ GUARDED_BY(queue_mutex_);
   bool shutdown_requested_ GUARDED_BY(queue_mutex_) = false;
   std::string stop_reason_ GUARDED_BY(queue_mutex_);
-
-  mutable Mutex handles_mutex_;
-  std::unordered_map<Handle, std::shared_ptr<Work>> handles_ GUARDED_BY(handles_mutex_);
-  Handle next_handle_ GUARDED_BY(handles_mutex_) = 1;
 
   std::atomic<bool> running_{false};
   std::thread thread_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kolo/runtime.h"
@@ -46,12 +47,12 @@ class Work {
     MutexLock lock(&mu_);
     while (!done_) {
       if (deadline == Clock::time_point::max()) {
-        cv_.Wait();
+        cv_.Wait(&mu_);
         continue;
       }
       auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) return false;
-      cv_.WaitFor(left);
+      cv_.WaitFor(&mu_, left);
     }
     if (result != nullptr) {
       if (results_.size() == 1) {
@@ -66,11 +67,41 @@ class Work {
 
  private:
   Mutex mu_;
-  CondVar cv_{&mu_};
+  CondVar cv_;
   int remaining_ GUARDED_BY(mu_);
   bool done_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
   std::vector<WorkResult> results_ GUARDED_BY(mu_);  // one per part
+};
+
+// The handles given out and not yet waited for. Thread-safe.
+class HandleTable {
+ public:
+  Handle Add(std::shared_ptr<Work> work) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    Handle h = next_++;
+    works_[h] = std::move(work);
+    return h;
+  }
+  // The work behind `h`, or an error naming the handle.
+  Result<std::shared_ptr<Work>> Find(Handle h) const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto it = works_.find(h);
+    if (it == works_.end()) {
+      return Status::InvalidArgument("unknown handle " + std::to_string(h) +
+                                     " (already waited for, or never returned by kolo)");
+    }
+    return it->second;
+  }
+  void Release(Handle h) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    works_.erase(h);
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::unordered_map<Handle, std::shared_ptr<Work>> works_ GUARDED_BY(mu_);
+  Handle next_ GUARDED_BY(mu_) = 1;
 };
 
 struct TensorEntry {

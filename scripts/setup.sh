@@ -9,7 +9,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   flatbuffers-compiler libflatbuffers-dev
   libgtest-dev libgmock-dev
-  libboost-dev libcli11-dev
+  libboost-dev libcli11-dev clang
   pybind11-dev python3-dev python3-torch python3-torchvision python3-pytest python3-numpy
   python3-sklearn python3-mpi4py python3-matplotlib
 )

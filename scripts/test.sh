@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: sets up (idempotent), builds, runs every test with
 # CTest; then the same tests again in an AddressSanitizer + UndefinedBehavior-
-# Sanitizer build (build-asan/), and the C++ tests under ThreadSanitizer (build-tsan/).
+# Sanitizer build (build-asan/), the C++ tests under ThreadSanitizer (build-tsan/), and
+# a clang build whose -Wthread-safety analysis checks every lock (build-clang/).
 # The sanitizer builds leave the GPU path out (KOLO_WITH_CUDA=OFF): they check the
 # host-side logic, and the CUDA runtime does not run under ASan without extra options.
 # Extra arguments go to every ctest run.
@@ -30,3 +31,11 @@ cmake --build build-tsan -j "$(nproc)"
 # Open MPI is not built with TSan; test/sanitizers/tsan.supp names only its libraries.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../test/sanitizers/tsan.supp report_signal_unsafe=0" \
   ctest --output-on-failure --timeout 300 -L "unit|mpi" "$@")
+
+echo "== thread-safety analysis: kolo built with clang -Wthread-safety -Werror (build-clang/)"
+# Every field shared between the caller threads and the background thread is
+# GUARDED_BY its mutex (runtime/mutex.h); clang checks each access at compile time.
+cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DKOLO_BUILD_TESTS=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_EXAMPLES=OFF \
+  -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_WITH_CUDA=OFF >/dev/null
+cmake --build build-clang -j "$(nproc)"

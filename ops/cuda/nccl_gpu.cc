@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "../backend.h"
+#include "../mpi.h"
 #include "../gpu.h"
 #include "kernels.h"
 

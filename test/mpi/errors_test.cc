@@ -85,22 +85,29 @@ TEST_F(Errors, MismatchedDtypesOpsRootsAndScales) {
 }
 
 TEST_F(Errors, NameReusedWhilePendingFailsAtOnce) {
+  // Every rank but the last holds "dup" pending (the last submits it only
+  // after the barrier, so it cannot complete before): reusing the name fails
+  // at once on each of them. (A rank whose first call may already have
+  // completed could accept the reuse while another refuses it, so the last
+  // rank does not try.)
   Buffer a(DataType::kFloat32, 4), b(DataType::kFloat32, 4);
   AllreduceOptions opts;
   opts.name = "dup";
-  auto first = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
-  ASSERT_TRUE(first.ok());
-  auto second = rt_->EnqueueAllreduce(b.View(), b.View(), opts);
-  // The first may already have completed if every rank was quick; then reuse is fine.
-  if (!second.ok()) {
+  const bool holder = rank_ < size_ - 1;
+  Result<Handle> first = Status::Internal("not submitted");
+  if (holder) {
+    first = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
+    ASSERT_TRUE(first.ok());
+    auto second = rt_->EnqueueAllreduce(b.View(), b.View(), opts);
+    ASSERT_FALSE(second.ok());
     EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
     EXPECT_TRUE(Contains(second.status().message(), "'dup' is already pending"))
         << second.status().message();
   }
-  ASSERT_TRUE(rt_->Wait(first.value()).ok());
-  if (second.ok()) {
-    ASSERT_TRUE(rt_->Wait(second.value()).ok());
-  }
+  ASSERT_TRUE(Run(rt_->EnqueueBarrier({})).ok());
+  if (!holder) first = rt_->EnqueueAllreduce(a.View(), a.View(), opts);
+  Status status = Run(first);
+  ASSERT_TRUE(status.ok()) << status.ToString();
 }
 
 TEST_F(Errors, NameReusedWhilePendingFailsDeterministically) {

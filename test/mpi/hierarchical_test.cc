@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "../../ops/backend.h"
 #include "../../ops/shm_allreduce.h"
+#include "ops/data_mover.h"
 #include "test_util.h"
 
 namespace kolo::test {
@@ -30,10 +30,10 @@ TEST(Hierarchical, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
   ASSERT_TRUE(ops.ok());
   // 256-byte pieces: the counts cross piece and block boundaries, and some are
   // smaller than the number of ranks on a host.
-  auto backend =
-      MakeMpiBackend(MPI_COMM_WORLD, ops.value().get(), 256, nullptr, std::move(hierarchy).value());
+  auto mover =
+      MakeHierarchicalMover(MPI_COMM_WORLD, ops.value().get(), 256, std::move(hierarchy).value());
   ExpectSameBitsAsMpiAllreduce([&](void* p, int64_t n, DataType dtype, ReduceOp op) {
-    return backend->Allreduce(p, n, dtype, op);
+    return mover->Allreduce(p, n, dtype, op);
   });
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "../../ops/backend.h"
+#include "ops/data_mover.h"
 #include "../../ops/shm_allreduce.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../../ops/backend.h"
+#include "ops/data_mover.h"
 #include "../../ops/cpu_kernels.h"
 #include "kolo/runtime.h"
 

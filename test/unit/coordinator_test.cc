@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/rows.h"
+
 namespace kolo {
 namespace {
 

@@ -24,6 +24,7 @@
 namespace kolo {
 
 class RuntimeImpl;
+class HandleTable;
 
 // An opaque ticket for one enqueued operation.
 using Handle = int64_t;
@@ -93,6 +94,15 @@ struct WorkResult {
   std::vector<WorkResult> parts;
 };
 
+// Where this process sits in the job (fixed at Create).
+struct Placement {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // among the ranks on this host
+  int cross_rank = 0, cross_size = 1;  // among the ranks with this local rank
+  bool threads_multiple = false;       // MPI_THREAD_MULTIPLE is available
+  bool homogeneous = true;             // every host runs as many ranks
+};
+
 // Whether this build has the GPU path (CUDA and NCCL).
 bool BuiltWithCuda();
 // NCCL's version code (e.g. 21805 for 2.18.5) in a GPU build, else 0.
@@ -120,14 +130,15 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   bool is_running() const;
-  int rank() const;
-  int size() const;
-  int local_rank() const;
-  int local_size() const;
-  int cross_rank() const;
-  int cross_size() const;
-  bool mpi_threads_supported() const;  // MPI_THREAD_MULTIPLE is available
-  bool is_homogeneous() const;         // every host runs as many ranks
+  const Placement& placement() const { return placement_; }
+  int rank() const { return placement_.rank; }
+  int size() const { return placement_.size; }
+  int local_rank() const { return placement_.local_rank; }
+  int local_size() const { return placement_.local_size; }
+  int cross_rank() const { return placement_.cross_rank; }
+  int cross_size() const { return placement_.cross_size; }
+  bool mpi_threads_supported() const { return placement_.threads_multiple; }
+  bool is_homogeneous() const { return placement_.homogeneous; }
 
   // Ranks of a process set (in set order), or an error if it does not exist.
   Result<std::vector<int>> ProcessSetRanks(int process_set) const;
@@ -188,7 +199,9 @@ class Runtime {
 
  private:
   explicit Runtime(std::unique_ptr<RuntimeImpl> impl);
-  std::unique_ptr<RuntimeImpl> impl_;
+  std::unique_ptr<RuntimeImpl> impl_;     // the queue and the background thread
+  std::unique_ptr<HandleTable> handles_;  // what callers wait on
+  Placement placement_;
 };
 
 }  // namespace kolo

@@ -2,26 +2,15 @@
 #include <climits>
 #include <string>
 
-#include "backend.h"
-#include "cpu_kernels.h"
-#include "shm_allreduce.h"
+#include "base/rows.h"
+#include "ops/data_mover.h"
+#include "ops/shm_allreduce.h"
 
 namespace kolo {
 namespace {
 
 // MPI counts are ints: large buffers go in pieces of at most this many elements.
 constexpr int64_t kMaxPieceElements = 1 << 30;
-
-template <ReduceOp kOp, bool kBFloat>
-void HalfOpFn(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len, kOp, kBFloat);
-}
-
-template <bool kBFloat>
-constexpr MPI_User_function* kHalfFns[5] = {
-    &HalfOpFn<ReduceOp::kSum, kBFloat>, &HalfOpFn<ReduceOp::kSum, kBFloat>,
-    &HalfOpFn<ReduceOp::kMin, kBFloat>, &HalfOpFn<ReduceOp::kMax, kBFloat>,
-    &HalfOpFn<ReduceOp::kProduct, kBFloat>};
 
 Status CheckIntCount(int64_t n, const char* what) {
   if (n > INT_MAX) {
@@ -43,34 +32,28 @@ std::vector<int> Displacements(const std::vector<int64_t>& counts) {
   return d;
 }
 
-class MpiBackend : public Backend {
+// Elements per allreduce piece of `dtype` for `piece_bytes` (0: as large as MPI allows).
+int64_t PieceElements(int64_t piece_bytes, DataType dtype) {
+  if (piece_bytes <= 0) return kMaxPieceElements;
+  return std::clamp<int64_t>(piece_bytes / static_cast<int64_t>(DataTypeSize(dtype)), 1,
+                             kMaxPieceElements);
+}
+
+// The flat mover: one MPI collective per call on the set's communicator.
+class MpiMover : public HostMover {
  public:
-  MpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
-             std::unique_ptr<ShmAllreduce> shm, std::unique_ptr<Hierarchy> hierarchy)
-      : comm_(comm),
-        ops_(ops),
-        piece_bytes_(piece_bytes),
-        shm_(std::move(shm)),
-        hierarchy_(std::move(hierarchy)) {}
+  MpiMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes)
+      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes) {}
 
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
-    if (shm_) return shm_->Allreduce(buffer, count, dtype, op);
     MPI_Datatype type = ops_->Datatype(dtype);
     MPI_Op mpi_op = ops_->Op(dtype, op);
     auto* p = static_cast<char*>(buffer);
     const size_t elem = DataTypeSize(dtype);
-    int64_t piece = kMaxPieceElements;
-    if (piece_bytes_ > 0) {
-      piece = std::clamp<int64_t>(piece_bytes_ / static_cast<int64_t>(elem), 1, kMaxPieceElements);
-    }
+    const int64_t piece = PieceElements(piece_bytes_, dtype);
     for (int64_t done = 0; done < count;) {
       int n = static_cast<int>(std::min(count - done, piece));
-      if (hierarchy_) {
-        KOLO_RETURN_IF_ERROR(HierarchicalAllreduce(p + done * elem, n, elem, type, mpi_op));
-      } else {
-        KOLO_RETURN_IF_ERROR(MpiStatus(
-            MPI_Allreduce(MPI_IN_PLACE, p + done * elem, n, type, mpi_op, comm_), "MPI_Allreduce"));
-      }
+      KOLO_RETURN_IF_ERROR(AllreducePiece(p + done * elem, n, elem, type, mpi_op));
       done += n;
     }
     return Status::OK();
@@ -128,19 +111,48 @@ class MpiBackend : public Backend {
                      "MPI_Reduce_scatter");
   }
 
+ protected:
+  // One piece of an allreduce, in place (`n` elements of `elem` bytes).
+  virtual Status AllreducePiece(char* p, int n, size_t /*elem*/, MPI_Datatype type, MPI_Op op) {
+    return MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, comm_), "MPI_Allreduce");
+  }
+
+  MPI_Comm comm_;
+  const MpiOps* ops_;
+  int64_t piece_bytes_;
+};
+
+// Allreduce through the shared-memory segment (which pieces by itself).
+class ShmMover : public MpiMover {
+ public:
+  ShmMover(MPI_Comm comm, const MpiOps* ops, std::unique_ptr<ShmAllreduce> shm)
+      : MpiMover(comm, ops, 0), shm_(std::move(shm)) {}
+
+  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+    return shm_->Allreduce(buffer, count, dtype, op);
+  }
+
  private:
-  // Local rank i reduces block i of the host's ranks, the hosts allreduce
-  // their block i among local ranks i, and each host gathers its blocks.
-  // Every element is reduced in the same order everywhere, so every rank
-  // ends with the same bits.
-  Status HierarchicalAllreduce(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) {
+  std::unique_ptr<ShmAllreduce> shm_;
+};
+
+// Local rank i reduces block i of the host's ranks, the hosts allreduce their
+// block i among local ranks i, and each host gathers its blocks. Every element
+// is reduced in the same order everywhere, so every rank ends with the same bits.
+class HierarchicalMover : public MpiMover {
+ public:
+  HierarchicalMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
+                    std::unique_ptr<Hierarchy> hierarchy)
+      : MpiMover(comm, ops, piece_bytes), hierarchy_(std::move(hierarchy)) {}
+
+ protected:
+  Status AllreducePiece(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) override {
     MPI_Comm local = hierarchy_->local.get();
     const int local_size = hierarchy_->local_size, local_rank = hierarchy_->local_rank;
     std::vector<int> counts(local_size), displs(local_size);
-    for (int i = 0, off = 0; i < local_size; ++i) {
-      counts[i] = count / local_size + (i < count % local_size ? 1 : 0);
-      displs[i] = off;
-      off += counts[i];
+    for (int i = 0; i < local_size; ++i) {
+      counts[i] = static_cast<int>(SplitRows(count, local_size, i));
+      displs[i] = static_cast<int>(SplitBegin(count, local_size, i));
     }
     block_.resize(static_cast<size_t>(counts[local_rank]) * elem);
     KOLO_RETURN_IF_ERROR(
@@ -154,120 +166,54 @@ class MpiBackend : public Backend {
                      "MPI_Allgatherv");
   }
 
-  MPI_Comm comm_;
-  const MpiOps* ops_;
-  int64_t piece_bytes_;
-  std::unique_ptr<ShmAllreduce> shm_;
+ private:
   std::unique_ptr<Hierarchy> hierarchy_;
-  std::vector<char> block_;  // this rank's block of a hierarchical allreduce
+  std::vector<char> block_;  // this rank's block
 };
 
 }  // namespace
 
-MpiComm::~MpiComm() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+std::unique_ptr<HostMover> MakeMpiMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes) {
+  return std::make_unique<MpiMover>(comm, ops, piece_bytes);
 }
 
-MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
-  if (this != &o) {
-    MpiComm old(comm_);
-    comm_ = o.comm_;
-    o.comm_ = MPI_COMM_NULL;
-  }
-  return *this;
+std::unique_ptr<HostMover> MakeShmMover(MPI_Comm comm, const MpiOps* ops,
+                                        std::unique_ptr<ShmAllreduce> shm) {
+  return std::make_unique<ShmMover>(comm, ops, std::move(shm));
 }
 
-Status MpiStatus(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+std::unique_ptr<HostMover> MakeHierarchicalMover(MPI_Comm comm, const MpiOps* ops,
+                                                 int64_t piece_bytes,
+                                                 std::unique_ptr<Hierarchy> hierarchy) {
+  return std::make_unique<HierarchicalMover>(comm, ops, piece_bytes, std::move(hierarchy));
 }
 
-Result<std::unique_ptr<MpiOps>> MpiOps::Create() {
-  std::unique_ptr<MpiOps> ops(new MpiOps());
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_), "MPI_Type"));
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->half_), "MPI_Type_commit"));
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->bfloat_), "MPI_Type"));
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->bfloat_), "MPI_Type_commit"));
-  for (int i = 0; i < 5; ++i) {
-    KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops -> half_ops_[i]), "MPI_Op_create"));
-    KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Op_create(kHalfFns<true>[i], 1, &ops -> bfloat_ops_[i]), "MPI_Op_create"));
-  }
-  return ops;
-}
-
-MpiOps::~MpiOps() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  for (MPI_Op* op : {half_ops_, bfloat_ops_}) {
-    for (int i = 0; i < 5; ++i) {
-      if (op[i] != MPI_OP_NULL) MPI_Op_free(&op[i]);
+Result<HostMoverChoice> MakeHostMover(MPI_Comm comm, const MpiOps* ops,
+                                      const HostMoverOptions& options) {
+  HostMoverChoice choice;
+  choice.why = "allreduce through MPI";
+  if (options.shared_memory && options.piece_bytes > 0) {
+    auto shm = ShmAllreduce::Create(comm, options.piece_bytes, options.shm_timeout_seconds);
+    if (shm.ok()) {
+      choice.why = "allreduce through shared memory (every member on this host)";
+      choice.mover = MakeShmMover(comm, ops, std::move(shm).value());
+      return choice;
     }
+    choice.why += ": " + shm.status().message();
   }
-  if (half_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_);
-  if (bfloat_ != MPI_DATATYPE_NULL) MPI_Type_free(&bfloat_);
-}
-
-MPI_Datatype MpiOps::Datatype(DataType dtype) const {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return MPI_UINT8_T;
-    case DataType::kInt8:
-      return MPI_INT8_T;
-    case DataType::kUInt16:
-      return MPI_UINT16_T;
-    case DataType::kInt16:
-      return MPI_INT16_T;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kFloat16:
-      return half_;
-    case DataType::kBFloat16:
-      return bfloat_;
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kBool:
-      return MPI_C_BOOL;
+  if (options.hierarchical) {
+    std::string why_not;
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> hierarchy, Hierarchy::Create(comm, &why_not));
+    if (hierarchy) {
+      choice.why = "hierarchical allreduce";
+      choice.mover = MakeHierarchicalMover(comm, ops, options.piece_bytes, std::move(hierarchy));
+      return choice;
+    }
+    choice.why = "KOLO_HIERARCHICAL_ALLREDUCE=1, but " + why_not + "; allreduce is flat";
+    choice.fallback = true;
   }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
-  if (dtype == DataType::kFloat16) return half_ops_[static_cast<int>(op)];
-  if (dtype == DataType::kBFloat16) return bfloat_ops_[static_cast<int>(op)];
-  if (dtype == DataType::kBool) {
-    // Logical: sum/max = or, min/product = and.
-    return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
-  }
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kProduct:
-      return MPI_PROD;
-  }
-  return MPI_OP_NULL;
-}
-
-std::unique_ptr<Backend> MakeMpiBackend(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes,
-                                        std::unique_ptr<ShmAllreduce> shm,
-                                        std::unique_ptr<Hierarchy> hierarchy) {
-  return std::make_unique<MpiBackend>(comm, ops, piece_bytes, std::move(shm), std::move(hierarchy));
+  choice.mover = MakeMpiMover(comm, ops, options.piece_bytes);
+  return choice;
 }
 
 Result<std::unique_ptr<Hierarchy>> Hierarchy::Create(MPI_Comm comm, std::string* why_not) {

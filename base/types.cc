@@ -77,34 +77,6 @@ const char* ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
-const char* OpTypeName(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce:
-      return "allreduce";
-    case OpType::kAllgather:
-      return "allgather";
-    case OpType::kBroadcast:
-      return "broadcast";
-    case OpType::kAlltoall:
-      return "alltoall";
-    case OpType::kReducescatter:
-      return "reducescatter";
-    case OpType::kBarrier:
-      return "barrier";
-    case OpType::kJoin:
-      return "join";
-    case OpType::kAddProcessSet:
-      return "add_process_set";
-    case OpType::kRemoveProcessSet:
-      return "remove_process_set";
-    case OpType::kError:
-      return "error";
-    case OpType::kMissing:
-      return "missing";
-  }
-  return "unknown";
-}
-
 std::string ShapeToString(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << '[';

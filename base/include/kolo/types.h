@@ -31,23 +31,6 @@ enum class ReduceOp : uint8_t {
   kProduct = 4,
 };
 
-// The collective a request asks for. Join, barrier and the process-set
-// operations are negotiated like tensors so that every rank sees them in the
-// same order.
-enum class OpType : uint8_t {
-  kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kAlltoall = 3,
-  kReducescatter = 4,
-  kBarrier = 5,
-  kJoin = 6,
-  kAddProcessSet = 7,
-  kRemoveProcessSet = 8,
-  kError = 9,     // responses only
-  kMissing = 10,  // responses only: the coordinator asks the ranks missing a tensor
-};
-
 // Where a tensor's memory lives: kCpuDevice for host memory, otherwise a CUDA
 // device ordinal.
 constexpr int kCpuDevice = -1;
@@ -55,7 +38,6 @@ constexpr int kCpuDevice = -1;
 size_t DataTypeSize(DataType dtype);
 const char* DataTypeName(DataType dtype);
 const char* ReduceOpName(ReduceOp op);
-const char* OpTypeName(OpType op);
 std::string ShapeToString(const std::vector<int64_t>& shape);
 std::string DeviceName(int device);
 

@@ -1,0 +1,123 @@
+#include "ops/mpi.h"
+
+#include <string>
+
+#include "ops/cpu_kernels.h"
+
+namespace kolo {
+namespace {
+
+template <ReduceOp kOp, bool kBFloat>
+void HalfOpFn(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len, kOp, kBFloat);
+}
+
+template <bool kBFloat>
+constexpr MPI_User_function* kHalfFns[5] = {
+    &HalfOpFn<ReduceOp::kSum, kBFloat>, &HalfOpFn<ReduceOp::kSum, kBFloat>,
+    &HalfOpFn<ReduceOp::kMin, kBFloat>, &HalfOpFn<ReduceOp::kMax, kBFloat>,
+    &HalfOpFn<ReduceOp::kProduct, kBFloat>};
+
+}  // namespace
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
+  if (this != &o) {
+    MpiComm old(comm_);
+    comm_ = o.comm_;
+    o.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+Status MpiStatus(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+}
+
+Result<std::unique_ptr<MpiOps>> MpiOps::Create() {
+  std::unique_ptr<MpiOps> ops(new MpiOps());
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_), "MPI_Type"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->half_), "MPI_Type_commit"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->bfloat_), "MPI_Type"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->bfloat_), "MPI_Type_commit"));
+  for (int i = 0; i < 5; ++i) {
+    KOLO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops -> half_ops_[i]), "MPI_Op_create"));
+    KOLO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Op_create(kHalfFns<true>[i], 1, &ops -> bfloat_ops_[i]), "MPI_Op_create"));
+  }
+  return ops;
+}
+
+MpiOps::~MpiOps() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Op* op : {half_ops_, bfloat_ops_}) {
+    for (int i = 0; i < 5; ++i) {
+      if (op[i] != MPI_OP_NULL) MPI_Op_free(&op[i]);
+    }
+  }
+  if (half_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_);
+  if (bfloat_ != MPI_DATATYPE_NULL) MPI_Type_free(&bfloat_);
+}
+
+MPI_Datatype MpiOps::Datatype(DataType dtype) const {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kUInt16:
+      return MPI_UINT16_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat16:
+      return half_;
+    case DataType::kBFloat16:
+      return bfloat_;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kBool:
+      return MPI_C_BOOL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
+  if (dtype == DataType::kFloat16) return half_ops_[static_cast<int>(op)];
+  if (dtype == DataType::kBFloat16) return bfloat_ops_[static_cast<int>(op)];
+  if (dtype == DataType::kBool) {
+    // Logical: sum/max = or, min/product = and.
+    return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+  }
+  return MPI_OP_NULL;
+}
+
+}  // namespace kolo
