@@ -1,159 +1,24 @@
-// The GPU path: NCCL collectives on kolo's own stream per device, the fusion
-// buffer and batched copy kernel, communicators per (process set, device)
-// made on first use, and asynchronous error checks.
+// The GPU path: NCCL collectives on kolo's own stream per device, with the
+// fusion buffer and the batched copy kernel; a collective is done when its
+// event fires, failed when its communicators (nccl_comm.h) report an error.
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "../mpi.h"
 #include "../gpu.h"
+#include "cuda_util.h"
 #include "kernels.h"
+#include "nccl_comm.h"
 
 namespace kolo {
 namespace {
-
-Status CudaStatus(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return Status::OK();
-  return Status::Internal(std::string(call) + " failed: " + cudaGetErrorString(e));
-}
-
-Status NcclStatus(ncclResult_t r, const char* call, ncclComm_t comm = nullptr) {
-  if (r == ncclSuccess) return Status::OK();
-  std::string m = std::string(call) + " failed: " + ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && *last != '\0') m += " (" + std::string(last) + ")";
-  return Status::Internal(m);
-}
-
-#define KOLO_CUDA(call) KOLO_RETURN_IF_ERROR(CudaStatus((call), #call))
-#define KOLO_NCCL(call, comm) KOLO_RETURN_IF_ERROR(NcclStatus((call), #call, comm))
-
-// Makes `device` current for a scope and restores the caller's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    cudaGetDevice(&previous_);
-    if (previous_ != device_) cudaSetDevice(device_);
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = 0;
-};
-
-// An owned CUDA stream or event, destroyed with `Destroy`.
-template <typename T, cudaError_t (*Destroy)(T)>
-class CudaHandle {
- public:
-  CudaHandle() = default;
-  ~CudaHandle() {
-    if (handle_ != nullptr) Destroy(handle_);
-  }
-  CudaHandle(const CudaHandle&) = delete;
-  CudaHandle& operator=(const CudaHandle&) = delete;
-  T get() const { return handle_; }
-  T* out() { return &handle_; }  // for the create call
-
- private:
-  T handle_ = nullptr;
-};
-
-using Stream = CudaHandle<cudaStream_t, cudaStreamDestroy>;
-using Event = CudaHandle<cudaEvent_t, cudaEventDestroy>;
-
-Status CreateEvent(Event* event) {
-  return CudaStatus(cudaEventCreateWithFlags(event->out(), cudaEventDisableTiming),
-                    "cudaEventCreateWithFlags");
-}
-
-// Device memory that grows to the largest size asked for and is kept.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(int device) : device_(device) {}
-  ~DeviceBuffer() {
-    if (data_ != nullptr) {
-      DeviceGuard guard(device_);
-      cudaFree(data_);  // waits for work still using it
-    }
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  Result<char*> Reserve(size_t bytes) {
-    if (bytes <= bytes_) return data_;
-    DeviceGuard guard(device_);
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    void* p = nullptr;
-    KOLO_CUDA(cudaMalloc(&p, bytes));
-    data_ = static_cast<char*>(p);
-    bytes_ = bytes;
-    return data_;
-  }
-
- private:
-  int device_;
-  char* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// An owned NCCL communicator: destroyed normally, aborted once broken (a
-// broken communicator may have operations that never finish).
-class NcclComm {
- public:
-  NcclComm() = default;
-  ~NcclComm() {
-    if (comm_ == nullptr) return;
-    if (broken_) {
-      ncclCommAbort(comm_);
-    } else {
-      // Flush what was issued (blocking communicator: returns when quiescent),
-      // then free the local resources.
-      ncclCommFinalize(comm_);
-      ncclCommDestroy(comm_);
-    }
-  }
-  NcclComm(const NcclComm&) = delete;
-  NcclComm& operator=(const NcclComm&) = delete;
-
-  ncclComm_t get() const { return comm_; }
-  ncclComm_t* out() { return &comm_; }
-  explicit operator bool() const { return comm_ != nullptr; }
-  void Abort() {
-    if (comm_ != nullptr && !broken_) ncclCommAbort(comm_);
-    comm_ = nullptr;
-    broken_ = true;
-  }
-
- private:
-  ncclComm_t comm_ = nullptr;
-  bool broken_ = false;
-};
-
-// The communicators of one (process set, device).
-struct CommState {
-  int rank = 0, size = 1;
-  NcclComm flat;
-  // Hierarchical allreduce: within the host and across hosts (null otherwise).
-  NcclComm local, cross;
-  int local_rank = 0, local_size = 1;
-  std::string broken;  // why the communicator was aborted; empty while healthy
-
-  bool hierarchical() const { return static_cast<bool>(local); }
-};
 
 struct DeviceState {
   explicit DeviceState(int device) : device(device), fusion(device) {}
@@ -228,12 +93,80 @@ int64_t Sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+// Where an allreduce reduces: one tensor in its own output (copied there
+// from its input), or else every tensor in the fusion buffer, a joined rank's
+// parts as zeros, padded to a multiple of the host's ranks for the
+// hierarchical reduce-scatter. `in` and `out` copy into and out of it.
+struct AllreduceBuffer {
+  char* data = nullptr;
+  int64_t count = 0;  // elements reduced, padding included
+  bool fused = false;
+  std::vector<CopyJob> in, out;
+};
+
+Result<AllreduceBuffer> StageAllreduce(DeviceState& d, const CommState& c,
+                                       const std::vector<GpuTensor>& tensors, size_t elem,
+                                       cudaStream_t s) {
+  AllreduceBuffer b;
+  int64_t total = 0;
+  bool joined = false;  // a joined rank takes part with zeros and has no tensor
+  for (const GpuTensor& t : tensors) {
+    total += t.count;
+    joined |= t.input == nullptr;
+  }
+  b.fused = tensors.size() > 1 || joined || c.hierarchical();
+  if (!b.fused) {
+    const GpuTensor& t = tensors[0];
+    b.data = static_cast<char*>(t.output);
+    b.count = total;
+    if (t.output != t.input && total > 0) {
+      KOLO_CUDA(cudaMemcpyAsync(t.output, t.input, total * elem, cudaMemcpyDeviceToDevice, s));
+    }
+    b.in = b.out = {CopyJob{b.data, b.data, total}};
+    return b;
+  }
+  b.count = c.hierarchical() ? (total + c.local_size - 1) / c.local_size * c.local_size : total;
+  KOLO_ASSIGN_OR_RETURN(b.data, d.fusion.Reserve(std::max<int64_t>(b.count, 1) * elem));
+  int64_t offset = 0;
+  for (const GpuTensor& t : tensors) {
+    char* slot = b.data + offset * elem;
+    if (t.input != nullptr) {
+      b.in.push_back(CopyJob{t.input, slot, t.count});
+      b.out.push_back(CopyJob{slot, t.output, t.count});
+    } else if (t.count > 0) {
+      KOLO_CUDA(cudaMemsetAsync(slot, 0, t.count * elem, s));
+    }
+    offset += t.count;
+  }
+  if (b.count > total) {
+    KOLO_CUDA(cudaMemsetAsync(b.data + total * elem, 0, (b.count - total) * elem, s));
+  }
+  return b;
+}
+
+// Reduces `count` elements of `buffer` in place: one allreduce, or with a
+// hierarchy a reduce-scatter within the host, an allreduce of this rank's
+// block across hosts and an allgather within the host.
+Status AllreduceInPlace(const CommState& c, char* buffer, int64_t count, ncclDataType_t type,
+                        ncclRedOp_t op, size_t elem, cudaStream_t s) {
+  if (!c.hierarchical()) {
+    KOLO_NCCL(ncclAllReduce(buffer, buffer, count, type, op, c.flat.get(), s), c.flat.get());
+    return Status::OK();
+  }
+  const int64_t block = count / c.local_size;
+  char* mine = buffer + c.local_rank * block * elem;
+  KOLO_NCCL(ncclReduceScatter(buffer, mine, block, type, op, c.local.get(), s), c.local.get());
+  KOLO_NCCL(ncclAllReduce(mine, mine, block, type, op, c.cross.get(), s), c.cross.get());
+  KOLO_NCCL(ncclAllGather(mine, buffer, block, type, c.local.get(), s), c.local.get());
+  return Status::OK();
+}
+
 class NcclGpu : public Gpu {
  public:
-  explicit NcclGpu(bool hierarchical) : hierarchical_(hierarchical) {}
+  explicit NcclGpu(bool hierarchical) : comms_(hierarchical) {}
 
   ~NcclGpu() override {
-    comms_.clear();  // communicators before the streams their work runs on
+    comms_.Clear();  // communicators before the streams their work runs on
     devices_.clear();
   }
 
@@ -283,61 +216,12 @@ class NcclGpu : public Gpu {
     KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, tensors));
     auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
-    const ncclRedOp_t nccl_op = NcclOp(dtype, op);
-    int64_t total = 0;
-    bool joined = false;  // a joined rank takes part with zeros and has no tensor
-    for (const GpuTensor& t : tensors) {
-      total += t.count;
-      joined |= t.input == nullptr;
-    }
-    const bool fuse = tensors.size() > 1 || joined || c->hierarchical();
-    char* buffer;
-    std::vector<CopyJob> in, out;
-    if (!fuse) {
-      const GpuTensor& t = tensors[0];
-      buffer = static_cast<char*>(t.output);
-      if (t.output != t.input && total > 0) {
-        KOLO_CUDA(cudaMemcpyAsync(t.output, t.input, total * elem, cudaMemcpyDeviceToDevice, s));
-      }
-      in = out = {CopyJob{buffer, buffer, total}};
-      if (prescale != 1.0) KOLO_CUDA(BatchedCopy(in, dtype, prescale, s));
-    } else {
-      const int64_t padded =
-          c->hierarchical() ? (total + c->local_size - 1) / c->local_size * c->local_size : total;
-      KOLO_ASSIGN_OR_RETURN(buffer, d->fusion.Reserve(std::max<int64_t>(padded, 1) * elem));
-      int64_t offset = 0;
-      for (const GpuTensor& t : tensors) {
-        char* slot = buffer + offset * elem;
-        if (t.input != nullptr) {
-          in.push_back(CopyJob{t.input, slot, t.count});
-          out.push_back(CopyJob{slot, t.output, t.count});
-        } else if (t.count > 0) {
-          KOLO_CUDA(cudaMemsetAsync(slot, 0, t.count * elem, s));
-        }
-        offset += t.count;
-      }
-      if (padded > total) {
-        KOLO_CUDA(cudaMemsetAsync(buffer + total * elem, 0, (padded - total) * elem, s));
-      }
-      KOLO_CUDA(BatchedCopy(in, dtype, prescale, s));
-      total = padded;
-    }
-    if (c->hierarchical()) {
-      const int64_t block = total / c->local_size;
-      char* mine = buffer + c->local_rank * block * elem;
-      KOLO_NCCL(ncclReduceScatter(buffer, mine, block, type, nccl_op, c->local.get(), s),
-                c->local.get());
-      KOLO_NCCL(ncclAllReduce(mine, mine, block, type, nccl_op, c->cross.get(), s), c->cross.get());
-      KOLO_NCCL(ncclAllGather(mine, buffer, block, type, c->local.get(), s), c->local.get());
-    } else {
-      KOLO_NCCL(ncclAllReduce(buffer, buffer, total, type, nccl_op, c->flat.get(), s),
-                c->flat.get());
-    }
-    if (!fuse) {
-      if (postscale != 1.0) KOLO_CUDA(BatchedCopy(out, dtype, postscale, s));
-    } else {
-      KOLO_CUDA(BatchedCopy(out, dtype, postscale, s));
-    }
+    KOLO_ASSIGN_OR_RETURN(AllreduceBuffer b, StageAllreduce(*d, *c, tensors, elem, s));
+    // A tensor reduced in its own output is scaled in place only when asked;
+    // fused tensors are copied in and out, scaled on the way, in any case.
+    if (b.fused || prescale != 1.0) KOLO_CUDA(BatchedCopy(b.in, dtype, prescale, s));
+    KOLO_RETURN_IF_ERROR(AllreduceInPlace(*c, b.data, b.count, type, NcclOp(dtype, op), elem, s));
+    if (b.fused || postscale != 1.0) KOLO_CUDA(BatchedCopy(b.out, dtype, postscale, s));
     return Finish(*d, std::move(c));
   }
 
@@ -455,29 +339,11 @@ class NcclGpu : public Gpu {
     cudaError_t e = cudaEventQuery(p->event.get());
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) return CudaStatus(e, "cudaEventQuery");
-    CommState& c = *p->comm;
-    if (!c.broken.empty()) return Status::Internal(c.broken);
-    for (NcclComm* comm : {&c.flat, &c.local, &c.cross}) {
-      if (!*comm) continue;
-      ncclResult_t async = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(comm->get(), &async);
-      if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
-      Status why =
-          NcclStatus(r != ncclSuccess ? r : async, "NCCL (asynchronous error)", comm->get());
-      c.broken = why.message() + "; the NCCL communicator was aborted, restart the job";
-      c.flat.Abort();
-      c.local.Abort();
-      c.cross.Abort();
-      return Status::Internal(c.broken);
-    }
+    KOLO_RETURN_IF_ERROR(p->comm->CheckAsyncErrors());
     return false;
   }
 
-  void Forget(MPI_Comm mpi) override {
-    for (auto it = comms_.begin(); it != comms_.end();) {
-      it = it->first.first == mpi ? comms_.erase(it) : std::next(it);
-    }
-  }
+  void Forget(MPI_Comm mpi) override { comms_.Forget(mpi); }
 
  private:
   Result<DeviceState*> Device(int device) {
@@ -489,79 +355,6 @@ class NcclGpu : public Gpu {
     DeviceState* raw = state.get();
     devices_[device] = std::move(state);
     return raw;
-  }
-
-  Result<std::shared_ptr<CommState>> Comm(MPI_Comm mpi, int device) {
-    auto key = std::make_pair(mpi, device);
-    auto it = comms_.find(key);
-    if (it != comms_.end()) {
-      if (!it->second->broken.empty()) return Status::Internal(it->second->broken);
-      return it->second;
-    }
-    auto c = std::make_shared<CommState>();
-    MPI_Comm_rank(mpi, &c->rank);
-    MPI_Comm_size(mpi, &c->size);
-    KOLO_RETURN_IF_ERROR(CheckOneGpuPerRank(mpi, device, c->size));
-    KOLO_RETURN_IF_ERROR(InitComm(mpi, device, &c->flat));
-    if (hierarchical_) {
-      std::string why_not;
-      KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi, &why_not));
-      if (h) {
-        c->local_rank = h->local_rank;
-        c->local_size = h->local_size;
-        KOLO_RETURN_IF_ERROR(InitComm(h->local.get(), device, &c->local));
-        KOLO_RETURN_IF_ERROR(InitComm(h->cross.get(), device, &c->cross));
-      }
-    }
-    comms_[key] = c;
-    return c;
-  }
-
-  // NCCL refuses two ranks of one communicator on one GPU; say so first,
-  // naming them, on every rank (the check's data is the same everywhere).
-  static Status CheckOneGpuPerRank(MPI_Comm mpi, int device, int size) {
-    struct Who {
-      char host[64];
-      char bus[32];
-    };
-    Who me{};
-    gethostname(me.host, sizeof(me.host) - 1);
-    KOLO_CUDA(cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), device));
-    std::vector<Who> all(size);
-    KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Allgather(&me, sizeof(Who), MPI_BYTE, all.data(), sizeof(Who), MPI_BYTE, mpi),
-                  "MPI_Allgather"));
-    for (int i = 0; i < size; ++i) {
-      for (int j = i + 1; j < size; ++j) {
-        if (std::strcmp(all[i].host, all[j].host) != 0 ||
-            std::strcmp(all[i].bus, all[j].bus) != 0) {
-          continue;
-        }
-        return Status::InvalidArgument(
-            "ranks " + std::to_string(i) + " and " + std::to_string(j) +
-            " of this process set both use the GPU at PCI " + all[i].bus + " on host " +
-            all[i].host +
-            "; NCCL needs one GPU per rank. Start with `kolorun --pin-gpus` (one GPU per local "
-            "rank), or call torch.cuda.set_device(kolo.local_rank()) before using the GPU");
-      }
-    }
-    return Status::OK();
-  }
-
-  static Status InitComm(MPI_Comm mpi, int device, NcclComm* out) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(mpi, &rank);
-    MPI_Comm_size(mpi, &size);
-    struct {
-      int ok;
-      ncclUniqueId id;
-    } msg{};
-    if (rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
-    KOLO_RETURN_IF_ERROR(
-        MpiStatus(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi), "MPI_Bcast(ncclUniqueId)"));
-    if (!msg.ok) return Status::Internal("ncclGetUniqueId failed on the set's rank 0");
-    DeviceGuard guard(device);
-    return NcclStatus(ncclCommInitRank(out->out(), size, msg.id, rank), "ncclCommInitRank");
   }
 
   static Result<GpuOutput> Allocate(int device, int64_t bytes) {
@@ -587,7 +380,7 @@ class NcclGpu : public Gpu {
   };
   Result<Launch> Begin(MPI_Comm mpi, int device, const std::vector<GpuTensor>& tensors) {
     KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, Comm(mpi, device));
+    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, comms_.Get(mpi, device));
     for (const GpuTensor& t : tensors) {
       if (!t.ready) continue;
       KOLO_CUDA(cudaStreamWaitEvent(d->stream.get(), static_cast<Event*>(t.ready.get())->get(), 0));
@@ -603,12 +396,11 @@ class NcclGpu : public Gpu {
     return Token(p);
   }
 
-  bool hierarchical_;
   std::once_flag count_once_;
   int device_count_ = 0;
   std::string no_device_why_;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
-  std::map<std::pair<MPI_Comm, int>, std::shared_ptr<CommState>> comms_;
+  NcclComms comms_;
 };
 
 }  // namespace

@@ -1,0 +1,133 @@
+#include "nccl_comm.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "../data_mover.h"
+#include "../mpi.h"
+#include "cuda_util.h"
+
+namespace kolo {
+namespace {
+
+// NCCL refuses two ranks of one communicator on one GPU; say so first,
+// naming them, on every rank (the check's data is the same everywhere).
+Status CheckOneGpuPerRank(MPI_Comm mpi, int device, int size) {
+  struct Who {
+    char host[64];
+    char bus[32];
+  };
+  Who me{};
+  gethostname(me.host, sizeof(me.host) - 1);
+  KOLO_CUDA(cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), device));
+  std::vector<Who> all(size);
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allgather(&me, sizeof(Who), MPI_BYTE, all.data(), sizeof(Who), MPI_BYTE, mpi),
+                "MPI_Allgather"));
+  for (int i = 0; i < size; ++i) {
+    for (int j = i + 1; j < size; ++j) {
+      if (std::strcmp(all[i].host, all[j].host) != 0 || std::strcmp(all[i].bus, all[j].bus) != 0) {
+        continue;
+      }
+      return Status::InvalidArgument(
+          "ranks " + std::to_string(i) + " and " + std::to_string(j) +
+          " of this process set both use the GPU at PCI " + all[i].bus + " on host " + all[i].host +
+          "; NCCL needs one GPU per rank. Start with `kolorun --pin-gpus` (one GPU per local "
+          "rank), or call torch.cuda.set_device(kolo.local_rank()) before using the GPU");
+    }
+  }
+  return Status::OK();
+}
+
+// One communicator over the ranks of `mpi`: rank 0 makes the unique id and
+// broadcasts it (with whether that worked, so no rank waits in vain).
+Status InitComm(MPI_Comm mpi, int device, NcclComm* out) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(mpi, &rank);
+  MPI_Comm_size(mpi, &size);
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } msg{};
+  if (rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi), "MPI_Bcast(ncclUniqueId)"));
+  if (!msg.ok) return Status::Internal("ncclGetUniqueId failed on the set's rank 0");
+  DeviceGuard guard(device);
+  return NcclStatus(ncclCommInitRank(out->out(), size, msg.id, rank), "ncclCommInitRank");
+}
+
+}  // namespace
+
+NcclComm::~NcclComm() {
+  if (comm_ == nullptr) return;
+  if (broken_) {
+    ncclCommAbort(comm_);
+  } else {
+    // Flush what was issued (blocking communicator: returns when quiescent),
+    // then free the local resources.
+    ncclCommFinalize(comm_);
+    ncclCommDestroy(comm_);
+  }
+}
+
+void NcclComm::Abort() {
+  if (comm_ != nullptr && !broken_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+  broken_ = true;
+}
+
+Status CommState::CheckAsyncErrors() {
+  if (!broken.empty()) return Status::Internal(broken);
+  for (NcclComm* comm : {&flat, &local, &cross}) {
+    if (!*comm) continue;
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm->get(), &async);
+    if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
+    Status why = NcclStatus(r != ncclSuccess ? r : async, "NCCL (asynchronous error)", comm->get());
+    broken = why.message() + "; the NCCL communicator was aborted, restart the job";
+    flat.Abort();
+    local.Abort();
+    cross.Abort();
+    return Status::Internal(broken);
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<CommState>> NcclComms::Get(MPI_Comm mpi, int device) {
+  auto key = std::make_pair(mpi, device);
+  auto it = comms_.find(key);
+  if (it != comms_.end()) {
+    if (!it->second->broken.empty()) return Status::Internal(it->second->broken);
+    return it->second;
+  }
+  auto c = std::make_shared<CommState>();
+  MPI_Comm_rank(mpi, &c->rank);
+  MPI_Comm_size(mpi, &c->size);
+  KOLO_RETURN_IF_ERROR(CheckOneGpuPerRank(mpi, device, c->size));
+  KOLO_RETURN_IF_ERROR(InitComm(mpi, device, &c->flat));
+  if (hierarchical_) {
+    std::string why_not;
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi, &why_not));
+    if (h) {
+      c->local_rank = h->local_rank;
+      c->local_size = h->local_size;
+      KOLO_RETURN_IF_ERROR(InitComm(h->local.get(), device, &c->local));
+      KOLO_RETURN_IF_ERROR(InitComm(h->cross.get(), device, &c->cross));
+    }
+  }
+  comms_[key] = c;
+  return c;
+}
+
+void NcclComms::Forget(MPI_Comm mpi) {
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    it = it->first.first == mpi ? comms_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace kolo
