@@ -1,9 +1,11 @@
+// The flat and hierarchical host movers, and MakeHostMover: the one place that
+// picks a set's host mover (the shared-memory mover lives in shm_allreduce.cc).
 #include <algorithm>
 #include <climits>
 #include <string>
 
 #include "base/rows.h"
-#include "ops/data_mover.h"
+#include "ops/mpi_mover.h"
 #include "ops/shm_allreduce.h"
 
 namespace kolo {
@@ -38,103 +40,6 @@ int64_t PieceElements(int64_t piece_bytes, DataType dtype) {
   return std::clamp<int64_t>(piece_bytes / static_cast<int64_t>(DataTypeSize(dtype)), 1,
                              kMaxPieceElements);
 }
-
-// The flat mover: one MPI collective per call on the set's communicator.
-class MpiMover : public HostMover {
- public:
-  MpiMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes)
-      : comm_(comm), ops_(ops), piece_bytes_(piece_bytes) {}
-
-  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
-    MPI_Datatype type = ops_->Datatype(dtype);
-    MPI_Op mpi_op = ops_->Op(dtype, op);
-    auto* p = static_cast<char*>(buffer);
-    const size_t elem = DataTypeSize(dtype);
-    const int64_t piece = PieceElements(piece_bytes_, dtype);
-    for (int64_t done = 0; done < count;) {
-      int n = static_cast<int>(std::min(count - done, piece));
-      KOLO_RETURN_IF_ERROR(AllreducePiece(p + done * elem, n, elem, type, mpi_op));
-      done += n;
-    }
-    return Status::OK();
-  }
-
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override {
-    int64_t total = 0;
-    for (int64_t b : recv_bytes) total += b;
-    KOLO_RETURN_IF_ERROR(CheckIntCount(total, "allgather"));
-    std::vector<int> counts = ToInts(recv_bytes);
-    std::vector<int> displs = Displacements(recv_bytes);
-    return MpiStatus(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
-                                    counts.data(), displs.data(), MPI_BYTE, comm_),
-                     "MPI_Allgatherv");
-  }
-
-  Status Broadcast(void* buffer, int64_t bytes, int root) override {
-    auto* p = static_cast<char*>(buffer);
-    for (int64_t done = 0; done < bytes;) {
-      int n = static_cast<int>(std::min(bytes - done, kMaxPieceElements));
-      KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast"));
-      done += n;
-    }
-    return Status::OK();
-  }
-
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override {
-    int64_t total_send = 0, total_recv = 0;
-    for (int64_t b : send_bytes) total_send += b;
-    for (int64_t b : recv_bytes) total_recv += b;
-    KOLO_RETURN_IF_ERROR(CheckIntCount(std::max(total_send, total_recv), "alltoall"));
-    std::vector<int> sc = ToInts(send_bytes), rc = ToInts(recv_bytes);
-    std::vector<int> sd = Displacements(send_bytes), rd = Displacements(recv_bytes);
-    return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
-                                   MPI_BYTE, comm_),
-                     "MPI_Alltoallv");
-  }
-
-  Status AlltoallCounts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) override {
-    recv->assign(send.size(), 0);
-    return MpiStatus(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T, comm_),
-                     "MPI_Alltoall");
-  }
-
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override {
-    int64_t total = 0;
-    for (int64_t c : recv_counts) total += c;
-    KOLO_RETURN_IF_ERROR(CheckIntCount(total, "reducescatter"));
-    std::vector<int> counts = ToInts(recv_counts);
-    return MpiStatus(MPI_Reduce_scatter(send, recv, counts.data(), ops_->Datatype(dtype),
-                                        ops_->Op(dtype, op), comm_),
-                     "MPI_Reduce_scatter");
-  }
-
- protected:
-  // One piece of an allreduce, in place (`n` elements of `elem` bytes).
-  virtual Status AllreducePiece(char* p, int n, size_t /*elem*/, MPI_Datatype type, MPI_Op op) {
-    return MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, comm_), "MPI_Allreduce");
-  }
-
-  MPI_Comm comm_;
-  const MpiOps* ops_;
-  int64_t piece_bytes_;
-};
-
-// Allreduce through the shared-memory segment (which pieces by itself).
-class ShmMover : public MpiMover {
- public:
-  ShmMover(MPI_Comm comm, const MpiOps* ops, std::unique_ptr<ShmAllreduce> shm)
-      : MpiMover(comm, ops, 0), shm_(std::move(shm)) {}
-
-  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
-    return shm_->Allreduce(buffer, count, dtype, op);
-  }
-
- private:
-  std::unique_ptr<ShmAllreduce> shm_;
-};
 
 // Local rank i reduces block i of the host's ranks, the hosts allreduce their
 // block i among local ranks i, and each host gathers its blocks. Every element
@@ -173,13 +78,79 @@ class HierarchicalMover : public MpiMover {
 
 }  // namespace
 
-std::unique_ptr<HostMover> MakeMpiMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes) {
-  return std::make_unique<MpiMover>(comm, ops, piece_bytes);
+Status MpiMover::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  MPI_Datatype type = ops_->Datatype(dtype);
+  MPI_Op mpi_op = ops_->Op(dtype, op);
+  auto* p = static_cast<char*>(buffer);
+  const size_t elem = DataTypeSize(dtype);
+  const int64_t piece = PieceElements(piece_bytes_, dtype);
+  for (int64_t done = 0; done < count;) {
+    int n = static_cast<int>(std::min(count - done, piece));
+    KOLO_RETURN_IF_ERROR(AllreducePiece(p + done * elem, n, elem, type, mpi_op));
+    done += n;
+  }
+  return Status::OK();
 }
 
-std::unique_ptr<HostMover> MakeShmMover(MPI_Comm comm, const MpiOps* ops,
-                                        std::unique_ptr<ShmAllreduce> shm) {
-  return std::make_unique<ShmMover>(comm, ops, std::move(shm));
+Status MpiMover::Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                            const std::vector<int64_t>& recv_bytes) {
+  int64_t total = 0;
+  for (int64_t b : recv_bytes) total += b;
+  KOLO_RETURN_IF_ERROR(CheckIntCount(total, "allgather"));
+  std::vector<int> counts = ToInts(recv_bytes);
+  std::vector<int> displs = Displacements(recv_bytes);
+  return MpiStatus(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
+                                  displs.data(), MPI_BYTE, comm_),
+                   "MPI_Allgatherv");
+}
+
+Status MpiMover::Broadcast(void* buffer, int64_t bytes, int root) {
+  auto* p = static_cast<char*>(buffer);
+  for (int64_t done = 0; done < bytes;) {
+    int n = static_cast<int>(std::min(bytes - done, kMaxPieceElements));
+    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast"));
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status MpiMover::Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                           const std::vector<int64_t>& recv_bytes) {
+  int64_t total_send = 0, total_recv = 0;
+  for (int64_t b : send_bytes) total_send += b;
+  for (int64_t b : recv_bytes) total_recv += b;
+  KOLO_RETURN_IF_ERROR(CheckIntCount(std::max(total_send, total_recv), "alltoall"));
+  std::vector<int> sc = ToInts(send_bytes), rc = ToInts(recv_bytes);
+  std::vector<int> sd = Displacements(send_bytes), rd = Displacements(recv_bytes);
+  return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                                 MPI_BYTE, comm_),
+                   "MPI_Alltoallv");
+}
+
+Status MpiMover::AlltoallCounts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) {
+  recv->assign(send.size(), 0);
+  return MpiStatus(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T, comm_),
+                   "MPI_Alltoall");
+}
+
+Status MpiMover::ReduceScatter(const void* send, void* recv,
+                               const std::vector<int64_t>& recv_counts, DataType dtype,
+                               ReduceOp op) {
+  int64_t total = 0;
+  for (int64_t c : recv_counts) total += c;
+  KOLO_RETURN_IF_ERROR(CheckIntCount(total, "reducescatter"));
+  std::vector<int> counts = ToInts(recv_counts);
+  return MpiStatus(MPI_Reduce_scatter(send, recv, counts.data(), ops_->Datatype(dtype),
+                                      ops_->Op(dtype, op), comm_),
+                   "MPI_Reduce_scatter");
+}
+
+Status MpiMover::AllreducePiece(char* p, int n, size_t /*elem*/, MPI_Datatype type, MPI_Op op) {
+  return MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, comm_), "MPI_Allreduce");
+}
+
+std::unique_ptr<HostMover> MakeMpiMover(MPI_Comm comm, const MpiOps* ops, int64_t piece_bytes) {
+  return std::make_unique<MpiMover>(comm, ops, piece_bytes);
 }
 
 std::unique_ptr<HostMover> MakeHierarchicalMover(MPI_Comm comm, const MpiOps* ops,

@@ -15,7 +15,7 @@
 
 #include "base/rows.h"
 #include "ops/cpu_kernels.h"
-#include "ops/mpi.h"
+#include "ops/mpi_mover.h"
 
 namespace kolo {
 
@@ -190,6 +190,29 @@ Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, Redu
     done += n;
   }
   return Status::OK();
+}
+
+namespace {
+
+// Allreduce through the shared-memory segment (which pieces by itself).
+class ShmMover : public MpiMover {
+ public:
+  ShmMover(MPI_Comm comm, const MpiOps* ops, std::unique_ptr<ShmAllreduce> shm)
+      : MpiMover(comm, ops, 0), shm_(std::move(shm)) {}
+
+  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+    return shm_->Allreduce(buffer, count, dtype, op);
+  }
+
+ private:
+  std::unique_ptr<ShmAllreduce> shm_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostMover> MakeShmMover(MPI_Comm comm, const MpiOps* ops,
+                                        std::unique_ptr<ShmAllreduce> shm) {
+  return std::make_unique<ShmMover>(comm, ops, std::move(shm));
 }
 
 }  // namespace kolo
