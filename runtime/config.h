@@ -1,6 +1,8 @@
-// The runtime's configuration: one table of settings (name, default, meaning,
-// parser), read once at init from the environment and then from init()'s
-// overrides. docs/configuration.md is generated from the same table.
+// The runtime's configuration: one table of settings (name, field, meaning,
+// Horovod alias), read once at init from the environment and then from
+// init()'s overrides. Each default is written once, as Config's member
+// initializer; the table and docs/configuration.md show it from Config{}.
+// runtime/config_table.cc holds the table, runtime/config.cc reads it.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ struct Config {
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_seconds = 60.0;
-  double stall_shutdown_seconds = 600.0;  // see config.cc: PyTorch's NCCL default
+  double stall_shutdown_seconds = 600.0;  // see config_table.cc: PyTorch's NCCL default
   bool stall_check_disabled = false;
   LogLevel log_level = LogLevel::kWarning;
   double idle_tick_ms = 100.0;
@@ -30,6 +32,7 @@ struct Config {
   int64_t in_place_threshold_bytes = 256LL << 10;
   bool shm_allreduce = true;
   bool hierarchical_allreduce = false;
+  std::string python = "/usr/bin/python3";  // read by kolorun --check-build, not by the runtime
 };
 
 // A kolo setting's Horovod variable. Horovod reads its variables with
@@ -44,13 +47,23 @@ struct HorovodAlias {
   std::function<Result<std::string>(const std::string& text)> translate;
 };
 
+// How a setting reads and shows its field of Config. The table builds one
+// from the field's member pointer (config_table.cc: Bytes, Milliseconds, ...),
+// so that parsing and showing cannot reach different fields.
+struct SettingField {
+  // Parses `text` into the field of `config`, or returns a message saying
+  // what is wrong with it (without the variable name, which the caller adds).
+  std::function<Status(const std::string& text, Config* config)> parse;
+  // The field's value in `config`, as `parse` reads it back ("67108864").
+  std::function<std::string(const Config& config)> format;
+  // The same value for a reader of the docs ("67108864 (64 MiB)", "(off)").
+  std::function<std::string(const Config& config)> describe;
+};
+
 struct Setting {
   const char* name;
-  const char* default_text;
+  SettingField field;
   const char* meaning;
-  // Parses `text` into the config, or returns a message saying what is wrong
-  // with it (without the variable name, which the caller adds).
-  std::function<Status(const std::string& text, Config* config)> parse;
   // The KOLO_ name wins when both are set.
   HorovodAlias horovod;
 };
@@ -102,7 +115,7 @@ Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>
 // The KOLO_* and HOROVOD_* variables of this process's environment.
 std::vector<std::pair<std::string, std::string>> KoloEnvironment();
 
-// Parse helpers, exposed for tests and the launcher's validation.
+// Parse helpers, exposed for tests.
 Result<int64_t> ParseByteSize(const std::string& text);  // "1048576", "64M", "1.5GiB"
 Result<double> ParseNonNegativeDouble(const std::string& text);
 Result<bool> ParseBool(const std::string& text);  // 1/0, true/false, yes/no, on/off
@@ -112,11 +125,10 @@ Result<LogLevel> ParseLogLevel(const std::string& text);
 // closest to `name` (for "did you mean"), or "".
 std::string ClosestSettingName(const std::string& name);
 
-}  // namespace kolo
-
-namespace kolo {
-// The Markdown table of every setting, for docs/configuration.md.
+// The Markdown table of every setting, for docs/configuration.md; each
+// default is the setting's field described from Config{}.
 std::string SettingsMarkdownTable();
 // The Markdown table of the Horovod variables kolo ignores, for the same page.
 std::string UnsupportedHorovodMarkdownTable();
+
 }  // namespace kolo

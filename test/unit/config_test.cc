@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <tuple>
 
 namespace kolo {
 namespace {
@@ -18,6 +20,75 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(c.value().stall_check_seconds, 60.0);
   EXPECT_EQ(c.value().stall_shutdown_seconds, 600.0);
   EXPECT_EQ(c.value().log_level, LogLevel::kWarning);
+}
+
+// Every field of Config, for comparing two configs whole.
+auto Fields(const Config& c) {
+  return std::tie(c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity, c.timeline_path,
+                  c.timeline_mark_cycles, c.stall_check_seconds, c.stall_shutdown_seconds,
+                  c.stall_check_disabled, c.log_level, c.idle_tick_ms, c.piece_bytes,
+                  c.in_place_threshold_bytes, c.shm_allreduce, c.hierarchical_allreduce, c.python);
+}
+
+// The defaults are written once, in Config's initializers; the table shows
+// them through each setting's field. Reading back what the table shows must
+// give Config{} again, or the docs would promise a default kolo does not use.
+TEST(Config, TableDefaultsReadBackAsConfigDefaults) {
+  const Config defaults;
+  Env shown;
+  for (const Setting& s : Settings()) shown.emplace_back(s.name, s.field.format(defaults));
+  Result<Config> read = ParseConfig(shown, {});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  for (const Setting& s : Settings()) {
+    EXPECT_EQ(s.field.format(read.value()), s.field.format(defaults)) << s.name;
+  }
+  EXPECT_TRUE(Fields(read.value()) == Fields(defaults));
+}
+
+// Each setting's field reads and shows the same member: a value read in
+// through `parse` comes back out of `format`.
+TEST(Config, EverySettingShowsTheFieldItReads) {
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"KOLO_FUSION_THRESHOLD", "1048576"},
+      {"KOLO_CYCLE_TIME", "2.5"},
+      {"KOLO_CACHE_CAPACITY", "7"},
+      {"KOLO_TIMELINE", "/tmp/t.json"},
+      {"KOLO_TIMELINE_MARK_CYCLES", "1"},
+      {"KOLO_STALL_CHECK_TIME_SECONDS", "0.25"},
+      {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "0"},
+      {"KOLO_STALL_CHECK_DISABLE", "1"},
+      {"KOLO_LOG_LEVEL", "debug"},
+      {"KOLO_HIERARCHICAL_ALLREDUCE", "1"},
+      {"KOLO_IDLE_TICK_MS", "12.5"},
+      {"KOLO_PIECE_SIZE", "4096"},
+      {"KOLO_IN_PLACE_THRESHOLD", "0"},
+      {"KOLO_SHM_ALLREDUCE", "0"},
+      {"KOLO_PYTHON", "/opt/my python/bin/python3"}};
+  ASSERT_EQ(values.size(), Settings().size()) << "give the new setting a value here";
+  for (const Setting& s : Settings()) {
+    auto it = std::find_if(values.begin(), values.end(),
+                           [&](const auto& v) { return v.first == s.name; });
+    ASSERT_NE(it, values.end()) << s.name << " has no test value";
+    Config c;
+    ASSERT_TRUE(s.field.parse(it->second, &c).ok()) << s.name;
+    EXPECT_EQ(s.field.format(c), it->second) << s.name;
+    EXPECT_NE(s.field.format(c), s.field.format(Config{}))
+        << s.name << ": pick a value that is not the default";
+  }
+}
+
+TEST(Config, DocsShowDefaultsForReaders) {
+  const Config defaults;
+  std::map<std::string, std::string> shown;
+  for (const Setting& s : Settings()) shown[s.name] = s.field.describe(defaults);
+  EXPECT_EQ(shown["KOLO_FUSION_THRESHOLD"], "67108864 (64 MiB)");
+  EXPECT_EQ(shown["KOLO_IN_PLACE_THRESHOLD"], "262144 (256 KiB)");
+  EXPECT_EQ(shown["KOLO_CYCLE_TIME"], "0.5");
+  EXPECT_EQ(shown["KOLO_STALL_SHUTDOWN_TIME_SECONDS"], "600");
+  EXPECT_EQ(shown["KOLO_TIMELINE"], "(off)");
+  EXPECT_EQ(shown["KOLO_LOG_LEVEL"], "warning");
+  EXPECT_EQ(shown["KOLO_SHM_ALLREDUCE"], "1");
+  EXPECT_EQ(shown["KOLO_PYTHON"], "/usr/bin/python3");
 }
 
 TEST(Config, GoodValues) {
