@@ -118,6 +118,8 @@ Result<std::string> PinnedGpu(const std::string& visible, int local_rank) {
   return devices[local_rank];
 }
 
+// Longer than a function should be because it is the table itself: one
+// place lists every horovodrun flag and what kolorun does with it.
 const std::vector<HorovodrunFlag>& HorovodrunFlags() {
   using K = HorovodrunFlag::Kind;
   static const char* const kElastic =

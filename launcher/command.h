@@ -28,7 +28,8 @@ struct LaunchPlan {
 };
 
 // The argv that runs `plan`; `plan.env`'s variables are passed by name with
-// `-x NAME` (their values must be in mpirun's environment, see ChildEnvironment).
+// `-x NAME`, so their values must be in mpirun's own environment (kolorun's,
+// plus the variables kolorun sets when it starts mpirun).
 std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan);
 
 // The names of variables forwarded from kolorun's own environment to every

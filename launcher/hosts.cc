@@ -155,9 +155,10 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
   return out;
 }
 
-Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
-  std::vector<std::string> out;
-  // Split on commas that are not inside brackets.
+namespace {
+
+// Splits a Slurm host list on the commas that are not inside brackets.
+Result<std::vector<std::string>> SplitNodelist(const std::string& list) {
   std::vector<std::string> items;
   std::string cur;
   int depth = 0;
@@ -178,7 +179,46 @@ Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
     return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': unbalanced brackets");
   }
   items.push_back(cur);
-  for (const std::string& raw : items) {
+  return items;
+}
+
+// Appends prefix + N + suffix to `out` for each N of `range` ("01-04" or
+// "7"), keeping the width of the range's first number.
+Status ExpandRange(const std::string& list, const std::string& prefix, const std::string& range,
+                   const std::string& suffix, std::vector<std::string>* out) {
+  size_t dash = range.find('-');
+  std::string lo = range.substr(0, dash);
+  std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() < 10 &&
+           std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+  };
+  if (!digits(lo) || !digits(hi) || std::stol(lo) > std::stol(hi)) {
+    return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': bad range '" + range + "'");
+  }
+  if (std::stol(hi) - std::stol(lo) > 100000) {
+    return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': range too large");
+  }
+  if (out->size() + static_cast<size_t>(std::stol(hi) - std::stol(lo)) > 100000) {
+    return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list.substr(0, 80) +
+                                   "' expands to more than 100000 hosts");
+  }
+  for (long v = std::stol(lo); v <= std::stol(hi); ++v) {
+    std::string num = std::to_string(v);
+    if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
+    out->push_back(prefix + num + suffix);
+    KOLO_RETURN_IF_ERROR(CheckHost(out->back(), "SLURM_JOB_NODELIST"));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
+  Result<std::vector<std::string>> items = SplitNodelist(list);
+  if (!items.ok()) return items.status();
+  std::vector<std::string> out;
+  for (const std::string& raw : items.value()) {
     std::string item = Trim(raw);
     if (item.empty()) {
       return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': empty entry");
@@ -192,30 +232,7 @@ Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
     size_t close = item.find(']', open);
     std::string prefix = item.substr(0, open), suffix = item.substr(close + 1);
     for (const std::string& range : Split(item.substr(open + 1, close - open - 1), ',')) {
-      size_t dash = range.find('-');
-      std::string lo = range.substr(0, dash);
-      std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-      auto digits = [](const std::string& s) {
-        return !s.empty() && s.size() < 10 &&
-               std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-      };
-      if (!digits(lo) || !digits(hi) || std::stol(lo) > std::stol(hi)) {
-        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': bad range '" + range +
-                                       "'");
-      }
-      if (std::stol(hi) - std::stol(lo) > 100000) {
-        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list + "': range too large");
-      }
-      if (out.size() + static_cast<size_t>(std::stol(hi) - std::stol(lo)) > 100000) {
-        return Status::InvalidArgument("SLURM_JOB_NODELIST '" + list.substr(0, 80) +
-                                       "' expands to more than 100000 hosts");
-      }
-      for (long v = std::stol(lo); v <= std::stol(hi); ++v) {
-        std::string num = std::to_string(v);
-        if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
-        out.push_back(prefix + num + suffix);
-        KOLO_RETURN_IF_ERROR(CheckHost(out.back(), "SLURM_JOB_NODELIST"));
-      }
+      KOLO_RETURN_IF_ERROR(ExpandRange(list, prefix, range, suffix, &out));
     }
   }
   return out;

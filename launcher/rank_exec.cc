@@ -71,6 +71,45 @@ bool PinGpu() {
   return true;
 }
 
+// Tells kolorun that this rank started (skipped when run without kolorun).
+bool RegisterWithKolorun() {
+  const std::string rendezvous = Get(kolo::env::kRendezvous);
+  if (rendezvous.empty()) return true;
+  size_t colon = rendezvous.rfind(':');
+  kolo::launcher::Registration me;
+  me.rank = std::atoi(Get("RANK").c_str());
+  me.local_rank = std::atoi(Get("LOCAL_RANK").c_str());
+  char name[256] = "?";
+  gethostname(name, sizeof name - 1);
+  me.host = name;
+  me.pid = getpid();
+  kolo::Status s = kolo::launcher::Register(
+      rendezvous.substr(0, colon), std::atoi(rendezvous.substr(colon + 1).c_str()),
+      kolo::launcher::RegistrationMessage(Get(kolo::env::kToken), me), 10.0);
+  if (!s.ok()) std::fprintf(stderr, "kolo-rank: rank %d: %s\n", me.rank, s.message().c_str());
+  return s.ok();
+}
+
+// The rank's exit code from the command's wait status; when the command
+// failed, also the marker line that kolorun reports.
+int ReportExit(int status) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string rank = Get("RANK");
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s signal=%d\n", rank.c_str(), host, sig);
+    std::fflush(stderr);
+    return 128 + sig;
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (code != 0) {
+    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s code=%d\n", rank.c_str(), host, code);
+    std::fflush(stderr);
+  }
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,26 +118,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetRankEnvironment();
-  if (!PinGpu()) return 2;
-  // Tell kolorun that this rank started (skipped when run without kolorun).
-  const std::string rendezvous = Get(kolo::env::kRendezvous);
-  if (!rendezvous.empty()) {
-    size_t colon = rendezvous.rfind(':');
-    kolo::launcher::Registration me;
-    me.rank = std::atoi(Get("RANK").c_str());
-    me.local_rank = std::atoi(Get("LOCAL_RANK").c_str());
-    char name[256] = "?";
-    gethostname(name, sizeof name - 1);
-    me.host = name;
-    me.pid = getpid();
-    kolo::Status s = kolo::launcher::Register(
-        rendezvous.substr(0, colon), std::atoi(rendezvous.substr(colon + 1).c_str()),
-        kolo::launcher::RegistrationMessage(Get(kolo::env::kToken), me), 10.0);
-    if (!s.ok()) {
-      std::fprintf(stderr, "kolo-rank: rank %d: %s\n", me.rank, s.message().c_str());
-      return 2;
-    }
-  }
+  if (!PinGpu() || !RegisterWithKolorun()) return 2;
   g_child = fork();
   if (g_child < 0) {
     std::perror("kolo-rank: fork");
@@ -116,19 +136,5 @@ int main(int argc, char** argv) {
   int status = 0;
   while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
   }
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  const std::string rank = Get("RANK");
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s signal=%d\n", rank.c_str(), host, sig);
-    std::fflush(stderr);
-    return 128 + sig;
-  }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  if (code != 0) {
-    std::fprintf(stderr, "KOLORUN-RANK-EXIT rank=%s host=%s code=%d\n", rank.c_str(), host, code);
-    std::fflush(stderr);
-  }
-  return code;
+  return ReportExit(status);
 }
