@@ -408,4 +408,26 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
   return a;
 }
 
+Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np) {
+  const int slots = TotalSlots(allocation.hosts);
+  if (slots > kMaxSlots) {
+    return Status::InvalidArgument(allocation.source + " provides more than " +
+                                   std::to_string(kMaxSlots) + " slots; check the slot counts");
+  }
+  if (np == 0) np = slots;
+  if (np > slots) {
+    return Status::InvalidArgument("-np " + std::to_string(np) + " asks for more ranks than the " +
+                                   std::to_string(slots) + " slots that " + allocation.source +
+                                   " provides; lower -np or add slots");
+  }
+  std::vector<HostSlots> used;
+  for (int h : MapBySlot(allocation.hosts, np)) {
+    if (used.empty() || used.back().host != allocation.hosts[h].host) {
+      used.push_back({allocation.hosts[h].host, 0});
+    }
+    ++used.back().slots;
+  }
+  return used;
+}
+
 }  // namespace kolo::launcher

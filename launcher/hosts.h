@@ -57,6 +57,11 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
                                 const std::map<std::string, std::string>& env, int np,
                                 int local_cores, FileReader read_file);
 
+// The hosts that get ranks when `np` ranks (every slot when 0) fill
+// `allocation` slot by slot, each with the ranks it gets. An error when the
+// allocation has more than kMaxSlots slots in all, or fewer than `np`.
+Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np);
+
 // The sum of the slots, capped at kMaxSlots + 1.
 int TotalSlots(const std::vector<HostSlots>& hosts);
 

@@ -213,6 +213,48 @@ def test_check_build_and_version():
     assert kolorun("--version").stdout.startswith("kolorun ")
 
 
+FAKE_PYTHON = """#!/bin/sh
+# Answers kolorun --check-build's three questions the way a Python would.
+case "$2" in
+  *platform*) echo 3.99.0 ;;
+  *torch*) echo 9.9.9-fake ;;
+  *kolo*) echo yes ;;
+esac
+"""
+
+
+def test_check_build_runs_kolo_python_without_a_shell(tmp_path):
+    # A path with a space, quotes and a command substitution: a shell would
+    # split it, or run the substitution; an argv vector takes it as it is.
+    folder = tmp_path / "my python's $(touch INJECTED) dir"
+    folder.mkdir()
+    python = folder / 'py"thon'
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    r = kolorun("--check-build", env={"KOLO_PYTHON": str(python)})
+    assert r.returncode == 0, r.stderr
+    assert "Python           %s (3.99.0)" % python in r.stdout
+    assert "Python binding   yes" in r.stdout
+    assert "PyTorch          9.9.9-fake" in r.stdout
+    assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists("INJECTED")
+    assert r.stderr == ""
+
+
+def test_check_build_says_a_missing_kolo_python_is_not_found(tmp_path):
+    missing = str(tmp_path / "no such python")
+    r = kolorun("--check-build", env={"KOLO_PYTHON": missing})
+    assert r.returncode == 0, r.stderr
+    assert "Python           %s: not found; KOLO_PYTHON names the interpreter" % missing in r.stdout
+    assert "Python binding   no" in r.stdout and "PyTorch          not found" in r.stdout
+    assert r.stderr == ""  # nothing from a shell ("sh: 1: ...: not found")
+
+
+def test_check_build_reads_kolo_python_as_a_setting():
+    r = kolorun("--check-build", env={"KOLO_PYTHON": "/usr/bin/python3", "KOLO_CYCLE_TIME": "fast"})
+    assert r.returncode == 2
+    assert "kolorun: KOLO_CYCLE_TIME='fast' is not a number" in r.stderr
+
+
 def test_rank_that_does_not_start_in_time_is_named(tmp_path):
     start = time.monotonic()
     r = kolorun("-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2", "--start-timeout", "2", "--mpi-args",

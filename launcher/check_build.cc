@@ -1,0 +1,115 @@
+#include "check_build.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace kolo::launcher {
+namespace {
+
+// Reads `fd` to its end.
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// The child's side of CaptureStdout, between fork and exec. An exec failure
+// reaches the parent as the errno value written on `error_fd`, which the
+// exec closes when it succeeds (O_CLOEXEC).
+[[noreturn]] void ExecChild(const std::vector<char*>& argv, int stdout_fd, int error_fd) {
+  int null_fd = open("/dev/null", O_RDWR);
+  if (null_fd >= 0) {
+    dup2(null_fd, STDIN_FILENO);
+    dup2(null_fd, STDERR_FILENO);
+  }
+  dup2(stdout_fd, STDOUT_FILENO);
+  execv(argv[0], argv.data());
+  const int error = errno;
+  [[maybe_unused]] ssize_t written = write(error_fd, &error, sizeof error);
+  _exit(127);
+}
+
+// Why the child did not run or did not succeed; "" when it exited with 0.
+std::string Failure(const std::string& exec_error, int wait_status) {
+  if (exec_error.size() == sizeof(int)) {
+    int error = 0;
+    std::memcpy(&error, exec_error.data(), sizeof error);
+    return error == ENOENT ? "not found" : std::strerror(error);
+  }
+  if (WIFSIGNALED(wait_status)) return "killed by signal " + std::to_string(WTERMSIG(wait_status));
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0) {
+    return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::string> CaptureStdout(const std::vector<std::string>& args) {
+  if (args.empty() || args[0].empty()) return Status::InvalidArgument("not found (empty path)");
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int out_pipe[2] = {-1, -1}, error_pipe[2] = {-1, -1};
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(error_pipe, O_CLOEXEC) != 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1]}) close(fd);
+    return Status::Internal("pipe failed: " + why);
+  }
+  const pid_t child = fork();
+  if (child == 0) ExecChild(argv, out_pipe[1], error_pipe[1]);
+  const int fork_errno = errno;
+  close(out_pipe[1]);
+  close(error_pipe[1]);
+  std::string out = child > 0 ? ReadAll(out_pipe[0]) : "";
+  const std::string exec_error = child > 0 ? ReadAll(error_pipe[0]) : "";
+  close(out_pipe[0]);
+  close(error_pipe[0]);
+  if (child < 0) return Status::Internal(std::string("fork failed: ") + std::strerror(fork_errno));
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const std::string failure = Failure(exec_error, status);
+  if (!failure.empty()) return Status::InvalidArgument(failure);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+int CheckBuild(const std::string& python) {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_line(mpi, static_cast<size_t>(len));
+  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+  std::printf("kolo %s build:\n", KOLO_VERSION);
+  std::printf("  %-16s %s\n", "MPI", mpi_line.c_str());
+  std::printf("  %-16s %s\n", "CUDA / NCCL",
+              KOLO_CUDA_FOUND ? "yes (NCCL collectives on CUDA tensors)" : "no (built without)");
+  Result<std::string> version =
+      CaptureStdout({python, "-c", "import platform; print(platform.python_version())"});
+  std::string python_line = python + (version.ok() ? " (" + version.value() + ")"
+                                                   : ": " + version.status().message() +
+                                                         "; KOLO_PYTHON names the interpreter");
+  std::printf("  %-16s %s\n", "Python", python_line.c_str());
+  Result<std::string> binding = CaptureStdout({python, "-c", "import kolo; print('yes')"});
+  std::printf("  %-16s %s\n", "Python binding",
+              binding.ok() && binding.value() == "yes" ? "yes" : "no");
+  Result<std::string> torch =
+      CaptureStdout({python, "-c", "import torch; print(torch.__version__)"});
+  std::printf("  %-16s %s\n", "PyTorch",
+              torch.ok() && !torch.value().empty() ? torch.value().c_str() : "not found");
+  return 0;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,22 @@
+// kolorun --check-build: what this build has (MPI, CUDA/NCCL), and whether
+// the Python interpreter named by KOLO_PYTHON imports kolo and PyTorch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+
+namespace kolo::launcher {
+
+// Runs argv[0] (a path, not searched in PATH) with `argv`, without a shell,
+// stdin and stderr on /dev/null; returns what it wrote on stdout, without the
+// trailing newline, when it exits with 0. An error says why not: "not found"
+// when argv[0] does not exist.
+Result<std::string> CaptureStdout(const std::vector<std::string>& argv);
+
+// Prints the build report; `python` is the interpreter to ask. Returns
+// kolorun's exit code.
+int CheckBuild(const std::string& python);
+
+}  // namespace kolo::launcher

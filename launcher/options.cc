@@ -1,0 +1,160 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "command.h"
+#include "kolo/env_names.h"
+
+namespace kolo::launcher {
+namespace {
+
+// kolorun's options and flags, in the order --help lists them.
+void AddOptions(CLI::App& app, Options* o) {
+  app.footer(
+      "Examples:\n"
+      "  kolorun -np 4 python train.py                    4 ranks on this machine\n"
+      "  kolorun -np 8 -H node1:4,node2:4 python train.py  two hosts\n"
+      "  kolorun --hostfile hosts.txt python train.py      every slot of the hostfile\n"
+      "  kolorun python train.py                           inside a Slurm/PBS/SGE/LSF allocation\n"
+      "  kolorun -np 2 --dry-run python train.py           print the mpirun command only");
+  app.set_version_flag("--version", std::string("kolorun ") + KOLO_VERSION);
+  app.add_option("--np", o->np, "Number of ranks (default: all slots)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("-H,--hosts", o->hosts, "Hosts and slots: host1:2,host2:2");
+  app.add_option("--hostfile", o->hostfile, "File of 'host slots=N' lines");
+  app.add_option("-p,--ssh-port", o->ssh_port, "ssh port of the remote hosts")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("-i,--ssh-identity-file", o->ssh_identity_file, "ssh identity file");
+  app.add_option("--start-timeout", o->start_timeout,
+                 "Seconds to wait for hosts and ranks (default 30, or HOROVOD_START_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--network-interface", o->network_interfaces, "NIC for MPI and NCCL (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("-x", o->env_vars, "Pass VAR (or set VAR=VALUE) for every rank (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--mpi-args", o->mpi_args, "Extra arguments for mpirun");
+  app.add_option("--binding", o->binding, "mpirun --bind-to value (default none)")
+      ->check(CLI::IsMember({"none", "core", "socket", "numa", "hwthread"}));
+  app.add_option("--fusion-threshold-mb", o->fusion_threshold_mb, "KOLO_FUSION_THRESHOLD in MiB")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cycle-time-ms", o->cycle_time_ms, "KOLO_CYCLE_TIME")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cache-capacity", o->cache_capacity, "KOLO_CACHE_CAPACITY")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--hierarchical-allreduce", o->hierarchical, "KOLO_HIERARCHICAL_ALLREDUCE=1");
+  app.add_flag("--pin-gpus", o->pin_gpus,
+               "One GPU per local rank: each rank's CUDA_VISIBLE_DEVICES keeps its LOCAL_RANK-th "
+               "GPU (of the list it had, else device LOCAL_RANK), seen as cuda:0");
+  app.add_option("--timeline-filename", o->timeline, "KOLO_TIMELINE");
+  app.add_flag("--timeline-mark-cycles", o->timeline_mark_cycles, "KOLO_TIMELINE_MARK_CYCLES=1");
+  app.add_flag("--no-stall-check", o->no_stall_check, "KOLO_STALL_CHECK_DISABLE=1");
+  app.add_option("--stall-check-warning-time-seconds", o->stall_warning,
+                 "KOLO_STALL_CHECK_TIME_SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stall-check-shutdown-time-seconds", o->stall_shutdown,
+                 "KOLO_STALL_SHUTDOWN_TIME_SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-level", o->log_level, "KOLO_LOG_LEVEL (any case; FATAL = error)")
+      ->transform(
+          CLI::IsMember({"trace", "debug", "info", "warning", "error", "fatal"}, CLI::ignore_case));
+  app.add_option("--output-filename", o->output_dir,
+                 "Also write each rank's output to DIR/rank.N/");
+  app.add_flag("--verbose", o->verbose, "Say where hosts came from and the command run");
+  app.add_flag("--dry-run", o->dry_run, "Print the mpirun command and run nothing");
+  app.add_flag("--check-build", o->check_build,
+               "Show what this build has (KOLO_PYTHON: the interpreter asked), then exit");
+  // The first positional argument starts the program's command line.
+  app.prefix_command();
+}
+
+// The names of kolorun's options that take a value ("--np", "-H", ...).
+std::set<std::string> ValueOptions(const CLI::App& app) {
+  std::set<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_items_expected_min() == 0) continue;  // a flag
+    for (const std::string& n : opt->get_lnames()) names.insert("--" + n);
+    for (const std::string& n : opt->get_snames()) names.insert("-" + n);
+  }
+  return names;
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+int Fail(const std::string& message, int code) {
+  std::cerr << "kolorun: " << message << "\n";
+  return code;
+}
+
+std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
+  CLI::App app{
+      "kolorun: launch a kolo job on N ranks across hosts.\n"
+      "usage: kolorun [options] [--] command args...",
+      "kolorun"};
+  AddOptions(app, o);
+  // horovodrun's flags: renamed to kolorun's, ignored with a note, or refused
+  // before anything starts (launcher/command.cc, HorovodrunFlags()).
+  Result<TranslatedArgs> translated =
+      TranslateHorovodrunArgs(std::vector<std::string>(argv + 1, argv + argc), ValueOptions(app));
+  if (!translated.ok()) return Fail(translated.status().message());
+  for (const std::string& note : translated.value().notes) std::cerr << "kolorun: " << note << "\n";
+  std::vector<std::string> args = translated.value().args;
+  std::reverse(args.begin(), args.end());  // CLI::App::parse takes them last first
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  o->start_timeout_given = app.count("--start-timeout") > 0;
+  // prefix_command(): everything after the program's name belongs to it.
+  o->command = app.remaining();
+  if (!o->command.empty() && o->command.front() == "--") o->command.erase(o->command.begin());
+  return std::nullopt;
+}
+
+Status ApplyStartTimeoutVariable(const std::map<std::string, std::string>& environment,
+                                 Options* o) {
+  auto it = environment.find("HOROVOD_START_TIMEOUT");
+  if (o->start_timeout_given || it == environment.end()) return Status::OK();
+  const std::string& text = it->second;
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(seconds > 0)) {
+    return Status::InvalidArgument("HOROVOD_START_TIMEOUT='" + text +
+                                   "' is not a positive number of seconds");
+  }
+  o->start_timeout = seconds;
+  return Status::OK();
+}
+
+std::map<std::string, std::string> RuntimeSettings(const Options& o) {
+  std::map<std::string, std::string> s;
+  if (o.fusion_threshold_mb >= 0) {
+    s[env::kFusionThreshold] =
+        std::to_string(static_cast<int64_t>(o.fusion_threshold_mb * 1048576));
+  }
+  if (o.cycle_time_ms >= 0) s[env::kCycleTime] = Num(o.cycle_time_ms);
+  if (o.cache_capacity >= 0) s[env::kCacheCapacity] = std::to_string(o.cache_capacity);
+  if (o.hierarchical) s[env::kHierarchicalAllreduce] = "1";
+  if (!o.timeline.empty()) s[env::kTimeline] = o.timeline;
+  if (o.timeline_mark_cycles) s[env::kTimelineMarkCycles] = "1";
+  if (o.no_stall_check) s[env::kStallCheckDisable] = "1";
+  if (o.stall_warning >= 0) s[env::kStallCheckTime] = Num(o.stall_warning);
+  if (o.stall_shutdown >= 0) s[env::kStallShutdownTime] = Num(o.stall_shutdown);
+  // horovodrun's FATAL: nothing below kolo's highest level.
+  if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level == "fatal" ? "error" : o.log_level;
+  if (o.pin_gpus) s[env::kPinGpus] = "1";
+  return s;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,46 @@
+// kolorun's command line: the options, how they are read (horovodrun's flags
+// translated first), and the KOLO_* settings they ask for.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+
+namespace kolo::launcher {
+
+struct Options {
+  int np = 0;  // 0: every slot
+  std::string hosts, hostfile;
+  int ssh_port = 0;
+  std::string ssh_identity_file;
+  double start_timeout = 30;
+  bool start_timeout_given = false;  // else HOROVOD_START_TIMEOUT, as horovodrun reads it
+  std::vector<std::string> network_interfaces, env_vars;
+  std::string mpi_args, binding = "none";
+  double fusion_threshold_mb = -1, cycle_time_ms = -1, stall_warning = -1, stall_shutdown = -1;
+  int cache_capacity = -1;
+  bool hierarchical = false, timeline_mark_cycles = false, no_stall_check = false;
+  std::string timeline, log_level, output_dir;
+  bool verbose = false, dry_run = false, check_build = false, pin_gpus = false;
+  std::vector<std::string> command;  // the program and its arguments
+};
+
+// How kolorun stops: "kolorun: <message>" on stderr; returns `code`.
+int Fail(const std::string& message, int code = 2);
+
+// Reads argv into `o`. Returns kolorun's exit code when it must stop here
+// (--help, --version, a bad or refused flag, each already reported), or
+// nothing when the job should go on.
+std::optional<int> ParseCommandLine(int argc, char** argv, Options* o);
+
+// Applies HOROVOD_START_TIMEOUT from `environment` unless --start-timeout was
+// given; an error names the variable and the value.
+Status ApplyStartTimeoutVariable(const std::map<std::string, std::string>& environment, Options* o);
+
+// The KOLO_* settings (and KOLORUN_PIN_GPUS) that the options ask for.
+std::map<std::string, std::string> RuntimeSettings(const Options& o);
+
+}  // namespace kolo::launcher

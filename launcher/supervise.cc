@@ -1,0 +1,243 @@
+#include "supervise.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "options.h"
+#include "output.h"
+
+namespace kolo::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// SIGINT or SIGTERM to kolorun: the job is torn down, and kolorun says so.
+volatile sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+// Ends the job when the rendezvous says it cannot go on; returns the message.
+std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::string>& rank_hosts,
+                            double seconds_since_start, double start_timeout) {
+  RendezvousServer::Snapshot s = server.Take();
+  for (const std::string& note : s.notes) std::fprintf(stderr, "kolorun: %s\n", note.c_str());
+  if (!s.fatal.empty()) return s.fatal;
+  const int np = static_cast<int>(rank_hosts.size());
+  if (static_cast<int>(s.registered.size()) < np && seconds_since_start > start_timeout) {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < np; ++r) {
+      if (s.registered.count(r)) continue;
+      if (++count <= 16) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (" + rank_hosts[r] + ")";
+      }
+    }
+    if (count > 16) missing += " and " + std::to_string(count - 16) + " more";
+    return "rank(s) " + missing + " did not start within " +
+           std::to_string(static_cast<int>(start_timeout)) +
+           " s (--start-timeout); is the host slow to start processes, or unreachable?";
+  }
+  return "";
+}
+
+// Where the job's output goes: whole lines tagged with their rank on the
+// console, and per-rank files with --output-filename. kolo-rank's exit
+// markers are kept for the final report instead of printed.
+class OutputSink {
+ public:
+  explicit OutputSink(std::string dir) : dir_(std::move(dir)) {}
+
+  void Write(const std::vector<OutputLine>& lines) {
+    for (const OutputLine& l : lines) {
+      RankExit e;
+      if (ParseRankExit(l.text, &e)) {
+        exits_.push_back(e);
+        continue;
+      }
+      std::string text = l.rank < 0 ? l.text
+                                    : "[" + std::to_string(l.rank) + "]<" +
+                                          (l.is_stderr ? "stderr" : "stdout") + ">:" + l.text;
+      text += "\n";
+      FILE* stream = l.is_stderr ? stderr : stdout;
+      std::fwrite(text.data(), 1, text.size(), stream);
+      std::fflush(stream);
+      if (!dir_.empty() && l.rank >= 0) WriteFile(l);
+    }
+  }
+  const std::vector<RankExit>& exits() const { return exits_; }
+
+ private:
+  void WriteFile(const OutputLine& l) {
+    auto& f = files_[{l.rank, l.is_stderr}];
+    if (!f) {
+      fs::path dir = fs::path(dir_) / ("rank." + std::to_string(l.rank));
+      fs::create_directories(dir);
+      f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"));
+    }
+    *f << l.text << "\n" << std::flush;
+  }
+
+  std::string dir_;
+  std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
+  std::vector<RankExit> exits_;
+};
+
+// mpirun as a child in its own process group, with its stdout and stderr on pipes.
+struct Mpirun {
+  pid_t pid = -1;
+  int out = -1;
+  int err = -1;
+};
+
+Result<Mpirun> StartMpirun(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+    return Status::Internal(std::string("pipe failed: ") + std::strerror(errno));
+  }
+  pid_t child = fork();
+  if (child < 0) return Status::Internal(std::string("fork failed: ") + std::strerror(errno));
+  if (child == 0) {
+    setpgid(0, 0);  // mpirun and everything it starts here form one group kolorun can kill
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> cargv;
+    for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "kolorun: cannot run '%s': %s\n", cargv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  return Mpirun{child, out_pipe[0], err_pipe[0]};
+}
+
+// The bounded teardown: SIGTERM to mpirun once the job must end (mpirun
+// then stops the ranks); SIGKILL to mpirun's whole process group when
+// something still runs 5 s after that, or holds the output open 2 s after
+// mpirun exited; and no more waiting for the output once the group is
+// killed and mpirun exited more than 3 s ago.
+class Teardown {
+ public:
+  explicit Teardown(pid_t mpirun) : mpirun_(mpirun) {}
+
+  // Returns false when kolorun should stop reading the output.
+  bool Step(bool must_end) {
+    if (!reaped_ && waitpid(mpirun_, &status_, WNOHANG) == mpirun_) {
+      reaped_ = true;
+      mpirun_gone_ = Clock::now();
+    }
+    if (!killed_ && ((term_sent_ && Clock::now() - term_time_ > std::chrono::seconds(5)) ||
+                     (reaped_ && Clock::now() - mpirun_gone_ > std::chrono::seconds(2)))) {
+      kill(-mpirun_, SIGKILL);
+      killed_ = true;
+    }
+    if (killed_ && reaped_ && Clock::now() - mpirun_gone_ > std::chrono::seconds(3)) return false;
+    if (must_end && !term_sent_) {
+      kill(mpirun_, SIGTERM);
+      term_sent_ = true;
+      term_time_ = Clock::now();
+    }
+    return true;
+  }
+
+  // mpirun's wait status, once it has exited.
+  int Wait() {
+    while (!reaped_ && waitpid(mpirun_, &status_, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+    return status_;
+  }
+
+ private:
+  const pid_t mpirun_;
+  int status_ = 0;
+  bool reaped_ = false, killed_ = false, term_sent_ = false;
+  Clock::time_point mpirun_gone_, term_time_;
+};
+
+// Reads what is ready on mpirun's pipes into `sink`, closing a pipe at its end.
+void ForwardOutput(pollfd (&fds)[2], OutputAssembler& assembler, OutputSink& sink) {
+  for (int k = 0; k < 2; ++k) {
+    if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+    char buf[65536];
+    ssize_t n = read(fds[k].fd, buf, sizeof buf);
+    if (n <= 0) {
+      close(fds[k].fd);
+      fds[k].fd = -1;
+      continue;
+    }
+    sink.Write(assembler.Feed(std::string(buf, static_cast<size_t>(n)), k == 1));
+  }
+}
+
+// kolorun's exit code and last line: why kolorun ended the job, else the
+// first rank that failed, else mpirun's own status.
+int Report(const std::string& ended, const std::vector<RankExit>& exits, int mpirun_status) {
+  if (!ended.empty()) return Fail(ended);
+  // Ranks killed by kolorun's own teardown are not the cause.
+  if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
+  if (!exits.empty()) {
+    const RankExit& e = exits.front();
+    if (e.signal != 0) {
+      const char* name = sigabbrev_np(e.signal);
+      std::fprintf(stderr, "kolorun: rank %d on host %s was killed by signal %d (SIG%s)\n", e.rank,
+                   e.host.c_str(), e.signal, name ? name : "?");
+      return 128 + e.signal;
+    }
+    std::fprintf(stderr, "kolorun: rank %d on host %s exited with code %d\n", e.rank,
+                 e.host.c_str(), e.code);
+    return e.code;
+  }
+  if (WIFSIGNALED(mpirun_status)) {
+    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(mpirun_status)), 1);
+  }
+  int code = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 1;
+  if (code != 0) return Fail("mpirun exited with code " + std::to_string(code), code);
+  return 0;
+}
+
+}  // namespace
+
+int Supervise(const Job& job, RendezvousServer& server) {
+  Result<Mpirun> started = StartMpirun(job.mpirun_argv, job.mpirun_env);
+  if (!started.ok()) return Fail(started.status().message());
+  const Mpirun m = started.value();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  OutputSink sink(job.output_dir);
+  OutputAssembler assembler;
+  pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
+  Teardown teardown(m.pid);
+  std::string ended;  // why kolorun ended the job itself
+  const auto start = Clock::now();
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    if (ended.empty()) {
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      ended = CheckRendezvous(server, job.rank_hosts, elapsed, job.start_timeout);
+    }
+    if (!teardown.Step(g_signal != 0 || !ended.empty())) break;
+    if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
+    ForwardOutput(fds, assembler, sink);
+  }
+  sink.Write(assembler.Flush());
+  return Report(ended, sink.exits(), teardown.Wait());
+}
+
+}  // namespace kolo::launcher
