@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rewrites the generated tables in docs/configuration.md from runtime/config.cc
+# Rewrites the generated tables in docs/configuration.md from the settings table (runtime/config_table.cc)
 # (through build/runtime/kolo_config_doc): the settings, with their Horovod
 # aliases, and the Horovod variables kolo ignores. A unit test fails when
 # they drift.
