@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/data_mover.h"
 #include "../../ops/shm_allreduce.h"
+#include "ops/data_mover.h"
 #include "test_util.h"
 
 namespace kolo::test {

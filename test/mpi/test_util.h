@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/data_mover.h"
 #include "../../ops/cpu_kernels.h"
 #include "kolo/runtime.h"
+#include "ops/data_mover.h"
 
 namespace kolo::test {
 
