@@ -4,6 +4,11 @@
     kolorun -np 2 python3 bench/torch_bench.py sweep   [--max-bytes N] [--seconds S]
     kolorun -np 2 python3 bench/torch_bench.py latency [--iterations N]
     kolorun -np 2 python3 bench/torch_bench.py models  [--steps N] [--models resnet50,bert_base]
+    kolorun -np 2 python3 bench/torch_bench.py alone --strategy kolo|raw_per_tensor [--model M]
+
+`alone` runs one strategy by itself, as a training job would: no barrier and no
+other strategy between steps; each rank times its steps and the slowest rank's
+time per step is reported (bench/standalone.sh runs it job after job).
 
 Every strategy in one benchmark runs in alternating rounds so that none gets a
 warmer machine; a step's time is the slowest rank's; the table holds medians.
@@ -242,6 +247,25 @@ def models(args):
     return {"benchmark": "model_gradients", "np": kolo.size(), "rows": results}
 
 
+def alone(args):
+    """One strategy in its own job, nothing else between its steps."""
+    grads = GradientSet(MODELS[args.model]())
+    fn = getattr(grads, args.strategy)
+    for _ in range(args.warmup):
+        fn()
+    COMM.Barrier()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    slowest_per_step = np.max(np.asarray(COMM.allgather(times)), axis=0)
+    return {"benchmark": "standalone_step", "np": kolo.size(), "model": args.model,
+            "strategy": args.strategy, "steps": args.steps, "warmup": args.warmup,
+            "median_ms": median(slowest_per_step) * 1e3,
+            "step_ms": [t * 1e3 for t in slowest_per_step.tolist()]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -254,11 +278,16 @@ def main():
     p = sub.add_parser("models")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--models", default="resnet50,bert_base")
+    p = sub.add_parser("alone")
+    p.add_argument("--strategy", choices=["kolo", "raw_per_tensor", "raw_packed"], default="kolo")
+    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", help="write the JSON here as well as to stdout")
     args = parser.parse_args()
     torch.set_num_threads(1)
     kolo.init()
-    result = {"sweep": sweep, "latency": latency, "models": models}[args.what](args)
+    result = {"sweep": sweep, "latency": latency, "models": models, "alone": alone}[args.what](args)
     result["settings"] = {k: v for k, v in os.environ.items() if k.startswith("KOLO_")}
     if kolo.rank() == 0:
         text = json.dumps(result, indent=1)
