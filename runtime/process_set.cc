@@ -248,11 +248,13 @@ TensorEntry* ProcessSet::Find(const std::string& name) {
   return it == pending_.end() ? nullptr : &it->second;
 }
 
-TensorEntry ProcessSet::Take(const std::string& name) {
+std::optional<TensorEntry> ProcessSet::Take(const std::string& name, Clock::time_point negotiated) {
   auto it = pending_.find(name);
+  if (it == pending_.end()) return std::nullopt;
   TensorEntry entry = std::move(it->second);
   pending_.erase(it);
   if (entry.request.op == OpType::kJoin) joined_ = false;
+  entry.negotiated = negotiated;
   return entry;
 }
 
@@ -284,13 +286,10 @@ std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
   return out;
 }
 
-Job ProcessSet::TakeJob(Response response) {
+Job ProcessSet::TakeJob(Response response, Clock::time_point negotiated) {
   Job job;
-  job.entries.resize(response.names.size());
-  for (size_t i = 0; i < response.names.size(); ++i) {
-    if (Find(response.names[i]) == nullptr) continue;  // joined: none here
-    job.entries[i] = Take(response.names[i]);
-  }
+  job.entries.reserve(response.names.size());
+  for (const std::string& name : response.names) job.entries.push_back(Take(name, negotiated));
   job.response = std::move(response);
   return job;
 }

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,11 +51,12 @@ class ProcessSet {
 
   // The pending entry named `name`, or null (a joined rank has none).
   TensorEntry* Find(const std::string& name);
-  // Removes and returns the entry (the caller completes its work).
-  TensorEntry Take(const std::string& name);
+  // Removes and returns the entry, stamped as negotiated at `negotiated` (the
+  // caller completes its work); nullopt when this rank has none (joined).
+  std::optional<TensorEntry> Take(const std::string& name, Clock::time_point negotiated);
   // Removes the entries `response` (a data response) names and returns them
   // with it.
-  Job TakeJob(Response response);
+  Job TakeJob(Response response, Clock::time_point negotiated);
   bool has_pending() const { return !pending_.empty(); }
   // Sends `request` to the coordinator next round without a local entry (the
   // answer to a MISSING response: "this rank has the tensor on another set").

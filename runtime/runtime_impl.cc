@@ -235,11 +235,6 @@ bool RuntimeImpl::RunCycle() {
 
 void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& responses) {
   const auto now = Clock::now();
-  for (const Response& r : responses) {
-    for (const std::string& name : r.names) {
-      if (TensorEntry* e = set.Find(name)) e->negotiated = now;
-    }
-  }
   for (Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes,
                                          config_.in_place_threshold_bytes)) {
     switch (r.op) {
@@ -248,21 +243,26 @@ void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& respons
       case OpType::kBroadcast:
       case OpType::kAlltoall:
       case OpType::kReducescatter:
-        executor_->Execute(set.TakeJob(std::move(r)), set.movers());
+        executor_->Execute(set.TakeJob(std::move(r), now), set.movers());
         break;
       default:
-        RunControl(set, r);
+        RunControl(set, r, now);
     }
   }
 }
 
-void RuntimeImpl::RunControl(ProcessSet& set, const Response& r) {
-  TensorEntry* mine = r.names.empty() ? nullptr : set.Find(r.names[0]);
+void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_point now) {
+  // Completes this rank's entry for the response's first name, if it has one.
+  auto finish = [&](const Status& status, WorkResult* result = nullptr) {
+    if (std::optional<TensorEntry> e = set.Take(r.names[0], now)) {
+      executor_->Finish(std::move(*e), status, result);
+    }
+  };
   switch (r.op) {
     case OpType::kError:
       for (const std::string& name : r.names) {
-        if (set.Find(name) != nullptr) {
-          executor_->Finish(set.Take(name), Status::PreconditionFailed(r.error));
+        if (std::optional<TensorEntry> e = set.Take(name, now)) {
+          executor_->Finish(std::move(*e), Status::PreconditionFailed(r.error));
         }
       }
       return;
@@ -270,8 +270,9 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r) {
       // The coordinator waits for this rank. Holding the name on another set
       // is a mismatch the coordinator can only see if it is told.
       const bool asked = std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end();
-      const Request* other =
-          asked && mine == nullptr ? HeldElsewhere(r.names[0], set.info().id) : nullptr;
+      const Request* other = asked && set.Find(r.names[0]) == nullptr
+                                 ? HeldElsewhere(r.names[0], set.info().id)
+                                 : nullptr;
       if (other != nullptr) {
         Request answer = *other;
         answer.rank = set.rank();
@@ -281,25 +282,25 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r) {
     }
     case OpType::kBarrier:
       // Negotiation already proved that every rank reached the barrier.
-      if (mine != nullptr) executor_->Finish(set.Take(r.names[0]), Status::OK());
+      finish(Status::OK());
       return;
     case OpType::kJoin: {
       WorkResult result;
       result.value = r.value;
-      if (mine != nullptr) executor_->Finish(set.Take(r.names[0]), Status::OK(), &result);
+      finish(Status::OK(), &result);
       return;
     }
     case OpType::kAddProcessSet: {
       Result<int> id = CreateProcessSet(r.ranks);
       WorkResult result;
       if (id.ok()) result.value = id.value();
-      if (mine != nullptr) executor_->Finish(set.Take(r.names[0]), id.status(), &result);
+      finish(id.status(), &result);
       return;
     }
     case OpType::kRemoveProcessSet: {
       // Runs on the global set, which cannot be removed.
       Status s = RemoveProcessSet(r.ranks.empty() ? -1 : r.ranks[0]);
-      if (mine != nullptr) executor_->Finish(set.Take(r.names[0]), s);
+      finish(s);
       return;
     }
     default:

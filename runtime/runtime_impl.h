@@ -76,7 +76,7 @@ class RuntimeImpl {
   void Dispatch(ProcessSet& set, const std::vector<Response>& responses);
   // Barrier, join, errors, process-set changes, and the coordinator's
   // question about a missing tensor.
-  void RunControl(ProcessSet& set, const Response& r);
+  void RunControl(ProcessSet& set, const Response& r, Clock::time_point now);
   // The request this rank has pending under `name` on a set other than
   // `except`, or null.
   const Request* HeldElsewhere(const std::string& name, int except) const;
