@@ -128,6 +128,17 @@ def _compress_all(tensors, compression):
     return [c for c, _ in pairs], [ctx for _, ctx in pairs]
 
 
+def _grouped(tensors, compression, differentiable, start):
+    """A grouped collective on compressed tensors, decompressed: through autograd
+    (`differentiable(tensors)`) when any needs a gradient, else `start(tensors)`'s handle."""
+    compressed, ctxs = _compress_all(tensors, compression)
+    if any(_differentiable(t) for t in compressed):
+        outs = differentiable(compressed)
+    else:
+        outs = synchronize(start(compressed))
+    return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]
+
+
 def _reset_handles():
     """A new run (init) or none (shutdown): the old run's handles are gone."""
     _pending.clear()
@@ -247,15 +258,11 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       process_set=global_process_set):
     """A list of new tensors with the reductions; differentiable."""
     op = _reduce_op(op, average)
-    compressed, ctxs = _compress_all(tensors, compression)
-    if any(_differentiable(t) for t in compressed):
-        outs = _autograd.GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
-                                                process_set, *compressed)
-    else:
-        outs = synchronize(grouped_allreduce_async(compressed, None, name, op,
-                                                   prescale_factor, postscale_factor,
-                                                   process_set))
-    return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]
+    return _grouped(tensors, compression,
+                    lambda ts: _autograd.GroupedAllreduce.apply(
+                        name, op, prescale_factor, postscale_factor, process_set, *ts),
+                    lambda ts: grouped_allreduce_async(ts, None, name, op, prescale_factor,
+                                                       postscale_factor, process_set))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -454,14 +461,11 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           postscale_factor=1.0):
     """A list with the reducescatter of every tensor of the list; differentiable."""
     op = _reducescatter_op(op)
-    compressed, ctxs = _compress_all(tensors, compression)
-    if any(_differentiable(t) for t in compressed):
-        outs = _autograd.GroupedReducescatter.apply(name, op, process_set, prescale_factor,
-                                                    postscale_factor, *compressed)
-    else:
-        outs = synchronize(grouped_reducescatter_async(compressed, name, op, process_set,
-                                                       prescale_factor, postscale_factor))
-    return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]
+    return _grouped(tensors, compression,
+                    lambda ts: _autograd.GroupedReducescatter.apply(
+                        name, op, process_set, prescale_factor, postscale_factor, *ts),
+                    lambda ts: grouped_reducescatter_async(ts, name, op, process_set,
+                                                           prescale_factor, postscale_factor))
 
 
 # --- join and barrier --------------------------------------------------------------------
