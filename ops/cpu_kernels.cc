@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kolo {
 namespace {
 
@@ -167,6 +171,35 @@ void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op,
   } else {
     Reduce16<HalfToFloat, FloatToHalf>(in, inout, count, op);
   }
+}
+
+void StreamingCopy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  // Up to the first 16-byte boundary of the destination, then whole 64-byte
+  // lines (SSE2, which every x86-64 has), then the tail.
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const size_t body = bytes / 64 * 64;
+  for (size_t i = 0; i < body; i += 64) {
+    const auto* in = reinterpret_cast<const __m128i*>(s + i);
+    auto* out = reinterpret_cast<__m128i*>(d + i);
+    __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1);
+    __m128i c = _mm_loadu_si128(in + 2), e = _mm_loadu_si128(in + 3);
+    _mm_stream_si128(out, a);
+    _mm_stream_si128(out + 1, b);
+    _mm_stream_si128(out + 2, c);
+    _mm_stream_si128(out + 3, e);
+  }
+  std::memcpy(d + body, s + body, bytes - body);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
 }
 
 }  // namespace kolo

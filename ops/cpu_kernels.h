@@ -89,4 +89,10 @@ void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op,
 // are "and".
 void ReduceInto(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op);
 
+// memcpy with non-temporal stores: the destination's cache lines go to memory
+// without first being read into this core's cache, or taken back from another
+// core's. Ends with a store fence, so a release store after it publishes the
+// copy. A plain memcpy on other architectures.
+void StreamingCopy(void* dst, const void* src, size_t bytes);
+
 }  // namespace kolo

@@ -39,7 +39,46 @@ const char* CounterName(int which) {
 
 std::string ErrnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 }  // namespace
+
+bool CopyChooser::Streaming(int64_t bytes) {
+  if (bytes < kMinTimedBytes) return false;
+  ++pieces_;
+  if (estimate_[0].seconds_per_byte == 0) return false;
+  if (estimate_[1].seconds_per_byte == 0) return true;
+  return pieces_ % kExploreEvery == 0 ? !streaming_ : streaming_;
+}
+
+void CopyChooser::Record(bool streaming, int64_t bytes, double seconds) {
+  if (bytes < kMinTimedBytes) return;
+  const double rate = seconds / static_cast<double>(bytes);
+  Estimate& e = estimate_[streaming ? 1 : 0];
+  if (streaming == streaming_ && e.seconds_per_byte != 0) {
+    // Measured on every piece: the fastest of each kWindow pieces, since
+    // anything else on the core only ever adds time.
+    e.window_min = e.samples == 0 ? rate : std::min(e.window_min, rate);
+    if (++e.samples == kWindow) {
+      e.seconds_per_byte = e.window_min;
+      e.samples = 0;
+    }
+  } else {
+    // Measured rarely: the last measurement replaces what is now stale.
+    e.seconds_per_byte = rate;
+    e.samples = 0;
+  }
+  const Estimate& now = estimate_[streaming_ ? 1 : 0];
+  const Estimate& other = estimate_[streaming_ ? 0 : 1];
+  if (other.seconds_per_byte != 0 &&
+      other.seconds_per_byte * kSwitchMargin < now.seconds_per_byte) {
+    streaming_ = !streaming_;
+  }
+}
 
 Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_t piece_bytes,
                                                            double timeout_seconds) {
@@ -125,7 +164,6 @@ uint8_t* ShmAllreduce::Slot(int rank, uint64_t seq) const {
 }
 
 Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
-  using Clock = std::chrono::steady_clock;
   Clock::time_point deadline{};
   for (int r = 0; r < size_; ++r) {
     for (uint64_t spins = 0;; ++spins) {
@@ -169,23 +207,35 @@ Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, Redu
     // This slot was last used two pieces ago; every rank must have read it.
     if (seq > 2) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - 2));
     uint8_t* mine = Slot(rank_, seq);
-    std::memcpy(mine, src, static_cast<size_t>(n * elem));
+    const int64_t bytes = n * elem;
+    const bool streaming = copy_.Streaming(bytes);
+    Clock::time_point start = Clock::now();
+    if (streaming) {
+      StreamingCopy(mine, src, static_cast<size_t>(bytes));
+    } else {
+      std::memcpy(mine, src, static_cast<size_t>(bytes));
+    }
+    double work = SecondsSince(start);
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
     // This rank's slice [begin, begin + len) of the piece.
     const int64_t begin = SplitBegin(n, size_, rank_), len = SplitRows(n, size_, rank_);
+    start = Clock::now();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || len == 0) continue;
       ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, len, dtype, op);
     }
+    work += SecondsSince(start);
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
+    start = Clock::now();
     for (int r = 0; r < size_; ++r) {
       const int64_t at = SplitBegin(n, size_, r) * elem;
       std::memcpy(src + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
     }
+    copy_.Record(streaming, bytes, work + SecondsSince(start));
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);
     done += n;
   }

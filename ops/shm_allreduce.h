@@ -10,6 +10,13 @@
 // MPI_Allreduce of the same buffer goes through MPI's temporary buffers and
 // touches main memory about three times per byte.
 //
+// How a rank copies its piece into its slot is chosen from measurement (see
+// CopyChooser): a plain copy keeps the slot in cache, which is fastest when the
+// ranks' cores share a cache; streaming (non-temporal) stores are ~3 x faster
+// when they do not, because a plain store must first take each line back from
+// the other core's cache, where it went when that core read the slot one piece
+// before.
+//
 // Ranks signal progress with sequence counters in the segment. A rank that
 // does not arrive within `timeout_seconds` (it died, or stopped) fails the
 // call with a message naming it, instead of spinning forever.
@@ -25,6 +32,39 @@
 #include "kolo/types.h"
 
 namespace kolo {
+
+// Chooses, piece by piece, between a plain and a streaming copy into a rank's
+// slot, from the time this rank's own work on each piece took (copy in,
+// reduce, copy out, per byte; waiting for other ranks not counted). Which is
+// faster depends on where the ranks' cores sit relative to each other, and a
+// hypervisor may move them while a job runs (on the project's 2-vCPU VM, every
+// few seconds between cores ~30 ns and ~170 ns apart, which takes a plain copy
+// from ~15 to ~3 GB/s). So one method is used until the other measures
+// kSwitchMargin times faster, and every kExploreEvery-th piece tries the other
+// one again.
+class CopyChooser {
+ public:
+  // Smaller pieces are copied plainly and not timed (the clock would be noise).
+  static constexpr int64_t kMinTimedBytes = 64 << 10;
+  static constexpr int64_t kExploreEvery = 64;
+  static constexpr int kWindow = 16;
+  static constexpr double kSwitchMargin = 1.2;
+
+  // Whether to stream the next piece of `bytes`.
+  bool Streaming(int64_t bytes);
+  // This rank's own work on a piece of `bytes` took `seconds`.
+  void Record(bool streaming, int64_t bytes, double seconds);
+
+ private:
+  struct Estimate {
+    double seconds_per_byte = 0;  // 0 = not measured yet
+    double window_min = 0;
+    int samples = 0;
+  };
+  Estimate estimate_[2];  // plain, streaming
+  bool streaming_ = false;
+  int64_t pieces_ = 0;
+};
 
 class ShmAllreduce {
  public:
@@ -55,6 +95,7 @@ class ShmAllreduce {
   Control* control_ = nullptr;  // size_ entries at the start of the segment
   uint8_t* slots_ = nullptr;
   uint64_t seq_ = 0;
+  CopyChooser copy_;
   bool broken_ = false;  // a peer timed out: the counters can no longer be trusted
 };
 

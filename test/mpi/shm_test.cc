@@ -28,6 +28,24 @@ TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
   });
 }
 
+TEST(ShmAllreduce, LargePiecesAreExactWhetherCopiedPlainlyOrStreamed) {
+  // Pieces big enough to be timed: the first is copied plainly, the second
+  // streamed, then whichever measured faster (each rank decides for itself).
+  const int64_t piece = CopyChooser::kMinTimedBytes * 2;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, piece, 30);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int64_t n = piece / 4 * 6 + 13;  // six whole pieces and a ragged one
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(Rank() + 1) * (i % 1000);
+    ASSERT_TRUE(shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum).ok());
+    const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], ranks_sum * (i % 1000)) << "element " << i;
+  }
+}
+
 TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "../../ops/cpu_kernels.h"
+#include "../../ops/shm_allreduce.h"
 #include "timeline.h"
 
 namespace kolo {
@@ -52,6 +53,59 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+TEST(Kernels, StreamingCopyCopiesEveryByteAtAnyAlignment) {
+  std::vector<uint8_t> src(4096 + 64), dst(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (size_t from : {0, 1, 15, 16, 63}) {
+    for (size_t to : {0, 3, 16, 48}) {
+      for (size_t n : {0, 1, 15, 64, 65, 200, 4000}) {
+        std::fill(dst.begin(), dst.end(), 0);
+        StreamingCopy(dst.data() + to, src.data() + from, n);
+        for (size_t i = 0; i < dst.size(); ++i) {
+          const uint8_t want = i >= to && i < to + n ? src[from + i - to] : 0;
+          ASSERT_EQ(dst[i], want) << "from " << from << " to " << to << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// Feeds a chooser pieces whose time per byte depends on the method and the
+// phase of the "machine"; returns how many of `pieces` it streamed.
+int StreamedPieces(CopyChooser& chooser, int pieces, double plain_ns, double streaming_ns) {
+  const int64_t bytes = 1 << 20;
+  int streamed = 0;
+  for (int i = 0; i < pieces; ++i) {
+    const bool s = chooser.Streaming(bytes);
+    streamed += s;
+    chooser.Record(s, bytes, (s ? streaming_ns : plain_ns) * 1e-9 * bytes);
+  }
+  return streamed;
+}
+
+TEST(CopyChooser, FollowsTheFasterMethodAsTheMachineChanges) {
+  CopyChooser chooser;
+  const int n = 64 * CopyChooser::kExploreEvery;
+  // Cores that share a cache: plain is faster; streaming only when exploring.
+  EXPECT_LE(StreamedPieces(chooser, n, 0.07, 0.09), n / CopyChooser::kExploreEvery + 2);
+  // Cores far apart: a plain copy is 3 x slower, streaming takes over.
+  EXPECT_GE(StreamedPieces(chooser, n, 0.30, 0.09), n - n / CopyChooser::kExploreEvery - 3 * 16);
+  // And back.
+  EXPECT_LE(StreamedPieces(chooser, n, 0.07, 0.09),
+            n / CopyChooser::kExploreEvery + 2 * CopyChooser::kExploreEvery);
+}
+
+TEST(CopyChooser, IgnoresNoiseBelowTheMarginAndSmallPieces) {
+  CopyChooser chooser;
+  // Streaming measures 10 % faster: not worth leaving plain for.
+  EXPECT_LE(StreamedPieces(chooser, 4096, 0.10, 0.091), 4096 / CopyChooser::kExploreEvery + 2);
+  // Pieces below the timed size are always copied plainly.
+  EXPECT_FALSE(chooser.Streaming(CopyChooser::kMinTimedBytes - 1));
+  StreamedPieces(chooser, 4096, 0.30, 0.09);
+  EXPECT_FALSE(chooser.Streaming(CopyChooser::kMinTimedBytes - 1));
+  EXPECT_TRUE(chooser.Streaming(CopyChooser::kMinTimedBytes));
 }
 
 TEST(Timeline, FileIsAValidArrayAfterEveryFlush) {
