@@ -4,7 +4,7 @@
     kolorun -np 2 python3 bench/torch_bench.py sweep   [--max-bytes N] [--seconds S]
     kolorun -np 2 python3 bench/torch_bench.py latency [--iterations N]
     kolorun -np 2 python3 bench/torch_bench.py models  [--steps N] [--models resnet50,bert_base]
-    kolorun -np 2 python3 bench/torch_bench.py alone --strategy kolo|raw_per_tensor [--model M]
+    kolorun -np 2 python3 bench/torch_bench.py alone --strategy kolo|kolo_grouped|raw_per_tensor|raw_packed [--model resnet50|bert_base|small]
 
 `alone` runs one strategy by itself, as a training job would: no barrier and no
 other strategy between steps; each rank times its steps and the slowest rank's
@@ -134,7 +134,12 @@ def bert_base_shapes(layers=12, hidden=768, ffn=3072, vocab=30522, positions=512
     return shapes
 
 
-MODELS = {"resnet50": resnet50_shapes, "bert_base": bert_base_shapes}
+def small_shapes(tensors=100, elements=512):
+    """The peers' "small" workload: 100 tensors, 0.2 MiB in all."""
+    return [(elements,)] * tensors
+
+
+MODELS = {"resnet50": resnet50_shapes, "bert_base": bert_base_shapes, "small": small_shapes}
 
 
 class GradientSet:
@@ -153,6 +158,9 @@ class GradientSet:
                    for t, n in zip(self.backward, self.names)]
         for h in handles:
             kolo.synchronize(h)
+
+    def kolo_grouped(self):
+        kolo.grouped_allreduce_(self.backward, op=kolo.Sum, name="grouped")
 
     def raw_packed(self):
         COMM.Allreduce(MPI.IN_PLACE, self.packed, op=MPI.SUM)
@@ -279,7 +287,7 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--models", default="resnet50,bert_base")
     p = sub.add_parser("alone")
-    p.add_argument("--strategy", choices=["kolo", "raw_per_tensor", "raw_packed"], default="kolo")
+    p.add_argument("--strategy", choices=["kolo", "kolo_grouped", "raw_per_tensor", "raw_packed"], default="kolo")
     p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
