@@ -41,14 +41,28 @@ std::string ErrnoText(const char* call) { return std::string(call) + ": " + std:
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+// Sums the time between each Start and Stop; reads no clock when off.
+class Stopwatch {
+ public:
+  explicit Stopwatch(bool on) : on_(on) {}
+  void Start() {
+    if (on_) start_ = Clock::now();
+  }
+  void Stop() {
+    if (on_) seconds_ += std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  bool on_;
+  Clock::time_point start_;
+  double seconds_ = 0;
+};
 
 }  // namespace
 
 bool CopyChooser::Streaming(int64_t bytes) {
-  if (bytes < kMinTimedBytes) return false;
+  if (!Timed(bytes)) return false;
   ++pieces_;
   if (estimate_[0].seconds_per_byte == 0) return false;
   if (estimate_[1].seconds_per_byte == 0) return true;
@@ -56,7 +70,7 @@ bool CopyChooser::Streaming(int64_t bytes) {
 }
 
 void CopyChooser::Record(bool streaming, int64_t bytes, double seconds) {
-  if (bytes < kMinTimedBytes) return;
+  if (!Timed(bytes)) return;
   const double rate = seconds / static_cast<double>(bytes);
   Estimate& e = estimate_[streaming ? 1 : 0];
   if (streaming == streaming_ && e.seconds_per_byte != 0) {
@@ -209,33 +223,35 @@ Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, Redu
     uint8_t* mine = Slot(rank_, seq);
     const int64_t bytes = n * elem;
     const bool streaming = copy_.Streaming(bytes);
-    Clock::time_point start = Clock::now();
+    Stopwatch work(CopyChooser::Timed(bytes));  // this rank's own work on the piece
+    work.Start();
     if (streaming) {
       StreamingCopy(mine, src, static_cast<size_t>(bytes));
     } else {
       std::memcpy(mine, src, static_cast<size_t>(bytes));
     }
-    double work = SecondsSince(start);
+    work.Stop();
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
     // This rank's slice [begin, begin + len) of the piece.
     const int64_t begin = SplitBegin(n, size_, rank_), len = SplitRows(n, size_, rank_);
-    start = Clock::now();
+    work.Start();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || len == 0) continue;
       ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, len, dtype, op);
     }
-    work += SecondsSince(start);
+    work.Stop();
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
-    start = Clock::now();
+    work.Start();
     for (int r = 0; r < size_; ++r) {
       const int64_t at = SplitBegin(n, size_, r) * elem;
       std::memcpy(src + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
     }
-    copy_.Record(streaming, bytes, work + SecondsSince(start));
+    work.Stop();
+    copy_.Record(streaming, bytes, work.seconds());
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);
     done += n;
   }

@@ -38,8 +38,9 @@ namespace kolo {
 // reduce, copy out, per byte; waiting for other ranks not counted). Which is
 // faster depends on where the ranks' cores sit relative to each other, and a
 // hypervisor may move them while a job runs (on the project's 2-vCPU VM, every
-// few seconds between cores ~30 ns and ~170 ns apart, which takes a plain copy
-// from ~15 to ~3 GB/s). So one method is used until the other measures
+// few seconds between cores where a cache line goes there and back in ~65 ns
+// and cores where it takes ~330 ns, which takes a plain copy from ~14 to
+// ~3 GB/s). So one method is used until the other measures
 // kSwitchMargin times faster, and every kExploreEvery-th piece tries the other
 // one again.
 class CopyChooser {
@@ -50,9 +51,11 @@ class CopyChooser {
   static constexpr int kWindow = 16;
   static constexpr double kSwitchMargin = 1.2;
 
+  // Whether a piece of `bytes` is timed and recorded.
+  static bool Timed(int64_t bytes) { return bytes >= kMinTimedBytes; }
   // Whether to stream the next piece of `bytes`.
   bool Streaming(int64_t bytes);
-  // This rank's own work on a piece of `bytes` took `seconds`.
+  // This rank's own work on a timed piece of `bytes` took `seconds`.
   void Record(bool streaming, int64_t bytes, double seconds);
 
  private:
