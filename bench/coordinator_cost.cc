@@ -3,8 +3,11 @@
 // function of the requests, so one process plays every rank.
 //
 //   slow path (rank 0 of the set, first step or after a change): decode every
-//     rank's gathered request message, AddRequests, ComputeResponses, encode
-//     the response list that is broadcast.
+//     rank's gathered answer to rank 0's reference (RequestMessage), add what
+//     each holds, ComputeResponses, encode the response list that is
+//     broadcast. Three cases: every rank in step with rank 0 (one flag per
+//     rank), out of step (a bit per rank and reference request), and the
+//     worst case, every rank's 161 requests in full (no reference).
 //   fast path (every rank, every step once the responses are cached): look the
 //     161 requests up in the response cache, build the bit vector, and the
 //     log2(N) pairwise ANDs a recursive-doubling MPI_Allreduce performs on it,
@@ -17,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "../runtime/coordinator.h"
@@ -60,24 +65,78 @@ double Time(Fn fn) {
   return Median(t);
 }
 
-double SlowPath(int n) {
-  // Each rank's message differs only in its rank field; encode once per rank.
+// How the other ranks answer rank 0's reference in a slow-path round.
+enum class Answer {
+  kWhole,    // in step with rank 0: every rank holds all 161 (one flag each)
+  kPartial,  // out of step: rank r holds the first 161 - (r % 17) (a bit each)
+  kFull,     // no reference (rank 0 had nothing yet): all 161 in full
+};
+
+// Rank 0's work in one slow-path round: decode every rank's message, add
+// what they hold, decide, encode the broadcast reply.
+double SlowPath(int n, Answer answer) {
+  const std::vector<kolo::Request> reference = StepRequests(0);
   std::vector<std::vector<uint8_t>> messages;
   messages.reserve(n);
-  for (int r = 0; r < n; ++r) messages.push_back(kolo::EncodeRequests(StepRequests(r)));
+  kolo::RequestMessage own;
+  own.requests = reference;
+  messages.push_back(kolo::EncodeRequestMessage(own));
+  for (int r = 1; r < n; ++r) {
+    kolo::RequestMessage m;
+    if (answer == Answer::kWhole) {
+      m.whole_reference = true;
+    } else if (answer == Answer::kPartial) {
+      m.reference_bits.assign((kTensors + 63) / 64, 0);
+      for (int i = 0; i < kTensors - r % 17; ++i)
+        m.reference_bits[i / 64] |= uint64_t{1} << (i % 64);
+    } else {
+      m.requests = StepRequests(r);
+    }
+    messages.push_back(kolo::EncodeRequestMessage(m));
+  }
+  const size_t reference_size = answer == Answer::kFull ? 0 : reference.size();
   size_t responses = 0;
   double seconds = Time([&] {
     kolo::Coordinator coordinator(n, kolo::StallSettings{});
     auto now = Clock::now();
+    kolo::RankBits whole(n);
+    std::vector<std::pair<int, std::vector<uint64_t>>> partial;
     for (int r = 0; r < n; ++r) {
-      auto decoded = kolo::DecodeRequests(messages[r].data(), messages[r].size());
+      auto decoded =
+          kolo::DecodeRequestMessage(messages[r].data(), messages[r].size(), reference_size);
       if (!decoded.ok()) std::abort();
-      coordinator.AddRequests(r, decoded.value(), now);
+      kolo::RequestMessage& m = decoded.value();
+      if (!m.requests.empty()) coordinator.AddRequests(r, m.requests, now);
+      if (m.whole_reference) {
+        whole.Set(r);
+      } else if (!m.reference_bits.empty()) {
+        partial.emplace_back(r, std::move(m.reference_bits));
+      }
     }
+    if (reference_size > 0) coordinator.AddReference(reference, whole, partial, now);
     kolo::CoordinatorOutcome out = coordinator.ComputeResponses(now);
     responses = kolo::EncodeResponses(out.responses).size();
   });
   if (responses == 0) std::abort();
+  return seconds;
+}
+
+// One rank's own work in a slow-path round: digest its pending requests and
+// answer the reference (ProcessSet::AnswerReference).
+double RankSide() {
+  const std::vector<kolo::Request> mine = StepRequests(1);
+  std::vector<uint64_t> reference;
+  for (const kolo::Request& r : StepRequests(0)) reference.push_back(kolo::RequestDigest(r));
+  size_t bytes = 0;
+  double seconds = Time([&] {
+    std::unordered_set<uint64_t> held;
+    for (const kolo::Request& r : mine) held.insert(kolo::RequestDigest(r));
+    kolo::RequestMessage m;
+    m.whole_reference = true;
+    for (uint64_t d : reference) m.whole_reference &= held.count(d) > 0;
+    bytes = kolo::EncodeRequestMessage(m).size();
+  });
+  if (bytes != 8) std::abort();
   return seconds;
 }
 
@@ -123,13 +182,23 @@ double FastPath(int n) {
 
 int main(int argc, char** argv) {
   const int max_ranks = argc > 1 ? std::atoi(argv[1]) : 16384;
-  std::printf("{\"benchmark\": \"coordinator_cost\", \"tensors\": %d, \"rows\": [", kTensors);
+  const double rank_side = RankSide();
+  std::printf(
+      "{\"benchmark\": \"coordinator_cost\", \"tensors\": %d, \"rank_side_us\": %.3f, "
+      "\"rows\": [",
+      kTensors, rank_side * 1e6);
+  std::fprintf(stderr, "every rank's own slow-path work: %.1f us\n", rank_side * 1e6);
   for (int n = 2; n <= max_ranks; n *= 2) {
-    double slow = SlowPath(n), fast = FastPath(n);
-    std::printf("%s\n  {\"ranks\": %d, \"slow_path_ms\": %.4f, \"fast_path_us\": %.3f}",
-                n == 2 ? "" : ",", n, slow * 1e3, fast * 1e6);
-    std::fprintf(stderr, "%6d ranks  slow path %9.3f ms  fast path %7.2f us\n", n, slow * 1e3,
-                 fast * 1e6);
+    double slow = SlowPath(n, Answer::kWhole), partial = SlowPath(n, Answer::kPartial),
+           full = SlowPath(n, Answer::kFull), fast = FastPath(n);
+    std::printf(
+        "%s\n  {\"ranks\": %d, \"slow_path_ms\": %.4f, \"slow_path_partial_ms\": %.4f, "
+        "\"slow_path_full_ms\": %.4f, \"fast_path_us\": %.3f}",
+        n == 2 ? "" : ",", n, slow * 1e3, partial * 1e3, full * 1e3, fast * 1e6);
+    std::fprintf(stderr,
+                 "%6d ranks  slow path: in step %8.3f ms, out of step %8.3f ms, all in full "
+                 "%9.3f ms  fast path %7.2f us\n",
+                 n, slow * 1e3, partial * 1e3, full * 1e3, fast * 1e6);
   }
   std::printf("\n]}\n");
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 namespace kolo {
@@ -95,16 +96,56 @@ std::string Disagreement(const Request& f, const Request& r) {
 
 }  // namespace
 
+namespace {
+
+// Without -mpopcnt, __builtin_popcountll is a call into libgcc.
+int PopCount(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<int>((x * 0x0101010101010101ull) >> 56);
+}
+
+}  // namespace
+
+bool RankBits::Empty() const {
+  for (uint64_t w : words_) {
+    if (w != 0) return false;
+  }
+  return true;
+}
+
+int RankBits::Count() const {
+  int n = 0;
+  for (uint64_t w : words_) n += PopCount(w);
+  return n;
+}
+
+int RankBits::Merge(const RankBits& other) {
+  int added = 0;
+  for (size_t i = 0; i < words_.size(); ++i) {
+    added += PopCount(other.words_[i] & ~words_[i]);
+    words_[i] |= other.words_[i];
+  }
+  return added;
+}
+
+int RankBits::CountMissing(const RankBits& other) const {
+  int n = 0;
+  for (size_t i = 0; i < words_.size(); ++i) n += PopCount(other.words_[i] & ~words_[i]);
+  return n;
+}
+
 Coordinator::Coordinator(int size, StallSettings stall, int process_set)
-    : size_(size), stall_(stall), process_set_(process_set), joined_(size, false) {}
+    : size_(size), stall_(stall), process_set_(process_set), joined_(size) {}
 
 void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
                               Clock::time_point now) {
   for (Request r : requests) {
     r.rank = rank;  // trust the transport's rank, not the payload
     if (r.op == OpType::kJoin) {
-      if (!joined_[rank]) {
-        joined_[rank] = true;
+      if (!joined_.Test(rank)) {
+        joined_.Set(rank);
         ++joined_count_;
       }
       last_joined_ = rank;
@@ -122,20 +163,61 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   Entry& entry = it->second;
   if (inserted) {
     entry.first = request;
-    entry.submitted.assign(size_, false);
+    entry.submitted = RankBits(size_);
     entry.first_seen = now;
     if (request.op == OpType::kAllgather) entry.dim0.assign(size_, 0);
     arrival_order_.push_back(request.name);
-  } else if (entry.submitted[request.rank]) {
+  } else if (entry.submitted.Test(request.rank)) {
     return;  // a rank never has one name pending twice; ignore a duplicate
   } else {
     Compare(entry, request);
   }
-  entry.submitted[request.rank] = true;
+  entry.submitted.Set(request.rank);
   ++entry.count;
   if (request.op == OpType::kAllgather && !request.shape.empty() &&
       entry.first.op == OpType::kAllgather) {
     entry.dim0[request.rank] = request.shape[0];
+  }
+}
+
+void Coordinator::AddReference(const std::vector<Request>& reference, const RankBits& whole,
+                               const std::vector<std::pair<int, std::vector<uint64_t>>>& partial,
+                               Clock::time_point now) {
+  // Ranks out of step with rank 0 mostly hold the same prefix of its
+  // requests: group them by their bits, so each entry merges a few groups.
+  std::map<std::vector<uint64_t>, RankBits> groups;
+  for (const auto& [rank, bits] : partial) {
+    auto [it, inserted] = groups.try_emplace(bits, size_);
+    it->second.Set(rank);
+  }
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const Request& q = reference[i];
+    RankBits holders = whole;
+    for (const auto& [bits, ranks] : groups) {
+      if ((bits[i / 64] >> (i % 64)) & 1u) holders.Or(ranks);
+    }
+    if (holders.Empty()) continue;
+    auto it = table_.find(q.name);
+    Request as_first = q;
+    if (it != table_.end()) as_first.rank = it->second.first.rank;
+    if (it == table_.end() || !(it->second.first == as_first)) {
+      // Not the common case (rank 0's request is not the entry's first, or
+      // differs from it): add request by request, which compares each.
+      for (int r = 0; r < size_; ++r) {
+        if (!holders.Test(r)) continue;
+        Request copy = q;
+        copy.rank = r;
+        Add(copy, now);
+      }
+      continue;
+    }
+    Entry& entry = it->second;
+    if (q.op == OpType::kAllgather && !q.shape.empty()) {
+      for (int r = 0; r < size_; ++r) {
+        if (holders.Test(r) && !entry.submitted.Test(r)) entry.dim0[r] = q.shape[0];
+      }
+    }
+    entry.count += entry.submitted.Merge(holders);
   }
 }
 
@@ -166,7 +248,7 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
 std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
   std::vector<int> ranks;
   for (int r = 0; r < size_; ++r) {
-    if (entry.submitted[r] == submitted) ranks.push_back(r);
+    if (entry.submitted.Test(r) == submitted) ranks.push_back(r);
   }
   return JoinInts(ranks);
 }
@@ -261,10 +343,9 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
   for (const std::string& name : arrival_order_) {
     auto it = table_.find(name);
     Entry& entry = it->second;
-    int present = entry.count;
-    for (int r = 0; r < size_; ++r) {
-      if (joined_[r] && !entry.submitted[r]) ++present;
-    }
+    // Joined ranks count as present (they reduce zeros).
+    const int present =
+        entry.count + (joined_count_ > 0 ? entry.submitted.CountMissing(joined_) : 0);
     if (present < size_) {
       still_pending.push_back(name);
       continue;
@@ -284,7 +365,7 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
     join.names = {"join"};
     join.value = last_joined_;
     outcome.responses.push_back(std::move(join));
-    joined_.assign(size_, false);
+    joined_.Clear();
     joined_count_ = 0;
     last_joined_ = -1;
   }
@@ -332,7 +413,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       missing.op = OpType::kMissing;
       missing.names = {name};
       for (int r = 0; r < size_; ++r) {
-        if (!e.submitted[r]) missing.ranks.push_back(r);
+        if (!e.submitted.Test(r)) missing.ranks.push_back(r);
       }
       outcome->responses.push_back(std::move(missing));
     }

@@ -23,15 +23,40 @@
 //      theirs. Ranks count afresh from their next barrier or join.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "message.h"
 
 namespace kolo {
+
+// A set of ranks, one bit each, so that whole words of ranks are counted at once.
+class RankBits {
+ public:
+  explicit RankBits(int size = 0) : words_((static_cast<size_t>(size) + 63) / 64, 0) {}
+  bool Test(int rank) const { return (words_[rank / 64] >> (rank % 64)) & 1u; }
+  void Set(int rank) { words_[rank / 64] |= uint64_t{1} << (rank % 64); }
+  void Clear() { std::fill(words_.begin(), words_.end(), 0); }
+  bool Empty() const;
+  int Count() const;
+  void Or(const RankBits& other) {
+    for (size_t i = 0; i < words_.size(); ++i) words_[i] |= other.words_[i];
+  }
+  // Adds `other`'s ranks; returns how many were not here before.
+  int Merge(const RankBits& other);
+  // How many of `other`'s ranks are not here.
+  int CountMissing(const RankBits& other) const;
+  const std::vector<uint64_t>& words() const { return words_; }
+
+ private:
+  std::vector<uint64_t> words_;
+};
 
 struct StallSettings {
   double check_seconds = 60.0;    // warn after this long; 0 = off
@@ -51,6 +76,14 @@ class Coordinator {
   Coordinator(int size, StallSettings stall, int process_set = 0);
 
   void AddRequests(int rank, const std::vector<Request>& requests, Clock::time_point now);
+  // Ranks whose requests equal rank 0's `reference` requests (see
+  // RequestMessage): `whole` holds them all; each of `partial` holds the
+  // reference requests whose bits are set. The reference requests must have
+  // been added for rank 0 already. Costs O(reference x ranks / 64) plus the
+  // partial bits, instead of a decode and a table lookup per rank and request.
+  void AddReference(const std::vector<Request>& reference, const RankBits& whole,
+                    const std::vector<std::pair<int, std::vector<uint64_t>>>& partial,
+                    Clock::time_point now);
   CoordinatorOutcome ComputeResponses(Clock::time_point now);
 
   // Tensors asked for by some ranks but not yet by all.
@@ -59,8 +92,8 @@ class Coordinator {
  private:
   struct Entry {
     Request first;  // the first request that arrived; the others are compared with it
-    std::vector<bool> submitted;
-    int count = 0;
+    RankBits submitted;
+    int count = 0;                 // ranks in `submitted`
     std::string mismatch;          // the first disagreement found, empty if none
     std::vector<int> disagreeing;  // ranks that differ from `first`
     // Unnamed: the first rank that called it from another place than `first`.
@@ -97,7 +130,7 @@ class Coordinator {
   std::unordered_map<std::string, Entry> table_;
   std::vector<std::string> arrival_order_;  // names in table_, first arrival first
   std::unordered_map<std::string, Group> groups_;
-  std::vector<bool> joined_;
+  RankBits joined_;
   int joined_count_ = 0;
   int last_joined_ = -1;
 };

@@ -98,6 +98,99 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
+namespace {
+
+class Fnv1a {
+ public:
+  void Bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ull;
+  }
+  template <typename T>
+  void Value(T v) {
+    Bytes(&v, sizeof(v));
+  }
+  // Length first, so that ("ab", "c") and ("a", "bc") differ.
+  void String(const std::string& s) {
+    Value<uint64_t>(s.size());
+    Bytes(s.data(), s.size());
+  }
+  template <typename T>
+  void Values(const std::vector<T>& v) {
+    Value<uint64_t>(v.size());
+    if (!v.empty()) Bytes(v.data(), v.size() * sizeof(T));
+  }
+  uint64_t digest() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace
+
+uint64_t RequestDigest(const Request& r) {
+  Fnv1a h;
+  h.Value(static_cast<uint8_t>(r.op));
+  h.String(r.name);
+  h.Value(static_cast<uint8_t>(r.dtype));
+  h.Values(r.shape);
+  h.Value(static_cast<uint8_t>(r.reduce_op));
+  h.Value(r.prescale);
+  h.Value(r.postscale);
+  h.Value(r.root);
+  h.Value(r.device);
+  h.String(r.group);
+  h.Value(r.group_size);
+  h.Values(r.ranks);
+  h.Value(r.process_set);
+  h.Value(r.unnamed_epoch);
+  h.String(r.call_site);
+  return h.digest();
+}
+
+std::vector<uint8_t> EncodeRequestMessage(const RequestMessage& m) {
+  const uint64_t header =
+      (m.whole_reference ? 1u : 0u) | (static_cast<uint64_t>(m.reference_bits.size()) << 1);
+  std::vector<uint8_t> out(8 * (1 + m.reference_bits.size()));
+  std::memcpy(out.data(), &header, 8);
+  if (!m.reference_bits.empty()) {
+    std::memcpy(out.data() + 8, m.reference_bits.data(), 8 * m.reference_bits.size());
+  }
+  if (!m.requests.empty()) {
+    std::vector<uint8_t> requests = EncodeRequests(m.requests);
+    out.insert(out.end(), requests.begin(), requests.end());
+  }
+  return out;
+}
+
+Result<RequestMessage> DecodeRequestMessage(const uint8_t* data, size_t size,
+                                            size_t reference_size) {
+  auto malformed = [&](const std::string& why) {
+    return Status::Internal("received a malformed request message (" + std::to_string(size) +
+                            " bytes: " + why + "); the ranks may run different kolo versions");
+  };
+  uint64_t header = 0;
+  if (data == nullptr || size < 8) return malformed("no header");
+  std::memcpy(&header, data, 8);
+  RequestMessage m;
+  m.whole_reference = (header & 1u) != 0;
+  const uint64_t words = header >> 1;
+  if (words != 0 && words != (reference_size + 63) / 64) {
+    return malformed(std::to_string(words) + " reference words for a reference of " +
+                     std::to_string(reference_size));
+  }
+  if (words > (size - 8) / 8) return malformed("truncated reference words");
+  m.reference_bits.resize(words);
+  if (words > 0) std::memcpy(m.reference_bits.data(), data + 8, 8 * words);
+  const size_t used = 8 * (1 + words);
+  if (used < size) {
+    Result<std::vector<Request>> requests = DecodeRequests(data + used, size - used);
+    if (!requests.ok()) return requests.status();
+    m.requests = std::move(requests).value();
+  }
+  return m;
+}
+
 Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
   AlignedBytes bytes(raw, size);
   const uint8_t* data = bytes.data();

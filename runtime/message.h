@@ -79,11 +79,36 @@ struct Response {
   bool operator==(const Response& o) const;
 };
 
+// A digest of everything in a request but its rank: two requests with equal
+// digests ask for the same collective (FNV-1a over the fields, 64 bits; the
+// same on every host).
+uint64_t RequestDigest(const Request& request);
+
+// What a rank sends the coordinator in a slow-path round. The set's rank 0
+// first broadcasts the digests of its own pending requests (the reference);
+// a rank answers with which of them it holds too, as one flag when it holds
+// them all, and sends in full only the requests that are not among them. At
+// scale this lets rank 0 count identical requests a word of ranks at a time
+// instead of decoding every rank's list.
+struct RequestMessage {
+  bool whole_reference = false;          // holds every request of the reference
+  std::vector<uint64_t> reference_bits;  // otherwise: bit i = holds reference request i
+  std::vector<Request> requests;         // in full: the new ones not in the reference
+};
+
 std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests);
+// Layout: one little-endian word (bit 0: whole reference; bits 1..: the
+// number of reference words that follow), the words, then EncodeRequests'
+// bytes when there are requests.
+std::vector<uint8_t> EncodeRequestMessage(const RequestMessage& message);
 std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses);
 // Reject bytes that are not a well-formed message (a corrupt or truncated
 // buffer never causes an out-of-bounds read) and values out of range.
 Result<std::vector<Request>> DecodeRequests(const uint8_t* data, size_t size);
 Result<std::vector<Response>> DecodeResponses(const uint8_t* data, size_t size);
+// `reference_size`: the number of requests in the reference the message
+// answers; a message with another number of reference words is rejected.
+Result<RequestMessage> DecodeRequestMessage(const uint8_t* data, size_t size,
+                                            size_t reference_size);
 
 }  // namespace kolo

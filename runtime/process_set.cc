@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <unordered_set>
 
 #include "logging.h"
 
@@ -179,11 +180,45 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   return Status::OK();
 }
 
+// The slow path, over the set's communicator:
+//   1. rank 0 broadcasts the digests of its pending requests (the reference);
+//   2. every rank answers (gathered to rank 0) with which of them it holds
+//      and, in full, its new requests that are not among them;
+//   3. rank 0's coordinator decides and broadcasts the responses.
+// At scale rank 0 then decodes only what differs from its own requests.
 Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* responses) {
-  std::vector<uint8_t> mine = EncodeRequests(uncached_);
-  uncached_.clear();
   const int n = size();
   const bool root = rank() == 0;
+  std::vector<Request> reference;  // rank 0 only
+  std::vector<uint64_t> digests;
+  if (root) {
+    for (const Request& r : HeldForCoordinator()) {
+      if (r.op == OpType::kJoin) continue;
+      reference.push_back(r);
+      digests.push_back(RequestDigest(r));
+    }
+  }
+  int64_t reference_size = static_cast<int64_t>(digests.size());
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Bcast(&reference_size, 1, MPI_INT64_T, 0, comm_.get()), "MPI_Bcast"));
+  digests.resize(static_cast<size_t>(reference_size));
+  if (reference_size > 0) {
+    KOLO_RETURN_IF_ERROR(MpiStatus(
+        MPI_Bcast(digests.data(), static_cast<int>(reference_size), MPI_UINT64_T, 0, comm_.get()),
+        "MPI_Bcast"));
+  }
+
+  RequestMessage message;
+  if (root) {
+    message.requests = uncached_;  // rank 0 holds its reference by definition
+  } else {
+    message = AnswerReference(digests);
+  }
+  for (const Request& r : uncached_) {
+    if (pending_.count(r.name)) delivered_.insert(r.name);
+  }
+  uncached_.clear();
+  std::vector<uint8_t> mine = EncodeRequestMessage(message);
   int my_size = static_cast<int>(mine.size());
   std::vector<int> sizes(root ? n : 0), displs(root ? n : 0);
   KOLO_RETURN_IF_ERROR(MpiStatus(
@@ -202,14 +237,24 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
                                  "MPI_Gatherv"));
   std::vector<uint8_t> reply;
   if (root) {
+    RankBits whole(n);
+    std::vector<std::pair<int, std::vector<uint64_t>>> partial;
     for (int r = 0; r < n; ++r) {
-      Result<std::vector<Request>> requests = DecodeRequests(all.data() + displs[r], sizes[r]);
-      if (!requests.ok()) {
+      Result<RequestMessage> got =
+          DecodeRequestMessage(all.data() + displs[r], sizes[r], reference.size());
+      if (!got.ok()) {
         return Status::Internal("from rank " + std::to_string(info_->ranks[r]) + ": " +
-                                requests.status().message());
+                                got.status().message());
       }
-      coordinator_->AddRequests(r, requests.value(), now);
+      RequestMessage& m = got.value();
+      if (!m.requests.empty()) coordinator_->AddRequests(r, m.requests, now);
+      if (m.whole_reference) {
+        whole.Set(r);
+      } else if (!m.reference_bits.empty()) {
+        partial.emplace_back(r, std::move(m.reference_bits));
+      }
     }
+    coordinator_->AddReference(reference, whole, partial, now);
     CoordinatorOutcome decided = coordinator_->ComputeResponses(now);
     for (const std::string& w : decided.warnings) KOLO_LOG(kWarning) << w;
     reply = EncodeResponses(decided.responses);
@@ -225,6 +270,52 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
   if (!decoded.ok()) return decoded.status();
   *responses = std::move(decoded).value();
   return Status::OK();
+}
+
+// This rank's requests that the coordinator has or gets this round: those
+// delivered before and not decided yet, and the new ones. (Not the cache hits,
+// and not the entries whose bits were just found ready everywhere: they are
+// still pending until the responses run, but never reach the coordinator.)
+std::vector<Request> ProcessSet::HeldForCoordinator() const {
+  std::vector<Request> out;
+  for (const std::string& name : delivered_) {
+    auto it = pending_.find(name);
+    if (it != pending_.end()) out.push_back(it->second.request);
+  }
+  for (const Request& r : uncached_) {
+    if (pending_.count(r.name)) out.push_back(r);
+  }
+  return out;
+}
+
+// Which of rank 0's reference requests this rank holds too, and its new
+// requests that are not among them.
+RequestMessage ProcessSet::AnswerReference(const std::vector<uint64_t>& reference) const {
+  RequestMessage m;
+  std::unordered_set<uint64_t> in_reference(reference.begin(), reference.end());
+  for (const Request& r : uncached_) {
+    if (in_reference.count(RequestDigest(r)) == 0) m.requests.push_back(r);
+  }
+  if (reference.empty()) return m;
+  std::unordered_set<uint64_t> held;
+  for (const Request& r : HeldForCoordinator()) held.insert(RequestDigest(r));
+  m.reference_bits.assign((reference.size() + 63) / 64, 0);
+  bool all = true;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    if (held.count(reference[i])) {
+      m.reference_bits[i / 64] |= uint64_t{1} << (i % 64);
+    } else {
+      all = false;
+    }
+  }
+  if (all) {
+    m.whole_reference = true;
+    m.reference_bits.clear();
+  } else if (std::all_of(m.reference_bits.begin(), m.reference_bits.end(),
+                         [](uint64_t w) { return w == 0; })) {
+    m.reference_bits.clear();  // holds none of it
+  }
+  return m;
 }
 
 // Every rank inserts the same responses in the same order, so bit positions
@@ -253,6 +344,7 @@ std::optional<TensorEntry> ProcessSet::Take(const std::string& name, Clock::time
   if (it == pending_.end()) return std::nullopt;
   TensorEntry entry = std::move(it->second);
   pending_.erase(it);
+  delivered_.erase(name);
   if (entry.request.op == OpType::kJoin) joined_ = false;
   entry.negotiated = negotiated;
   return entry;
@@ -262,6 +354,7 @@ std::vector<TensorEntry> ProcessSet::TakeAll() {
   std::vector<TensorEntry> out;
   for (auto& [name, entry] : pending_) out.push_back(std::move(entry));
   pending_.clear();
+  delivered_.clear();
   uncached_.clear();
   cache_hits_.clear();
   joined_ = false;
@@ -280,6 +373,7 @@ std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
     for (auto hit = cache_hits_.begin(); hit != cache_hits_.end();) {
       hit = hit->second == it->first ? cache_hits_.erase(hit) : std::next(hit);
     }
+    delivered_.erase(it->first);
     out.push_back(std::move(it->second));
     it = pending_.erase(it);
   }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "config.h"
@@ -71,6 +72,8 @@ class ProcessSet {
   void ExpireStalledCacheHits(Clock::time_point now);
   Status WaitForRequest(MPI_Request* request);
   Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
+  std::vector<Request> HeldForCoordinator() const;
+  RequestMessage AnswerReference(const std::vector<uint64_t>& reference) const;
   void CacheResponses(const std::vector<Response>& responses);
   void MoveToUncached(int bit);
 
@@ -82,6 +85,7 @@ class ProcessSet {
 
   std::unordered_map<std::string, TensorEntry> pending_;  // by name
   std::vector<Request> uncached_;                         // to send to the coordinator next round
+  std::unordered_set<std::string> delivered_;             // pending names the coordinator has
   std::map<int, std::string> cache_hits_;  // bit -> name, waiting for the bit everywhere
   std::vector<int> invalid_bits_;          // cached entries this rank found stale
   ResponseCache cache_;

@@ -17,6 +17,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!(round.value()[i] == requests.value()[i])) std::abort();
     }
   }
+  // A slow-path answer to a reference of the size the first byte says.
+  auto message = kolo::DecodeRequestMessage(data, size, size > 0 ? data[0] : 0);
+  if (message.ok()) {
+    std::vector<uint8_t> again = kolo::EncodeRequestMessage(message.value());
+    auto round = kolo::DecodeRequestMessage(again.data(), again.size(), size > 0 ? data[0] : 0);
+    if (!round.ok() || round.value().reference_bits != message.value().reference_bits ||
+        round.value().whole_reference != message.value().whole_reference ||
+        round.value().requests.size() != message.value().requests.size()) {
+      std::abort();
+    }
+  }
   auto responses = kolo::DecodeResponses(data, size);
   if (responses.ok()) {
     std::vector<uint8_t> again = kolo::EncodeResponses(responses.value());

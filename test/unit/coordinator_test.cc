@@ -378,5 +378,93 @@ TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {
   EXPECT_EQ(SplitRows(1, 3, 2), 0);
 }
 
+// Rank 0's requests as the reference (RequestMessage): ranks that hold them
+// all are counted a word at a time, ranks that hold some by their bits.
+TEST_F(CoordinatorTest, ReferenceHoldersCountLikeFullRequests) {
+  const int n = 130;  // three words of ranks
+  Coordinator c(n, no_stall);
+  std::vector<Request> reference = {Allreduce("a"), Allreduce("b"), Op(OpType::kBarrier, "bar")};
+  c.AddRequests(0, reference, t0);
+  RankBits whole(n);
+  for (int r = 1; r < n; ++r) {
+    if (r != 7 && r != 129) whole.Set(r);
+  }
+  // Rank 7 holds "a" and the barrier; rank 129 holds none yet.
+  std::vector<std::pair<int, std::vector<uint64_t>>> partial = {{7, {0x5}}};
+  c.AddReference(reference, whole, partial, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  EXPECT_TRUE(out.empty());
+  c.AddRequests(129, reference, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].names[0], "a");
+  EXPECT_EQ(out[1].names[0], "bar");
+  c.AddRequests(7, {Allreduce("b")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names[0], "b");
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, ReferenceHoldersAreNamedWhenStalledAndCountedOnce) {
+  Coordinator c(70, StallSettings{10, 0});
+  std::vector<Request> reference = {Allreduce("slow")};
+  c.AddRequests(0, reference, t0);
+  RankBits whole(70);
+  for (int r = 1; r < 70; ++r) {
+    if (r != 65) whole.Set(r);
+  }
+  c.AddReference(reference, whole, {}, t0);
+  c.AddReference(reference, whole, {}, t0);  // again: no rank counts twice
+  c.AddRequests(3, reference, t0);
+  auto late = c.ComputeResponses(t0 + std::chrono::seconds(11));
+  ASSERT_EQ(late.warnings.size(), 1u);
+  EXPECT_NE(late.warnings[0].find("not by rank(s) 65 "), std::string::npos) << late.warnings[0];
+  ASSERT_EQ(late.responses.size(), 1u);
+  EXPECT_EQ(late.responses[0].op, OpType::kMissing);
+  EXPECT_EQ(late.responses[0].ranks, std::vector<int32_t>{65});
+}
+
+TEST_F(CoordinatorTest, ReferenceHoldersOfADifferingRequestAreComparedOneByOne) {
+  // Rank 1's request came first and rank 0's differs from it: every rank
+  // holding rank 0's version is a disagreeing rank, by number.
+  Coordinator c(4, no_stall);
+  c.AddRequests(1, {Allreduce("t", {3})}, t0);
+  std::vector<Request> reference = {Allreduce("t", {2})};
+  c.AddRequests(0, reference, t0);
+  RankBits whole(4);
+  whole.Set(2);
+  whole.Set(3);
+  c.AddReference(reference, whole, {}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_NE(out[0].error.find("Ranks that differ from rank 1: 0, 2, 3."), std::string::npos)
+      << out[0].error;
+}
+
+TEST_F(CoordinatorTest, ReferenceHoldersOfAnAllgatherGiveTheirFirstDimension) {
+  Coordinator c(3, no_stall);
+  std::vector<Request> reference = {Op(OpType::kAllgather, "g", {2, 5})};
+  c.AddRequests(0, reference, t0);
+  c.AddRequests(1, {Op(OpType::kAllgather, "g", {4, 5})}, t0);
+  RankBits whole(3);
+  whole.Set(2);
+  c.AddReference(reference, whole, {}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{2, 4, 2}));
+}
+
+TEST_F(CoordinatorTest, JoinedRanksCountAsPresentWordwise) {
+  Coordinator c(100, no_stall);
+  for (int r = 50; r < 100; ++r) c.AddRequests(r, {Op(OpType::kJoin, "join")}, t0);
+  for (int r = 0; r < 50; ++r) c.AddRequests(r, {Allreduce("a")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+}
+
 }  // namespace
 }  // namespace kolo

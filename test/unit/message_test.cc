@@ -111,5 +111,81 @@ TEST(Message, DecodesFromAnUnalignedOffset) {
   EXPECT_TRUE(out.value()[0] == SampleRequest());
 }
 
+TEST(Message, DigestIgnoresTheRankAndSeesEveryOtherField) {
+  const Request base = SampleRequest();
+  Request other_rank = base;
+  other_rank.rank = 0;
+  EXPECT_EQ(RequestDigest(base), RequestDigest(other_rank));
+  std::vector<Request> changed(14, base);
+  changed[0].op = OpType::kBroadcast;
+  changed[1].name += "x";
+  changed[2].dtype = DataType::kFloat32;
+  changed[3].shape = {17, 4, 1};
+  changed[4].reduce_op = ReduceOp::kMin;
+  changed[5].prescale = 0.25;
+  changed[6].postscale = 1.0;
+  changed[7].root = 0;
+  changed[8].device = 1;
+  changed[9].group = "h";
+  changed[10].group_size = 3;
+  changed[11].ranks = {0, 3};
+  changed[12].process_set = 0;
+  changed[13].call_site = "train.py:58 in step";
+  for (size_t i = 0; i < changed.size(); ++i) {
+    EXPECT_NE(RequestDigest(changed[i]), RequestDigest(base)) << "field " << i;
+  }
+  Request epoch = base;
+  epoch.unnamed_epoch = 3;
+  EXPECT_NE(RequestDigest(epoch), RequestDigest(base));
+  // Field boundaries count: ("ab", "c") is not ("a", "bc").
+  Request a = base, b = base;
+  a.name = "ab";
+  a.group = "c";
+  b.name = "a";
+  b.group = "bc";
+  EXPECT_NE(RequestDigest(a), RequestDigest(b));
+}
+
+TEST(Message, RequestMessageRoundTrips) {
+  RequestMessage m;
+  m.reference_bits = {0x5, 0x1};
+  m.requests = {SampleRequest()};
+  std::vector<uint8_t> bytes = EncodeRequestMessage(m);
+  Result<RequestMessage> out = DecodeRequestMessage(bytes.data(), bytes.size(), 70);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_FALSE(out.value().whole_reference);
+  EXPECT_EQ(out.value().reference_bits, m.reference_bits);
+  ASSERT_EQ(out.value().requests.size(), 1u);
+  EXPECT_TRUE(out.value().requests[0] == SampleRequest());
+
+  RequestMessage whole;
+  whole.whole_reference = true;
+  bytes = EncodeRequestMessage(whole);
+  EXPECT_EQ(bytes.size(), 8u);  // what most ranks send at scale
+  out = DecodeRequestMessage(bytes.data(), bytes.size(), 70);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out.value().whole_reference);
+  EXPECT_TRUE(out.value().reference_bits.empty());
+  EXPECT_TRUE(out.value().requests.empty());
+}
+
+TEST(Message, MalformedRequestMessagesAreRejected) {
+  RequestMessage m;
+  m.reference_bits = {0x5, 0x1};
+  m.requests = {SampleRequest()};
+  std::vector<uint8_t> bytes = EncodeRequestMessage(m);
+  // The reference has another size than the words say.
+  Result<RequestMessage> out = DecodeRequestMessage(bytes.data(), bytes.size(), 200);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("reference words"), std::string::npos)
+      << out.status().message();
+  // Shorter than its header, or than the words it announces.
+  EXPECT_FALSE(DecodeRequestMessage(bytes.data(), 7, 70).ok());
+  EXPECT_FALSE(DecodeRequestMessage(bytes.data(), 16, 70).ok());
+  // Requests cut short.
+  EXPECT_FALSE(DecodeRequestMessage(bytes.data(), bytes.size() - 5, 70).ok());
+  EXPECT_FALSE(DecodeRequestMessage(nullptr, 0, 0).ok());
+}
+
 }  // namespace
 }  // namespace kolo
