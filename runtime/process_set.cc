@@ -68,27 +68,89 @@ void ProcessSet::Add(TensorEntry entry) {
 // Decides whether a new request can ride the cache's fast path.
 void ProcessSet::Classify(TensorEntry& entry) {
   const Request& request = entry.request;
-  if (cache_.enabled() && !joined_ && request.group.empty()) {
-    ResponseCache::Lookup found = cache_.Find(request, rank());
-    if (found.state == ResponseCache::State::kHit) {
-      cache_hits_.emplace(found.bit, request.name);
-      return;
-    }
-    if (found.state == ResponseCache::State::kInvalid) invalid_bits_.push_back(found.bit);
+  if (!cache_.enabled() || joined_) {
+    uncached_.push_back(request);
+    return;
   }
+  if (!request.group.empty()) {
+    // A group's members are enqueued together and so arrive in one cycle;
+    // the last one to arrive classifies the group.
+    std::vector<std::string>& arrived = arriving_groups_[request.group];
+    arrived.push_back(request.name);
+    if (static_cast<int>(arrived.size()) < request.group_size) return;
+    std::vector<std::string> members = std::move(arrived);
+    arriving_groups_.erase(request.group);
+    ClassifyGroup(members);
+    return;
+  }
+  ResponseCache::Lookup found = cache_.Find(request, rank());
+  if (found.state == ResponseCache::State::kHit) {
+    cache_hits_.emplace(found.bit, request.name);
+    return;
+  }
+  if (found.state == ResponseCache::State::kInvalid) invalid_bits_.push_back(found.bit);
   uncached_.push_back(request);
+}
+
+// The coordinator decides a group only once every member has reached it, so a
+// group rides the fast path only as a whole: when every member hits. Otherwise
+// all members go to the coordinator and every cached member's bit is marked
+// invalid. Every rank's cache holds the same names, so a member missing here
+// is missing for every rank that classifies the group later, and a rank that
+// already holds the group as hits moved it when the entry left. The invalid
+// bits make a rank whose members all hit (a stale entry is stale only here)
+// send the group to the coordinator in the same round, where the group
+// fails or succeeds as a whole.
+void ProcessSet::ClassifyGroup(const std::vector<std::string>& members) {
+  std::vector<ResponseCache::Lookup> found;
+  found.reserve(members.size());
+  bool all_hit = true;
+  for (const std::string& name : members) {
+    found.push_back(cache_.Find(pending_.at(name).request, rank()));
+    all_hit &= found.back().state == ResponseCache::State::kHit;
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (all_hit) {
+      cache_hits_.emplace(found[i].bit, members[i]);
+      continue;
+    }
+    if (found[i].state != ResponseCache::State::kMiss) invalid_bits_.push_back(found[i].bit);
+    uncached_.push_back(pending_.at(members[i]).request);
+  }
 }
 
 void ProcessSet::MoveToUncached(int bit) {
   auto it = cache_hits_.find(bit);
   if (it == cache_hits_.end()) return;
   auto entry = pending_.find(it->second);
-  if (entry != pending_.end()) uncached_.push_back(entry->second.request);
-  cache_hits_.erase(it);
+  if (entry == pending_.end() || entry->second.request.group.empty()) {
+    if (entry != pending_.end()) uncached_.push_back(entry->second.request);
+    cache_hits_.erase(it);
+    return;
+  }
+  // Members left on the fast path would run without the ones sent to the
+  // coordinator, which would then wait for them forever. Every rank that holds
+  // the group as hits moves it in the same round (an eviction or an invalid
+  // bit is the same everywhere).
+  for (int member : GroupHitBits(entry->second.request.group)) {
+    uncached_.push_back(pending_.at(cache_hits_.at(member)).request);
+    cache_hits_.erase(member);
+  }
+}
+
+std::vector<int> ProcessSet::GroupHitBits(const std::string& group) const {
+  std::vector<int> bits;
+  for (const auto& [bit, name] : cache_hits_) {
+    auto entry = pending_.find(name);
+    if (entry != pending_.end() && entry->second.request.group == group) bits.push_back(bit);
+  }
+  return bits;
 }
 
 // A cache hit that waits too long is sent to the coordinator instead, so that
-// the stall inspector can say which ranks are missing it.
+// the stall inspector can say which ranks are missing it. A group's members
+// arrive together and so expire together; one invalid member would be enough
+// anyway (MoveToUncached takes the whole group).
 void ProcessSet::ExpireStalledCacheHits(Clock::time_point now) {
   if (config_.stall_check_disabled || config_.stall_check_seconds <= 0) return;
   for (const auto& [bit, name] : cache_hits_) {
@@ -162,16 +224,24 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   }
 
   // 3. Bits set on every rank are ready, in bit order (the same everywhere).
-  for (int bit = 0; bit < cache_.bit_bound(); ++bit) {
-    if (!TestBit(bits, 1, bit) || !TestBit(bits, 1 + words, bit)) continue;
+  //    A hit moved to the coordinator in step 2 is not, though its bit may be
+  //    set everywhere: a group member whose group was moved, or any hit while
+  //    a rank is joined. Every rank that set the bit moved it too.
+  for (auto hit = cache_hits_.begin(); hit != cache_hits_.end();) {
+    const int bit = hit->first;
+    if (!TestBit(bits, 1, bit) || !TestBit(bits, 1 + words, bit)) {
+      ++hit;
+      continue;
+    }
     outcome->responses.push_back(cache_.Get(bit));
     cache_.Touch(bit);
-    cache_hits_.erase(bit);
+    hit = cache_hits_.erase(hit);
   }
 
   // 4. The slow path, when any rank has something new for the coordinator.
   if ((flags & (kHasUncached | kJoined | kStallCheck)) || any_invalid) {
     last_slow_round_ = now;
+    outcome->slow_path = true;
     std::vector<Response> slow;
     KOLO_RETURN_IF_ERROR(RunSlowPath(now, &slow));
     CacheResponses(slow);
@@ -325,11 +395,13 @@ void ProcessSet::CacheResponses(const std::vector<Response>& responses) {
   for (const Response& r : responses) {
     if (!ResponseCache::Cacheable(r)) continue;
     auto it = pending_.find(r.names[0]);
-    std::optional<std::vector<int64_t>> own_shape;
-    if (it != pending_.end() && it->second.request.group.empty()) {
-      own_shape = it->second.request.shape;
+    std::optional<int> evicted;
+    if (it != pending_.end()) {
+      const Request& mine = it->second.request;
+      evicted = cache_.Put(r, mine.shape, mine.group, mine.group_size);
+    } else {
+      evicted = cache_.Put(r, std::nullopt);
     }
-    std::optional<int> evicted = cache_.Put(r, own_shape);
     if (evicted) MoveToUncached(*evicted);
   }
 }
@@ -357,6 +429,7 @@ std::vector<TensorEntry> ProcessSet::TakeAll() {
   delivered_.clear();
   uncached_.clear();
   cache_hits_.clear();
+  arriving_groups_.clear();
   joined_ = false;
   return out;
 }
@@ -374,6 +447,8 @@ std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
       hit = hit->second == it->first ? cache_hits_.erase(hit) : std::next(hit);
     }
     delivered_.erase(it->first);
+    // A group's members share their epoch: the whole group goes.
+    if (!it->second.request.group.empty()) arriving_groups_.erase(it->second.request.group);
     out.push_back(std::move(it->second));
     it = pending_.erase(it);
   }

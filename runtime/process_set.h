@@ -30,6 +30,7 @@ struct ProcessSetInfo {
 struct NegotiationOutcome {
   std::vector<Response> responses;  // cached-ready first (bit order), then the coordinator's
   bool shutdown = false;            // some rank asked to shut down
+  bool slow_path = false;           // the round asked the coordinator (the timeline marks it)
 };
 
 class ProcessSet {
@@ -69,13 +70,18 @@ class ProcessSet {
 
  private:
   void Classify(TensorEntry& entry);
+  void ClassifyGroup(const std::vector<std::string>& members);
   void ExpireStalledCacheHits(Clock::time_point now);
   Status WaitForRequest(MPI_Request* request);
   Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
   std::vector<Request> HeldForCoordinator() const;
   RequestMessage AnswerReference(const std::vector<uint64_t>& reference) const;
   void CacheResponses(const std::vector<Response>& responses);
+  // Sends the cache hit at `bit` to the coordinator instead; a group member
+  // takes the rest of its group with it.
   void MoveToUncached(int bit);
+  // The bits of this rank's waiting cache hits that are members of `group`.
+  std::vector<int> GroupHitBits(const std::string& group) const;
 
   std::shared_ptr<const ProcessSetInfo> info_;
   MpiComm comm_;
@@ -88,6 +94,9 @@ class ProcessSet {
   std::unordered_set<std::string> delivered_;             // pending names the coordinator has
   std::map<int, std::string> cache_hits_;  // bit -> name, waiting for the bit everywhere
   std::vector<int> invalid_bits_;          // cached entries this rank found stale
+  // Group -> the names of its members pending so far, until all have arrived
+  // and the group is classified as one.
+  std::unordered_map<std::string, std::vector<std::string>> arriving_groups_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;

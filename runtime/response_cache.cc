@@ -12,9 +12,11 @@ ResponseCache::Lookup ResponseCache::Find(const Request& q, int rank_in_set) con
   if (it == by_name_.end()) return {State::kMiss, -1};
   const Entry& e = entries_[it->second];
   const Response& r = e.response;
-  bool same = !q.group.empty() ? false
-                               : r.op == q.op && r.dtype == q.dtype && r.device == q.device &&
-                                     e.own_shape.has_value() && *e.own_shape == q.shape;
+  // A member that moved to another group (or out of one) is a new request:
+  // the coordinator holds group members until their whole group is decided.
+  bool same = r.op == q.op && r.dtype == q.dtype && r.device == q.device &&
+              e.own_shape.has_value() && *e.own_shape == q.shape && e.group == q.group &&
+              e.group_size == q.group_size;
   if (same && (q.op == OpType::kAllreduce || q.op == OpType::kReducescatter)) {
     same = r.reduce_op == q.reduce_op && r.prescale == q.prescale && r.postscale == q.postscale;
   }
@@ -27,7 +29,8 @@ ResponseCache::Lookup ResponseCache::Find(const Request& q, int rank_in_set) con
 }
 
 std::optional<int> ResponseCache::Put(const Response& response,
-                                      std::optional<std::vector<int64_t>> own_shape) {
+                                      std::optional<std::vector<int64_t>> own_shape,
+                                      std::string group, int32_t group_size) {
   if (!enabled()) return std::nullopt;
   const std::string& name = response.names[0];
   auto existing = by_name_.find(name);
@@ -49,6 +52,8 @@ std::optional<int> ResponseCache::Put(const Response& response,
   e.used = true;
   e.response = response;
   e.own_shape = std::move(own_shape);
+  e.group = std::move(group);
+  e.group_size = group_size;
   lru_.push_front(bit);
   e.lru_pos = lru_.begin();
   by_name_[name] = bit;

@@ -3,8 +3,8 @@
 //
 // Every rank applies the same Put / Touch / Erase calls in the same order (they
 // are driven by the responses all ranks execute), so the name -> bit mapping
-// is identical on all ranks without any extra communication. Only the shape
-// each rank compares its own requests with is local.
+// is identical on all ranks without any extra communication. Only what each
+// rank compares its own requests with (its shape, its group) is local.
 #pragma once
 
 #include <cstdint>
@@ -32,15 +32,19 @@ class ResponseCache {
   // Whether a response may be cached at all.
   static bool Cacheable(const Response& response);
 
-  // kHit: the cached response at `bit` is what this rank would negotiate now.
+  // kHit: the cached response at `bit` is what this rank would negotiate now
+  // (a group member also in the same group, of the same size).
   // kInvalid: `name` is cached with other parameters; the entry must go.
   Lookup Find(const Request& request, int rank_in_set) const;
 
   // Inserts `response` (replacing an entry of the same name), evicting the
   // least recently used entry when full. `own_shape` is this rank's tensor
-  // shape (nullopt when this rank has no tensor of that name, e.g. joined).
-  // Returns the bit of an evicted entry of another name, if any.
-  std::optional<int> Put(const Response& response, std::optional<std::vector<int64_t>> own_shape);
+  // shape (nullopt when this rank has no tensor of that name, e.g. joined);
+  // `group` and `group_size` are those of this rank's request (empty and 0
+  // when it was not grouped). Returns the bit of an evicted entry of another
+  // name, if any.
+  std::optional<int> Put(const Response& response, std::optional<std::vector<int64_t>> own_shape,
+                         std::string group = {}, int32_t group_size = 0);
   void Touch(int bit);
   void Erase(int bit);
   const Response& Get(int bit) const { return entries_[bit].response; }
@@ -54,6 +58,8 @@ class ResponseCache {
     bool used = false;
     Response response;
     std::optional<std::vector<int64_t>> own_shape;
+    std::string group;
+    int32_t group_size = 0;
     std::list<int>::iterator lru_pos;
   };
   int64_t capacity_;

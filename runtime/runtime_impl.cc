@@ -225,6 +225,8 @@ bool RuntimeImpl::RunCycle() {
                    : "kolo was shut down by another rank before this operation completed"));
       return false;
     }
+    // Says which cycles paid for a full negotiation (the cache did not serve).
+    if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
     Dispatch(set, outcome.responses);
     if (sets_.count(id)) CancelUnnamed(set, outcome.responses);
   }

@@ -354,6 +354,26 @@ TEST_F(Stall, CachedTensorThatStallsIsReportedToo) {
   MeetAfterTheStall();
 }
 
+TEST_F(Stall, CachedGroupThatStallsIsReportedToo) {
+  // The stalled hits take their whole group to the coordinator, which fails
+  // every member on the waiting ranks.
+  Buffer a(DataType::kFloat32, 4), b(DataType::kFloat32, 2);
+  AllreduceOptions opts;
+  opts.name = "cached.group.then.skipped";
+  auto step = [&] {
+    return Run(rt_->EnqueueGroupedAllreduce({a.View(), b.View()}, {a.View(), b.View()}, opts));
+  };
+  ASSERT_TRUE(step().ok());  // now cached
+  if (rank_ != size_ - 1) {
+    Status s = step();
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(Contains(s.message(), "Group 'cached.group.then.skipped' failed")) << s.message();
+    EXPECT_TRUE(Contains(s.message(), "not by rank(s) " + std::to_string(size_ - 1)))
+        << s.message();
+  }
+  MeetAfterTheStall();
+}
+
 // Rank 0 sends a tensor on the global set, the others send it on a set of all
 // ranks: neither set's coordinator sees every rank, so without help both would
 // stall. At the stall check time the missing ranks say where they sent it.

@@ -44,6 +44,38 @@ TEST(ResponseCache, EntryWithoutLocalShapeNeverHits) {
   EXPECT_EQ(cache.Find(Req("a", 3), 0).state, ResponseCache::State::kInvalid);
 }
 
+TEST(ResponseCache, GroupMemberHitsOnlyInTheSameGroupOfTheSameSize) {
+  ResponseCache cache(4);
+  Request member = Req("g.0", 3);
+  member.group = "g";
+  member.group_size = 2;
+  cache.Put(AR("g.0", 3), std::vector<int64_t>{3}, "g", 2);
+  EXPECT_EQ(cache.Find(member, 0).state, ResponseCache::State::kHit);
+  Request other_group = member;
+  other_group.group = "h";
+  EXPECT_EQ(cache.Find(other_group, 0).state, ResponseCache::State::kInvalid);
+  Request other_size = member;
+  other_size.group_size = 3;
+  EXPECT_EQ(cache.Find(other_size, 0).state, ResponseCache::State::kInvalid);
+  // The same name outside any group is another request too.
+  EXPECT_EQ(cache.Find(Req("g.0", 3), 0).state, ResponseCache::State::kInvalid);
+  Request other_shape = Req("g.0", 4);
+  other_shape.group = "g";
+  other_shape.group_size = 2;
+  EXPECT_EQ(cache.Find(other_shape, 0).state, ResponseCache::State::kInvalid);
+}
+
+TEST(ResponseCache, GroupRequestDoesNotHitAnUngroupedEntry) {
+  ResponseCache cache(4);
+  cache.Put(AR("a", 3), std::vector<int64_t>{3});
+  Request member = Req("a", 3);
+  member.group = "a.group";
+  member.group_size = 2;
+  auto found = cache.Find(member, 0);
+  EXPECT_EQ(found.state, ResponseCache::State::kInvalid);
+  EXPECT_EQ(found.bit, 0);
+}
+
 TEST(ResponseCache, EvictsLeastRecentlyUsedAndReusesBits) {
   ResponseCache cache(2);
   EXPECT_FALSE(cache.Put(AR("a", 1), std::vector<int64_t>{1}));
