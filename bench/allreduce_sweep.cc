@@ -1,7 +1,11 @@
 // Size sweep: allreduce of one float32 buffer from 4 B to 256 MiB (powers of
 // 4) through kolo's C++ API and through a raw MPI_Allreduce of the same
 // buffer, in the same run. The two paths alternate in rounds so that neither
-// gets the warmer machine. Prints one JSON object on rank 0.
+// gets the warmer machine. From 1 MiB on it also times a plain memcpy of the
+// buffer on every rank at once: the memory-bandwidth floor of kolo's
+// shared-memory allreduce, which reads and writes main memory once per byte
+// and rank (copy into the slot, reduce and copy out in cache). Prints one
+// JSON object on rank 0.
 //
 //   kolorun -np 2 build/bench/allreduce_sweep [max_bytes] [seconds_per_size]
 #include <mpi.h>
@@ -10,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
   std::string json =
       "{\"benchmark\": \"allreduce_sweep\", \"np\": " + std::to_string(size) + ", \"rows\": [";
   std::vector<float> x(static_cast<size_t>(max_bytes / 4), 1.0f);
+  std::vector<float> copy(x.size(), 0.0f);
   bool first = true;
   for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
     const int64_t count = bytes / 4;
@@ -104,18 +110,29 @@ int main(int argc, char** argv) {
         kolo_us.push_back(Seconds(t) * 1e6);
       }
     }
+    // The floor: every rank copies the buffer once, all at the same time.
+    std::vector<double> memcpy_us;
+    if (bytes >= (int64_t{1} << 20)) {
+      for (int i = 0; i < std::max(3, std::min(iterations, 20)); ++i) {
+        MPI_Barrier(comm);
+        t = Clock::now();
+        std::memcpy(copy.data(), x.data(), static_cast<size_t>(bytes));
+        memcpy_us.push_back(Seconds(t) * 1e6);
+      }
+    }
     // A collective's time is the slowest rank's.
-    double med[4] = {Median(raw_us), Median(kolo_us), Percentile(raw_us, 0.99),
-                     Percentile(kolo_us, 0.99)};
-    MPI_Allreduce(MPI_IN_PLACE, med, 4, MPI_DOUBLE, MPI_MAX, comm);
+    double med[5] = {Median(raw_us), Median(kolo_us), Percentile(raw_us, 0.99),
+                     Percentile(kolo_us, 0.99), memcpy_us.empty() ? 0.0 : Median(memcpy_us)};
+    MPI_Allreduce(MPI_IN_PLACE, med, 5, MPI_DOUBLE, MPI_MAX, comm);
     const double factor = 2.0 * (size - 1) / size;
     char row[512];
     std::snprintf(row, sizeof(row),
                   "%s\n  {\"bytes\": %lld, \"iterations\": %zu, \"raw_us\": %.2f, "
                   "\"kolo_us\": %.2f, \"raw_p99_us\": %.2f, \"kolo_p99_us\": %.2f, "
-                  "\"raw_busbw_gbs\": %.3f, \"kolo_busbw_gbs\": %.3f}",
+                  "\"raw_busbw_gbs\": %.3f, \"kolo_busbw_gbs\": %.3f, \"memcpy_us\": %.2f}",
                   first ? "" : ",", static_cast<long long>(bytes), raw_us.size(), med[0], med[1],
-                  med[2], med[3], bytes * factor / med[0] / 1e3, bytes * factor / med[1] / 1e3);
+                  med[2], med[3], bytes * factor / med[0] / 1e3, bytes * factor / med[1] / 1e3,
+                  med[4]);
     json += row;
     first = false;
     if (rank == 0) {

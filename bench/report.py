@@ -90,6 +90,13 @@ def sweep_section(out, cpp, torch_sweep, lines, targets):
         targets.append(("sizes ≥ 16 MiB: kolo bus bandwidth ≥ raw's best (%.2f GB/s)" % best_raw_bw,
                         ", ".join("%s: %.2f" % (human(r["bytes"]), r["kolo_busbw_gbs"])
                                   for r in cpp["rows"] if r["bytes"] >= 16 << 20), big_ok))
+        floor = [r for r in cpp["rows"] if r["bytes"] >= 16 << 20 and r.get("memcpy_us")]
+        if floor:
+            worst_floor = max(r["kolo_us"] / r["memcpy_us"] for r in floor)
+            targets.append(("sizes ≥ 16 MiB: kolo ≤ 1.5 × the memory floor (one memcpy of the "
+                            "buffer per rank, all ranks at once)",
+                            ", ".join("%s: %.2f ×" % (human(r["bytes"]), r["kolo_us"] / r["memcpy_us"])
+                                      for r in floor), worst_floor <= 1.5))
         tiny = [r for r in cpp["rows"] if r["bytes"] == 4]
         if tiny:
             targets.append(("4-byte allreduce through the C++ API: p50 ≤ 10 µs",
