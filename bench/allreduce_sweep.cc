@@ -12,10 +12,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kolo/runtime.h"
@@ -36,6 +39,36 @@ double Percentile(std::vector<double> v, double p) {
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Median time for one thread to wake another and be woken back (condition
+// variable ping-pong): the two hand-offs every operation of a runtime with a
+// background thread pays (caller -> background thread -> caller), measured on
+// every rank at once like the collectives.
+double HandoffRoundTripMicros() {
+  std::mutex m;
+  std::condition_variable cv;
+  int turn = 0;
+  const int n = 5000;
+  std::thread peer([&] {
+    for (int i = 0; i < n; ++i) {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return turn == 1; });
+      turn = 0;
+      cv.notify_all();
+    }
+  });
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    auto start = Clock::now();
+    std::unique_lock<std::mutex> lock(m);
+    turn = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return turn == 0; });
+    us.push_back(Seconds(start) * 1e6);
+  }
+  peer.join();
+  return Median(us);
 }
 
 // Every rank must run the same number of iterations: rank 0 decides from a
@@ -68,8 +101,13 @@ int main(int argc, char** argv) {
   }
   kolo::Runtime& kolo_rt = *rt.value();
 
-  std::string json =
-      "{\"benchmark\": \"allreduce_sweep\", \"np\": " + std::to_string(size) + ", \"rows\": [";
+  MPI_Barrier(comm);
+  double handoff = HandoffRoundTripMicros();
+  MPI_Allreduce(MPI_IN_PLACE, &handoff, 1, MPI_DOUBLE, MPI_MAX, comm);
+  char head[160];
+  std::snprintf(head, sizeof(head), ", \"handoff_round_trip_us\": %.2f", handoff);
+  std::string json = "{\"benchmark\": \"allreduce_sweep\", \"np\": " + std::to_string(size) + head +
+                     ", \"rows\": [";
   std::vector<float> x(static_cast<size_t>(max_bytes / 4), 1.0f);
   std::vector<float> copy(x.size(), 0.0f);
   bool first = true;

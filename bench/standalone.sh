@@ -31,6 +31,9 @@ for s in strategies:
     med = [r["median_ms"] for r in runs]
     result["strategies"][s] = {"job_median_ms": med, "median_ms": statistics.median(med),
                                "slowest_over_fastest": max(med) / min(med)}
+    submit = [r["submit_ms"] for r in runs if r.get("submit_ms") is not None]
+    if submit:
+        result["strategies"][s]["submit_ms"] = statistics.median(submit)
     result["np"], result["steps"] = runs[0]["np"], runs[0]["steps"]
     print(f"{s:15s} per job: " + " ".join(f"{m:.2f}" for m in med))
     print(f"{s:15s} median {statistics.median(med):.2f} ms, slowest/fastest job "
