@@ -81,7 +81,14 @@ class UnsupportedDtypeError(TypeError, ValueError):
     """A dtype kolo cannot move. A TypeError, and a ValueError as Horovod raises for it."""
 
 
-def _check_tensor(tensor, what):
+def _check_tensor(tensor, what, index=None):
+    # The common case costs a few attribute reads; the message (with the
+    # input's index in a list) is only built for a tensor that fails.
+    if (isinstance(tensor, torch.Tensor) and not tensor.is_sparse and tensor.dtype in _DTYPES
+            and tensor.is_contiguous()):
+        return
+    if index is not None:
+        what = "%s input %d" % (what, index)
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if tensor.is_sparse:
@@ -91,8 +98,7 @@ def _check_tensor(tensor, what):
         raise UnsupportedDtypeError(
             "%s has dtype %s, which kolo does not support; supported: %s"
             % (what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
-    if not tensor.is_contiguous():
-        raise ValueError("%s is not contiguous; call .contiguous() first" % what)
+    raise ValueError("%s is not contiguous; call .contiguous() first" % what)
 
 
 def _check_list(tensors, what):
@@ -100,7 +106,7 @@ def _check_list(tensors, what):
     if not tensors:
         raise ValueError("%s needs at least one tensor" % what)
     for i, t in enumerate(tensors):
-        _check_tensor(t, "%s input %d" % (what, i))
+        _check_tensor(t, what, i)
     return tensors
 
 
@@ -217,10 +223,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                              process_set):
-    specs = []
-    for t, o in zip(tensors, outputs):
-        data, dtype, shape, device = _view(t)
-        specs.append((data, o.data_ptr(), dtype, shape, device))
+    specs = [(t.data_ptr(), o.data_ptr(), _DTYPES[t.dtype], list(t.shape),
+              t.device.index if t.is_cuda else -1) for t, o in zip(tensors, outputs)]
     h = _core.grouped_allreduce_async(specs, name or "", op, float(prescale_factor),
                                       float(postscale_factor), _set_id(process_set),
                                       _stream(tensors[0]))
