@@ -225,6 +225,7 @@ bool RuntimeImpl::RunCycle() {
                    : "kolo was shut down by another rank before this operation completed"));
       return false;
     }
+    if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     Dispatch(set, outcome.responses);
     if (sets_.count(id)) CancelUnnamed(set, outcome.responses);
   }
