@@ -207,10 +207,18 @@ bool Autotuner::Record(double score) {
 
 void Autotuner::Decide() {
   const Coordinate& c = coordinates_[coordinate_];
+  const std::vector<double>& held = scores_[c.incumbent];  // one sample per round
   std::vector<double> medians;
   for (const std::vector<double>& s : scores_) medians.push_back(Median(s));
-  size_t best = std::max_element(medians.begin(), medians.end()) - medians.begin();
-  if (medians[best] <= medians[c.incumbent] * (1 + search_.margin)) best = c.incumbent;
+  size_t best = c.incumbent;
+  for (size_t v = 0; v < scores_.size(); ++v) {
+    size_t won = 0;
+    for (size_t round = 0; round < held.size(); ++round) won += scores_[v][round] > held[round];
+    if (won * 5 >= held.size() * 4 && medians[v] > medians[c.incumbent] * (1 + search_.margin) &&
+        medians[v] > medians[best]) {
+      best = v;
+    }
+  }
   c.apply(&current_, c.values[best]);
   best_score_ = medians[best];
   if (coordinate_ == 0) initial_score_ = medians[c.incumbent];

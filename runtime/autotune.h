@@ -74,12 +74,16 @@ struct AutotuneSearch {
   std::vector<double> cycle_times_ms;
   std::vector<int64_t> piece_sizes;
   int64_t warmup_samples = 3;
-  // Each value is measured this many times, the values taking turns so that
-  // a slow drift of the machine hits them alike; a value's score is the
-  // median of its samples.
-  int64_t samples_per_value = 3;
-  // A value replaces the one the setting had when its median beats that one's
-  // by this fraction: noise must not move a setting away from a good default.
+  // Each value is measured this many times, the values taking turns (rounds
+  // of one sample each) so that a slow drift of the machine hits them alike;
+  // a value's score is the median of its samples.
+  int64_t samples_per_value = 5;
+  // A value replaces the one the setting had (the incumbent) only when it
+  // scored higher than the incumbent in at least 4/5 of the rounds (a round's
+  // samples are taken within a second or two, so this pairs them against the
+  // machine's drift, and one outlier sample cannot decide) and its median
+  // beats the incumbent's by this fraction: noise must not move a setting
+  // away from a good default.
   double margin = 0.03;
 
   // kolo's candidates around `initial` (which is always one of them), holding

@@ -48,6 +48,30 @@ Status ShareAutotuneFile(const std::string& path, int rank, MPI_Comm comm, int64
                    "MPI_Bcast");
 }
 
+// Applies the file's settings to `config`, except those the user gave.
+Status ApplyAutotuneFile(const std::string& text, const std::string& path, const ConfigNotes& notes,
+                         bool root, Config* config) {
+  KOLO_ASSIGN_OR_RETURN(auto settings, ParseAutotuneFile(text, path));
+  std::string used, held;
+  for (const auto& [name, value] : settings) {
+    if (notes.Given(name)) {  // the user's explicit setting wins
+      held += (held.empty() ? "" : ", ") + name;
+      continue;
+    }
+    for (const Setting& s : Settings()) {
+      if (name == s.name) KOLO_RETURN_IF_ERROR(s.field.parse(value, config));
+    }
+    used += (used.empty() ? "" : ", ") + name + "=" + value;
+  }
+  if (root) {
+    KOLO_LOG(kInfo) << "autotune: using KOLO_AUTOTUNE_FILE '" << path
+                    << "': " << (used.empty() ? "nothing" : used)
+                    << (held.empty() ? "" : "; given in the environment, and kept: " + held)
+                    << (config->autotune ? "; not tuning again" : "");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RuntimeImpl::InitAutotune(const ConfigNotes& notes) {
@@ -63,24 +87,7 @@ Status RuntimeImpl::InitAutotune(const ConfigNotes& notes) {
   }
   const bool from_file = state == kFile;
   if (from_file) {
-    KOLO_ASSIGN_OR_RETURN(auto settings, ParseAutotuneFile(text, path));
-    std::string used, held;
-    for (const auto& [name, value] : settings) {
-      if (notes.Given(name)) {  // the user's explicit setting wins
-        held += (held.empty() ? "" : ", ") + name;
-        continue;
-      }
-      for (const Setting& s : Settings()) {
-        if (name == s.name) KOLO_RETURN_IF_ERROR(s.field.parse(value, &config_));
-      }
-      used += (used.empty() ? "" : ", ") + name + "=" + value;
-    }
-    if (root) {
-      KOLO_LOG(kInfo) << "autotune: using KOLO_AUTOTUNE_FILE '" << path
-                      << "': " << (used.empty() ? "nothing" : used)
-                      << (held.empty() ? "" : "; given in the environment, and kept: " + held)
-                      << (config_.autotune ? "; not tuning again" : "");
-    }
+    KOLO_RETURN_IF_ERROR(ApplyAutotuneFile(text, path, notes, root, &config_));
   } else if (!path.empty() && !config_.autotune && root) {
     KOLO_LOG(kWarning) << "KOLO_AUTOTUNE_FILE '" << path
                        << "' does not exist: running with the configured settings (set "
