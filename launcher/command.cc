@@ -125,9 +125,9 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
   static const char* const kElastic =
       "elastic training is not supported; kolorun starts a fixed set of ranks (-np, -H or "
       "--hostfile), and a job that loses a rank ends naming it";
-  static const char* const kAutotune =
-      "autotuning is not supported; kolo's defaults are measured (docs/performance.md): set "
-      "--fusion-threshold-mb and --cycle-time-ms yourself";
+  static const char* const kBayes =
+      "kolo's autotune is a coordinate search over a few values per setting, not Bayesian "
+      "optimization (docs/configuration.md, \"Autotune\")";
   static const char* const kNoTimestamp = "kolo's log lines carry no time stamp";
   static const std::vector<HorovodrunFlag> kFlags = {
       // Single-dash long names, which kolorun's parser reads as letters.
@@ -141,6 +141,7 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
       {"--no-hierarchical-allreduce", 0, K::kSetsVariable, "KOLO_HIERARCHICAL_ALLREDUCE=0"},
       {"--no-timeline-mark-cycles", 0, K::kSetsVariable, "KOLO_TIMELINE_MARK_CYCLES=0"},
       {"--stall-check", 0, K::kSetsVariable, "KOLO_STALL_CHECK_DISABLE=0"},
+      {"--no-autotune", 0, K::kSetsVariable, "KOLO_AUTOTUNE=0"},
       // horovodrun's --tcp sets NCCL_IB_DISABLE=1; kolorun's MPI already uses TCP.
       {"--tcp", 0, K::kSetsVariable, "NCCL_IB_DISABLE=1"},
       // Harmless to ignore: none changes what the job computes.
@@ -148,7 +149,9 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
        "it turns off horovodrun's cache of its host checks; kolorun caches nothing and "
        "checks the hosts on every launch"},
       {"--mpi", 0, K::kIgnored, "kolo always runs on MPI"},
-      {"--no-autotune", 0, K::kIgnored, "kolo never autotunes"},
+      // --autotune and its other flags are kolorun's own.
+      {"--autotune-bayes-opt-max-samples", 1, K::kIgnored, kBayes},
+      {"--autotune-gaussian-process-noise", 1, K::kIgnored, kBayes},
       {"--hierarchical-allgather", 0, K::kIgnored,
        "kolo's allgather is flat (the results are the same); --hierarchical-allreduce is "
        "supported"},
@@ -181,12 +184,6 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
       {"--binding-args", 1, K::kRefused,
        "kolorun maps ranks to hosts by slot itself; use --binding none|core|socket|numa|hwthread "
        "for mpirun's --bind-to, and --mpi-args for other mpirun options"},
-      {"--autotune", 0, K::kRefused, kAutotune},
-      {"--autotune-log-file", 1, K::kRefused, kAutotune},
-      {"--autotune-warmup-samples", 1, K::kRefused, kAutotune},
-      {"--autotune-steps-per-sample", 1, K::kRefused, kAutotune},
-      {"--autotune-bayes-opt-max-samples", 1, K::kRefused, kAutotune},
-      {"--autotune-gaussian-process-noise", 1, K::kRefused, kAutotune},
       {"--min-np", 1, K::kRefused, kElastic},
       {"--min-num-proc", 1, K::kRefused, kElastic},
       {"--max-np", 1, K::kRefused, kElastic},

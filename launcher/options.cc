@@ -50,6 +50,19 @@ void AddOptions(CLI::App& app, Options* o) {
   app.add_flag("--pin-gpus", o->pin_gpus,
                "One GPU per local rank: each rank's CUDA_VISIBLE_DEVICES keeps its LOCAL_RANK-th "
                "GPU (of the list it had, else device LOCAL_RANK), seen as cuda:0");
+  app.add_flag("--autotune", o->autotune,
+               "KOLO_AUTOTUNE=1: tune fusion threshold, cycle time and piece size while the job "
+               "runs");
+  app.add_option("--autotune-log-file", o->autotune_log, "KOLO_AUTOTUNE_LOG (CSV of every sample)");
+  app.add_option("--autotune-warmup-samples", o->autotune_warmup_samples,
+                 "KOLO_AUTOTUNE_WARMUP_SAMPLES (default 3)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--autotune-steps-per-sample", o->autotune_steps_per_sample,
+                 "KOLO_AUTOTUNE_STEPS_PER_SAMPLE (default 10)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--autotune-file", o->autotune_file,
+                 "KOLO_AUTOTUNE_FILE: autotune writes its choice there; a job that finds the file "
+                 "uses it and does not tune");
   app.add_option("--timeline-filename", o->timeline, "KOLO_TIMELINE");
   app.add_flag("--timeline-mark-cycles", o->timeline_mark_cycles, "KOLO_TIMELINE_MARK_CYCLES=1");
   app.add_flag("--no-stall-check", o->no_stall_check, "KOLO_STALL_CHECK_DISABLE=1");
@@ -153,6 +166,15 @@ std::map<std::string, std::string> RuntimeSettings(const Options& o) {
   if (o.stall_shutdown >= 0) s[env::kStallShutdownTime] = Num(o.stall_shutdown);
   // horovodrun's FATAL: nothing below kolo's highest level.
   if (!o.log_level.empty()) s[env::kLogLevel] = o.log_level == "fatal" ? "error" : o.log_level;
+  if (o.autotune) s[env::kAutotune] = "1";
+  if (!o.autotune_log.empty()) s[env::kAutotuneLog] = o.autotune_log;
+  if (o.autotune_warmup_samples >= 0) {
+    s[env::kAutotuneWarmupSamples] = std::to_string(o.autotune_warmup_samples);
+  }
+  if (o.autotune_steps_per_sample >= 0) {
+    s[env::kAutotuneStepsPerSample] = std::to_string(o.autotune_steps_per_sample);
+  }
+  if (!o.autotune_file.empty()) s[env::kAutotuneFile] = o.autotune_file;
   if (o.pin_gpus) s[env::kPinGpus] = "1";
   return s;
 }

@@ -24,6 +24,9 @@ struct Options {
   int cache_capacity = -1;
   bool hierarchical = false, timeline_mark_cycles = false, no_stall_check = false;
   std::string timeline, log_level, output_dir;
+  bool autotune = false;
+  std::string autotune_log, autotune_file;
+  int autotune_warmup_samples = -1, autotune_steps_per_sample = -1;
   bool verbose = false, dry_run = false, check_build = false, pin_gpus = false;
   std::vector<std::string> command;  // the program and its arguments
 };

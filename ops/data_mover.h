@@ -46,6 +46,10 @@ class HostMover {
   virtual Status ReduceScatter(const void* send, void* recv,
                                const std::vector<int64_t>& recv_counts, DataType dtype,
                                ReduceOp op) = 0;
+  // The allreduce piece size from the next call on (autotune). Every rank of
+  // the set must change it between the same two collectives; the shared-memory
+  // mover never goes above the size its slots were made for.
+  virtual void SetPieceBytes(int64_t piece_bytes) = 0;
 };
 
 // The communicators of a hierarchical allreduce: the ranks on this host

@@ -116,10 +116,11 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   std::unique_ptr<ShmAllreduce> shm(new ShmAllreduce());
   shm->rank_ = rank;
   shm->size_ = size;
-  shm->piece_bytes_ = piece_bytes / 64 * 64;
+  shm->slot_bytes_ = piece_bytes / 64 * 64;
+  shm->piece_bytes_ = shm->slot_bytes_;
   shm->timeout_seconds_ = timeout_seconds;
   shm->mapped_bytes_ = static_cast<size_t>(size) * sizeof(Control) +
-                       static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->piece_bytes_);
+                       static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->slot_bytes_);
 
   // Rank 0 makes the segment and names it; the others open it; once every
   // rank has it mapped, rank 0 unlinks the name, so nothing outlives the job.
@@ -174,7 +175,11 @@ ShmAllreduce::~ShmAllreduce() {
 }
 
 uint8_t* ShmAllreduce::Slot(int rank, uint64_t seq) const {
-  return slots_ + (static_cast<size_t>(rank) * 2 + seq % 2) * static_cast<size_t>(piece_bytes_);
+  return slots_ + (static_cast<size_t>(rank) * 2 + seq % 2) * static_cast<size_t>(slot_bytes_);
+}
+
+void ShmAllreduce::SetPieceBytes(int64_t piece_bytes) {
+  piece_bytes_ = std::clamp<int64_t>(piece_bytes / 64 * 64, 64, slot_bytes_);
 }
 
 Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
@@ -269,6 +274,7 @@ class ShmMover : public MpiMover {
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     return shm_->Allreduce(buffer, count, dtype, op);
   }
+  void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
 
  private:
   std::unique_ptr<ShmAllreduce> shm_;

@@ -82,6 +82,12 @@ class ShmAllreduce {
 
   // In place on `buffer`; the same call, with the same count, on every rank.
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op);
+  // Pieces of `piece_bytes` (at most the slot size given to Create, at least
+  // 64 bytes) from the next Allreduce on; every rank must change it between
+  // the same two calls. The slots keep their places, so the double-buffering
+  // by piece parity holds across the change.
+  void SetPieceBytes(int64_t piece_bytes);
+  int64_t piece_bytes() const { return piece_bytes_; }
 
  private:
   struct Control;
@@ -91,7 +97,8 @@ class ShmAllreduce {
 
   int rank_ = 0;
   int size_ = 1;
-  int64_t piece_bytes_ = 0;
+  int64_t slot_bytes_ = 0;   // each slot's size, fixed at Create
+  int64_t piece_bytes_ = 0;  // the bytes of a piece, at most slot_bytes_
   double timeout_seconds_ = 60;
   void* base_ = nullptr;
   size_t mapped_bytes_ = 0;

@@ -136,6 +136,7 @@ Status ApplyHorovodAliases(const std::vector<const Source*>& sources, Config* co
     }
     KOLO_RETURN_IF_ERROR(Apply(setting, alias->first, translated.value(), config));
     notes->aliases_used.push_back({alias->first, value, setting.name, translated.value()});
+    notes->given.push_back(setting.name);
   }
   return Status::OK();
 }
@@ -174,7 +175,9 @@ Result<Config> ParseConfig(const Source& environment, const Source& overrides, C
     NoteUnknownNames(*source, notes);
     for (const auto& [name, value] : *source) {
       const Setting* setting = FindSetting(name);
-      if (setting != nullptr) KOLO_RETURN_IF_ERROR(Apply(*setting, name, value, &config));
+      if (setting == nullptr) continue;
+      KOLO_RETURN_IF_ERROR(Apply(*setting, name, value, &config));
+      if (!notes->Given(name)) notes->given.push_back(name);
     }
   }
   if (config.stall_shutdown_seconds > 0 && !config.stall_check_disabled &&
@@ -194,6 +197,10 @@ Result<Config> ParseConfig(const Source& environment, const Source& overrides,
     unknown->insert(unknown->end(), notes.horovod_unknown.begin(), notes.horovod_unknown.end());
   }
   return config;
+}
+
+bool ConfigNotes::Given(const std::string& kolo_name) const {
+  return std::find(given.begin(), given.end(), kolo_name) != given.end();
 }
 
 std::string ConfigNotes::AliasLine() const {

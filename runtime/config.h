@@ -32,6 +32,11 @@ struct Config {
   int64_t in_place_threshold_bytes = 256LL << 10;
   bool shm_allreduce = true;
   bool hierarchical_allreduce = false;
+  bool autotune = false;
+  std::string autotune_log;  // CSV of every sample (rank 0)
+  int64_t autotune_warmup_samples = 3;
+  int64_t autotune_steps_per_sample = 10;
+  std::string autotune_file;  // the tuned settings: written when tuning ends, read at init
   std::string python = "/usr/bin/python3";  // read by kolorun --check-build, not by the runtime
 };
 
@@ -91,6 +96,12 @@ struct ConfigNotes {
   std::vector<Alias> aliases_overridden;         // HOROVOD_* not read: the KOLO_ name is set
   std::vector<std::string> horovod_unsupported;  // HOROVOD_* that kolo ignores, with a warning
   std::vector<std::string> horovod_unknown;      // HOROVOD_* that Horovod does not read either
+  // The KOLO_ settings given in the environment or the overrides, directly or
+  // through their HOROVOD_* alias (autotune holds them, and they win over
+  // KOLO_AUTOTUNE_FILE).
+  std::vector<std::string> given;
+
+  bool Given(const std::string& kolo_name) const;
 
   // The one info line that names the HOROVOD_* variables read, and those not
   // read because their KOLO_ name is set; "" when there are none.

@@ -69,6 +69,19 @@ Result<int64_t> ParseCacheCapacity(const std::string& text) {
 
 Result<std::string> ParsePath(const std::string& text) { return Trim(text); }
 
+// A whole number within [min, max].
+std::function<Result<int64_t>(const std::string&)> WholeIn(int64_t min, int64_t max) {
+  return [min, max](const std::string& text) -> Result<int64_t> {
+    Result<int64_t> v = ParseNonNegativeInt(text);
+    if (!v.ok()) return v.status();
+    if (v.value() < min || v.value() > max) {
+      return Status::InvalidArgument("is not between " + std::to_string(min) + " and " +
+                                     std::to_string(max));
+    }
+    return v;
+  };
+}
+
 }  // namespace
 
 Result<int64_t> ParseByteSize(const std::string& raw) {
@@ -203,6 +216,11 @@ SettingField CacheEntries(int64_t Config::*field) {
   return Field<int64_t>(field, ParseCacheCapacity, FormatWhole);
 }
 
+// A count: a whole number within [min, max].
+SettingField Count(int64_t Config::*field, int64_t min, int64_t max) {
+  return Field<int64_t>(field, WholeIn(min, max), FormatWhole);
+}
+
 SettingField Boolean(bool Config::*field) {
   return Field<bool>(field, ParseBool, [](const bool& on) { return std::string(on ? "1" : "0"); });
 }
@@ -272,6 +290,17 @@ HorovodAlias CycleMs(const char* name) {
                   "wait for other ranks; unset it, or use a positive value such as 0.1");
             }
             return text;
+          }};
+}
+
+// HOROVOD_AUTOTUNE_WARMUP_SAMPLES, ...: strtol, a count.
+HorovodAlias WholeCount(const char* name) {
+  return {name, "whole number", [](const std::string& text) -> Result<std::string> {
+            if (!IsWholeNumber(Trim(text))) {
+              return Status::InvalidArgument(
+                  "is not a whole number (Horovod would read only the digits it starts with)");
+            }
+            return Trim(text);
           }};
 }
 
@@ -378,6 +407,27 @@ const std::vector<Setting>& Settings() {
        "segment (/dev/shm, 2 x KOLO_PIECE_SIZE per rank) instead of MPI; 0 = always MPI. Off "
        "when KOLO_PIECE_SIZE is 0.",
        NoHorovodName()},
+      {env::kAutotune, Boolean(&Config::autotune),
+       "Tune KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME and KOLO_PIECE_SIZE while the job runs, "
+       "from the bytes reduced per second of wall time, then keep the best (docs/"
+       "configuration.md, \"Autotune\"). Settings given explicitly are held, not tuned.",
+       Switch("HOROVOD_AUTOTUNE")},
+      {env::kAutotuneLog, Path(&Config::autotune_log, "(off)"),
+       "CSV file where rank 0 writes every autotune sample (the settings and their score) and "
+       "the final choice.",
+       Same("HOROVOD_AUTOTUNE_LOG", "path")},
+      {env::kAutotuneWarmupSamples, Count(&Config::autotune_warmup_samples, 0, 1000),
+       "Autotune samples discarded at the start (the job warms up).",
+       WholeCount("HOROVOD_AUTOTUNE_WARMUP_SAMPLES")},
+      {env::kAutotuneStepsPerSample, Count(&Config::autotune_steps_per_sample, 1, 100000),
+       "Training steps per autotune sample: a sample ends when a tensor has run this many more "
+       "times since it first ran in the sample.",
+       WholeCount("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE")},
+      {env::kAutotuneFile, Path(&Config::autotune_file, "(none)"),
+       "Autotune's result file. When tuning ends, rank 0 writes the chosen settings there "
+       "(KOLO_NAME=value lines); a job that starts with the file present reads it and does not "
+       "tune, except that settings given explicitly win.",
+       NoHorovodName()},
       // Read by kolorun, which forwards KOLO_* to every rank: a setting, so that
       // the ranks do not warn about it as a typo.
       {"KOLO_PYTHON", Path(&Config::python, "(none)"),
@@ -394,9 +444,13 @@ const std::vector<UnsupportedHorovodVariable>& UnsupportedHorovodVariables() {
   static const char* const kFromMpi =
       "kolo takes the ranks from MPI; start the job with kolorun or mpirun";
   static const std::vector<UnsupportedHorovodVariable> kUnsupported = {
-      {"HOROVOD_AUTOTUNE*",
-       "autotuning is not supported; kolo's defaults are measured (docs/performance.md): set "
-       "KOLO_FUSION_THRESHOLD and KOLO_CYCLE_TIME yourself"},
+      {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+       "kolo's autotune is a coordinate search over a few values per setting, not Bayesian "
+       "optimization; its number of samples follows from those values (docs/configuration.md, "
+       "\"Autotune\")"},
+      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+       "kolo's autotune is a coordinate search, not Bayesian optimization; it measures each "
+       "value over several interleaved samples instead (docs/configuration.md, \"Autotune\")"},
       {"HOROVOD_HIERARCHICAL_ALLGATHER",
        "kolo's allgather is flat (the results are the same); KOLO_HIERARCHICAL_ALLREDUCE covers "
        "allreduce"},

@@ -17,6 +17,7 @@ enum Flag : uint64_t {
   kShutdown = 2,     // some rank asked to shut down
   kJoined = 4,       // some rank has joined: the cache is bypassed
   kStallCheck = 8,   // the coordinator holds waiting tensors and wants a round to check them
+  kPublish = 16,     // rank 0 broadcasts a message after the bit vector (autotune's settings)
 };
 
 // How often the coordinator asks for a round while tensors wait on it.
@@ -187,6 +188,7 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   uint64_t flags = 0;
   if (!uncached_.empty()) flags |= kHasUncached;
   if (request_shutdown) flags |= kShutdown;
+  if (!to_publish_.empty()) flags |= kPublish;
   if (joined_) flags |= kJoined;
   if (coordinator_ && coordinator_->pending() > 0 && !config_.stall_check_disabled &&
       std::chrono::duration<double>(now - last_slow_round_).count() >=
@@ -209,6 +211,7 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   flags = ~bits[0];
   outcome->shutdown = (flags & kShutdown) != 0;
   if (outcome->shutdown) return Status::OK();
+  if (flags & kPublish) KOLO_RETURN_IF_ERROR(BroadcastPublished(&outcome->published));
 
   // 2. Entries some rank found stale leave every rank's cache; while a rank is
   //    joined, every request goes through the coordinator.
@@ -461,6 +464,17 @@ Job ProcessSet::TakeJob(Response response, Clock::time_point negotiated) {
   for (const std::string& name : response.names) job.entries.push_back(Take(name, negotiated));
   job.response = std::move(response);
   return job;
+}
+
+// Every rank saw kPublish in the same round; rank 0's message follows.
+Status ProcessSet::BroadcastPublished(std::vector<uint8_t>* message) {
+  if (rank() == 0) message->swap(to_publish_);
+  to_publish_.clear();
+  int64_t size = static_cast<int64_t>(message->size());
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm_.get()), "MPI_Bcast"));
+  message->resize(static_cast<size_t>(size));
+  return MpiStatus(MPI_Bcast(message->data(), static_cast<int>(size), MPI_BYTE, 0, comm_.get()),
+                   "MPI_Bcast");
 }
 
 }  // namespace kolo

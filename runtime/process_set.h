@@ -31,6 +31,9 @@ struct NegotiationOutcome {
   std::vector<Response> responses;  // cached-ready first (bit order), then the coordinator's
   bool shutdown = false;            // some rank asked to shut down
   bool slow_path = false;           // the round asked the coordinator (the timeline marks it)
+  // What the set's rank 0 published for this round (ProcessSet::Publish), on
+  // every rank; empty when nothing was.
+  std::vector<uint8_t> published;
 };
 
 class ProcessSet {
@@ -63,6 +66,10 @@ class ProcessSet {
   // Sends `request` to the coordinator next round without a local entry (the
   // answer to a MISSING response: "this rank has the tensor on another set").
   void Announce(Request request) { uncached_.push_back(std::move(request)); }
+  // On the set's rank 0: sends `message` to every rank of the set with the
+  // next negotiation round, so that all of them get it in the same round (in
+  // NegotiationOutcome::published).
+  void Publish(std::vector<uint8_t> message) { to_publish_ = std::move(message); }
   // Fails every pending entry with `status` and forgets them.
   std::vector<TensorEntry> TakeAll();
   // Removes and returns the pending unnamed entries of `epoch` and earlier.
@@ -82,6 +89,7 @@ class ProcessSet {
   void MoveToUncached(int bit);
   // The bits of this rank's waiting cache hits that are members of `group`.
   std::vector<int> GroupHitBits(const std::string& group) const;
+  Status BroadcastPublished(std::vector<uint8_t>* message);
 
   std::shared_ptr<const ProcessSetInfo> info_;
   MpiComm comm_;
@@ -101,6 +109,7 @@ class ProcessSet {
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;
   Clock::time_point last_slow_round_;
+  std::vector<uint8_t> to_publish_;  // rank 0: goes out with the next round
 };
 
 }  // namespace kolo

@@ -88,6 +88,8 @@ Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
 
 bool Runtime::is_running() const { return impl_->running(); }
 
+TunedSettings Runtime::CurrentTunedSettings() const { return impl_->tuned_settings(); }
+
 Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
   auto info = impl_->SetInfo(process_set);
   if (!info.ok()) return info.status();

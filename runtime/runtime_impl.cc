@@ -227,6 +227,7 @@ bool RuntimeImpl::RunCycle() {
     }
     // Says which cycles paid for a full negotiation (the cache did not serve).
     if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
+    if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     Dispatch(set, outcome.responses);
     if (sets_.count(id)) CancelUnnamed(set, outcome.responses);
   }

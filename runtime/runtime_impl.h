@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autotune.h"
 #include "config.h"
 #include "executor.h"
 #include "kolo/runtime.h"
@@ -59,6 +60,7 @@ class RuntimeImpl {
   void RestartUnnamed(int set) EXCLUDES(queue_mutex_);
 
   Timeline& timeline() { return timeline_; }
+  TunedSettings tuned_settings() const EXCLUDES(tuned_mutex_);
 
  private:
   RuntimeImpl() = default;
@@ -89,7 +91,18 @@ class RuntimeImpl {
   void CancelUnnamed(ProcessSet& set, const std::vector<Response>& responses)
       EXCLUDES(queue_mutex_);
 
-  Config config_;
+  // Autotune (runtime_autotune.cc). At Create, collective over the global
+  // communicator and before the sets exist: reads KOLO_AUTOTUNE_FILE (rank 0
+  // reads, every rank parses the same text) and starts the tuner on rank 0.
+  Status InitAutotune(const ConfigNotes& notes);
+  // After each negotiation round of the global set, before its Dispatch, on
+  // every rank: applies the settings rank 0 published in that round (so all
+  // ranks change them between the same two cycles) and, on rank 0, feeds the
+  // tuner.
+  void AutotuneRound(ProcessSet& global, const NegotiationOutcome& outcome, Clock::time_point now);
+  void ApplyTuned(const TunedParams& params, bool final) EXCLUDES(tuned_mutex_);
+
+  Config config_;  // fusion threshold and cycle time change when autotune applies settings
   bool owns_mpi_ = false;
   Placement placement_;
   MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
@@ -101,6 +114,13 @@ class RuntimeImpl {
   int next_set_id_ = 1;
   std::unique_ptr<Executor> executor_;
   Timeline timeline_;
+  // The allreduce piece size the sets use now; config_.piece_bytes stays the
+  // size their shared-memory slots were made for.
+  int64_t piece_bytes_now_ = 0;
+  std::unique_ptr<TuningRun> tuning_;  // rank 0, while autotune runs
+
+  mutable Mutex tuned_mutex_;
+  TunedSettings tuned_ GUARDED_BY(tuned_mutex_);
 
   mutable Mutex sets_mutex_;
   std::map<int, std::shared_ptr<const ProcessSetInfo>> set_infos_ GUARDED_BY(sets_mutex_);

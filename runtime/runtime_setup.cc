@@ -39,6 +39,7 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
     if (std::string line = notes.AliasLine(); !line.empty()) KOLO_LOG(kInfo) << line;
   }
   rt->gpu_ = MakeGpu(rt->config_.hierarchical_allreduce);
+  KOLO_RETURN_IF_ERROR(rt->InitAutotune(notes));  // a tuned piece size shapes the sets
   KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
   if (!rt->config_.timeline_path.empty() && rt->placement_.rank == 0) {
     KOLO_RETURN_IF_ERROR(
@@ -147,6 +148,9 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
     } else {
       KOLO_LOG(kDebug) << "process set " << info->id << ": " << host.why;
     }
+    // Autotune may have changed the piece size since init: every member
+    // creates the set at the same round, so they agree on it.
+    if (piece_bytes_now_ != config_.piece_bytes) host.mover->SetPieceBytes(piece_bytes_now_);
     sets_[info->id] = std::make_unique<ProcessSet>(info, MpiComm(comm), std::move(host.mover),
                                                    gpu_.get(), config_);
   }

@@ -166,6 +166,22 @@ def test_dry_run_prints_the_command_and_settings():
         assert "-x " + name + " " in r.stdout, name
 
 
+def test_dry_run_shows_the_autotune_settings():
+    r = kolorun("-np", "2", "--dry-run", "--autotune", "--autotune-log-file", "at.csv",
+                "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "4",
+                "--autotune-file", "tuned.env", "--autotune-bayes-opt-max-samples", "40", "prog")
+    assert r.returncode == 0, r.stderr
+    for setting in ("KOLO_AUTOTUNE=1", "KOLO_AUTOTUNE_LOG=at.csv", "KOLO_AUTOTUNE_WARMUP_SAMPLES=1",
+                    "KOLO_AUTOTUNE_STEPS_PER_SAMPLE=4", "KOLO_AUTOTUNE_FILE=tuned.env"):
+        assert setting in r.stdout, setting
+        assert "-x " + setting.split("=")[0] + " " in r.stdout, setting
+    assert ("kolorun: --autotune-bayes-opt-max-samples is accepted and ignored: kolo's autotune is "
+            "a coordinate search") in r.stderr
+    r = kolorun("-np", "2", "--dry-run", "--no-autotune", "prog")
+    assert r.returncode == 0, r.stderr
+    assert "KOLO_AUTOTUNE=0" in r.stdout
+
+
 def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# two slots here\nlocalhost slots=2\n")
@@ -194,7 +210,7 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     (["--mpi-args", "'unterminated", "true"], "unterminated quote"),
     # horovodrun flags that kolorun refuses, naming the flag and the kolorun way.
     (["-np", "2", "--gloo", "true"], "--gloo is not supported: kolo runs on MPI; drop --gloo"),
-    (["--autotune", "true"], "--autotune is not supported: autotuning is not supported"),
+    (["--autotune-steps-per-sample", "0", "true"], "--autotune-steps-per-sample"),
     (["-np", "2", "--min-np", "1", "true"], "--min-np is not supported: elastic training"),
     (["--host-discovery-script", "d.sh", "true"], "elastic training is not supported"),
     (["--config-file", "c.yaml", "true"], "does not read horovodrun's YAML file"),
@@ -350,13 +366,19 @@ def test_horovod_start_timeout_is_the_default_of_start_timeout():
 
 def test_horovod_variables_reach_the_ranks_and_are_read_as_kolo_settings():
     env = {"HOROVOD_LOG_LEVEL": "info", "HOROVOD_CYCLE_TIME": "2", "HOROVOD_AUTOTUNE": "1",
+           "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.75",
            "HOROVOD_FUSION_THRESHOLD": "1048576", "KOLO_FUSION_THRESHOLD": "2M"}
     r = kolorun("-np", "2", AVERAGE_TENSORS, env=env)
     assert r.returncode == 0, r.stderr
     assert ("[0]<stderr>:[kolo 0 INFO] Horovod settings: using HOROVOD_CYCLE_TIME=2 as "
-            "KOLO_CYCLE_TIME, HOROVOD_LOG_LEVEL=info as KOLO_LOG_LEVEL; not using "
-            "HOROVOD_FUSION_THRESHOLD (KOLO_FUSION_THRESHOLD is set and wins)") in r.stderr
-    assert "[0]<stderr>:[kolo 0 WARNING] HOROVOD_AUTOTUNE is ignored: autotuning is not supported" in r.stderr
+            "KOLO_CYCLE_TIME, HOROVOD_LOG_LEVEL=info as KOLO_LOG_LEVEL, HOROVOD_AUTOTUNE=1 as "
+            "KOLO_AUTOTUNE; not using HOROVOD_FUSION_THRESHOLD (KOLO_FUSION_THRESHOLD is set and "
+            "wins)") in r.stderr
+    assert ("[0]<stderr>:[kolo 0 WARNING] HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE is ignored: "
+            "kolo's autotune is a coordinate search") in r.stderr
+    # Fusion threshold and cycle time were given (HOROVOD_CYCLE_TIME too): autotune holds them.
+    assert ("[0]<stderr>:[kolo 0 INFO] autotune: tuning from fusion threshold 2 MiB, cycle time "
+            "2 ms, piece size 2 MiB: 1 fusion thresholds, 1 cycle times, 3 piece sizes") in r.stderr
     assert "[kolo 1 " not in r.stderr  # rank 0 alone reports the configuration
     r = kolorun("-np", "2", AVERAGE_TENSORS, env={"HOROVOD_FUSION_THRESHOLD": "64M"})
     assert r.returncode != 0

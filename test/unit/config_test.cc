@@ -63,6 +63,11 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_PIECE_SIZE", "4096"},
       {"KOLO_IN_PLACE_THRESHOLD", "0"},
       {"KOLO_SHM_ALLREDUCE", "0"},
+      {"KOLO_AUTOTUNE", "1"},
+      {"KOLO_AUTOTUNE_LOG", "/tmp/autotune.csv"},
+      {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
+      {"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "25"},
+      {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"},
       {"KOLO_PYTHON", "/opt/my python/bin/python3"}};
   ASSERT_EQ(values.size(), Settings().size()) << "give the new setting a value here";
   for (const Setting& s : Settings()) {
@@ -208,7 +213,7 @@ TEST(Config, EveryHorovodAliasIsAHorovodName) {
     EXPECT_TRUE(s.horovod.translate) << s.name << " has an alias but no translation";
     EXPECT_NE(std::string(s.horovod.syntax), "") << s.name;
   }
-  EXPECT_EQ(aliases, 10);
+  EXPECT_EQ(aliases, 14);
 }
 
 TEST(Config, HorovodSwitchesReadLikeHorovod) {
@@ -274,8 +279,8 @@ TEST(Config, AliasLineNamesEveryMappingOnOneLine) {
 
 TEST(Config, UnsupportedUnknownAndBuildTimeHorovodVariables) {
   ConfigNotes notes;
-  Env env = {{"HOROVOD_AUTOTUNE", "1"},
-             {"HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv"},
+  Env env = {{"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "40"},
+             {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.75"},
              {"HOROVOD_ELASTIC", "1"},
              {"HOROVOD_FUSION_TRESHOLD", "1"},
              {"HOROVOD_WITH_PYTORCH", "1"},
@@ -286,19 +291,21 @@ TEST(Config, UnsupportedUnknownAndBuildTimeHorovodVariables) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(
       notes.horovod_unsupported,
-      (std::vector<std::string>{"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_ELASTIC"}));
+      (std::vector<std::string>{"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                                "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "HOROVOD_ELASTIC"}));
   EXPECT_EQ(notes.horovod_unknown, (std::vector<std::string>{"HOROVOD_FUSION_TRESHOLD"}));
   EXPECT_EQ(notes.unknown, (std::vector<std::string>{"KOLO_CYCLE_TIMES"}));
   EXPECT_EQ(notes.Warnings(),
             (std::vector<std::string>{
                 "KOLO_CYCLE_TIMES is not a kolo setting and is ignored; did you mean "
                 "KOLO_CYCLE_TIME?",
-                "HOROVOD_AUTOTUNE is ignored: autotuning is not supported; kolo's defaults are "
-                "measured (docs/performance.md): set KOLO_FUSION_THRESHOLD and KOLO_CYCLE_TIME "
-                "yourself",
-                "HOROVOD_AUTOTUNE_LOG is ignored: autotuning is not supported; kolo's defaults "
-                "are measured (docs/performance.md): set KOLO_FUSION_THRESHOLD and "
-                "KOLO_CYCLE_TIME yourself",
+                "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES is ignored: kolo's autotune is a "
+                "coordinate search over a few values per setting, not Bayesian optimization; its "
+                "number of samples follows from those values (docs/configuration.md, "
+                "\"Autotune\")",
+                "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE is ignored: kolo's autotune is a "
+                "coordinate search, not Bayesian optimization; it measures each value over "
+                "several interleaved samples instead (docs/configuration.md, \"Autotune\")",
                 "HOROVOD_ELASTIC is ignored: elastic training is not supported",
                 "HOROVOD_FUSION_TRESHOLD is not a Horovod setting that kolo knows and is ignored; "
                 "did you mean HOROVOD_FUSION_THRESHOLD?"}));
@@ -306,6 +313,55 @@ TEST(Config, UnsupportedUnknownAndBuildTimeHorovodVariables) {
   std::vector<std::string> unknown;
   ASSERT_TRUE(ParseConfig(env, {}, &unknown).ok());
   EXPECT_EQ(unknown, (std::vector<std::string>{"KOLO_CYCLE_TIMES", "HOROVOD_FUSION_TRESHOLD"}));
+}
+
+TEST(Config, AutotuneSettingsAndTheirHorovodAliases) {
+  ConfigNotes notes;
+  Env env = {{"HOROVOD_AUTOTUNE", "1"},
+             {"HOROVOD_AUTOTUNE_LOG", " /tmp/a.csv "},
+             {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "5"},
+             {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "20"},
+             {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"}};
+  Result<Config> c = ParseConfig(env, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c.value().autotune);
+  EXPECT_EQ(c.value().autotune_log, "/tmp/a.csv");
+  EXPECT_EQ(c.value().autotune_warmup_samples, 5);
+  EXPECT_EQ(c.value().autotune_steps_per_sample, 20);
+  EXPECT_EQ(c.value().autotune_file, "/tmp/tuned.env");
+  EXPECT_TRUE(notes.horovod_unsupported.empty());
+  // Given through an alias counts as given (autotune holds it).
+  EXPECT_TRUE(notes.Given("KOLO_AUTOTUNE_STEPS_PER_SAMPLE"));
+  EXPECT_TRUE(notes.Given("KOLO_AUTOTUNE_FILE"));
+  EXPECT_FALSE(notes.Given("KOLO_FUSION_THRESHOLD"));
+
+  const Config defaults;
+  EXPECT_FALSE(defaults.autotune);
+  EXPECT_EQ(defaults.autotune_warmup_samples, 3);  // Horovod's defaults
+  EXPECT_EQ(defaults.autotune_steps_per_sample, 10);
+  // The KOLO_ name wins; Horovod's strtol reading is not guessed at.
+  EXPECT_EQ(ParseConfig({{"HOROVOD_AUTOTUNE", "1"}, {"KOLO_AUTOTUNE", "0"}}, {}).value().autotune,
+            false);
+  EXPECT_EQ(ParseConfig({{"HOROVOD_AUTOTUNE", "0"}}, {}).value().autotune, false);
+  Status bad = ParseConfig({{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "10x"}}, {}).status();
+  EXPECT_NE(bad.message().find("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE='10x' is not a whole number"),
+            std::string::npos)
+      << bad.message();
+  bad = ParseConfig({{"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, {}).status();
+  EXPECT_NE(bad.message().find("KOLO_AUTOTUNE_STEPS_PER_SAMPLE='0' is not between 1 and 100000"),
+            std::string::npos)
+      << bad.message();
+  bad = ParseConfig({{"KOLO_AUTOTUNE_WARMUP_SAMPLES", "-1"}}, {}).status();
+  EXPECT_NE(bad.message().find("KOLO_AUTOTUNE_WARMUP_SAMPLES='-1' is negative"), std::string::npos)
+      << bad.message();
+}
+
+TEST(Config, GivenListsExplicitSettingsOnce) {
+  ConfigNotes notes;
+  ASSERT_TRUE(ParseConfig({{"KOLO_CYCLE_TIME", "2"}, {"HOROVOD_FUSION_THRESHOLD", "1024"}},
+                          {{"KOLO_CYCLE_TIME", "3"}}, &notes)
+                  .ok());
+  EXPECT_EQ(notes.given, (std::vector<std::string>{"KOLO_FUSION_THRESHOLD", "KOLO_CYCLE_TIME"}));
 }
 
 TEST(Config, EnvironmentIncludesHorovodVariables) {

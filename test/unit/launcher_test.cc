@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "hosts.h"
+#include "options.h"
 
 namespace kolo::launcher {
 namespace {
@@ -295,8 +296,6 @@ TEST(Horovodrun, RefusedFlagsNameTheFlagAndTheKolorunWay) {
   };
   for (const Case& c : std::vector<Case>{
            {{"--gloo", "prog"}, "--gloo is not supported: kolo runs on MPI; drop --gloo"},
-           {{"--autotune", "prog"}, "--autotune is not supported: autotuning is not supported"},
-           {{"--autotune-log-file=x.csv", "prog"}, "docs/performance.md"},
            {{"-np", "2", "--min-np", "1", "prog"}, "--min-np is not supported: elastic training"},
            {{"--host-discovery-script", "d.sh", "prog"}, "elastic training is not supported"},
            {{"--slots-per-host", "4", "prog"}, "-H host:N or a hostfile"},
@@ -305,6 +304,58 @@ TEST(Horovodrun, RefusedFlagsNameTheFlagAndTheKolorunWay) {
            {{"--jsrun", "prog"}, "drop --jsrun"}}) {
     ExpectError(TranslateHorovodrunArgs(c.args, kValueOptions).status(), c.want);
   }
+}
+
+// Reads a kolorun command line ("kolorun" first) as kolorun's main() does.
+std::optional<int> Parse(Args args, Options* o) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseCommandLine(static_cast<int>(argv.size()), argv.data(), o);
+}
+
+TEST(Kolorun, AutotuneFlagsSetTheAutotuneVariables) {
+  Options o;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "--autotune", "--autotune-log-file", "/tmp/at.csv",
+                   "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "5",
+                   "--autotune-file=/tmp/tuned.env", "python", "train.py", "--autotune"},
+                  &o),
+            std::nullopt);
+  EXPECT_EQ(o.command, (Args{"python", "train.py", "--autotune"}));  // the program's own flag
+  std::map<std::string, std::string> s = RuntimeSettings(o);
+  EXPECT_EQ(s["KOLO_AUTOTUNE"], "1");
+  EXPECT_EQ(s["KOLO_AUTOTUNE_LOG"], "/tmp/at.csv");
+  EXPECT_EQ(s["KOLO_AUTOTUNE_WARMUP_SAMPLES"], "1");
+  EXPECT_EQ(s["KOLO_AUTOTUNE_STEPS_PER_SAMPLE"], "5");
+  EXPECT_EQ(s["KOLO_AUTOTUNE_FILE"], "/tmp/tuned.env");
+
+  // Without the flags nothing is set: the ranks' environment decides.
+  Options plain;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "prog"}, &plain), std::nullopt);
+  for (const auto& [name, value] : RuntimeSettings(plain)) {
+    EXPECT_EQ(name.rfind("KOLO_AUTOTUNE", 0), std::string::npos) << name << "=" << value;
+  }
+  // A sample of no steps is refused before anything starts.
+  Options bad;
+  EXPECT_NE(Parse({"kolorun", "--autotune-steps-per-sample", "0", "prog"}, &bad), std::nullopt);
+}
+
+TEST(Horovodrun, AutotuneFlags) {
+  // horovodrun's own --autotune flags are kolorun's; the Bayesian ones are
+  // accepted with a note, and --no-autotune turns autotune off.
+  Result<TranslatedArgs> t = TranslateHorovodrunArgs(
+      {"--autotune", "--autotune-log-file", "a.csv", "--autotune-bayes-opt-max-samples", "40",
+       "--autotune-gaussian-process-noise=0.75", "--no-autotune", "prog"},
+      {"--autotune-log-file"});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t.value().args,
+            (Args{"--autotune", "--autotune-log-file", "a.csv", "-x", "KOLO_AUTOTUNE=0", "prog"}));
+  ASSERT_EQ(t.value().notes.size(), 2u);
+  EXPECT_EQ(t.value().notes[0],
+            "--autotune-bayes-opt-max-samples is accepted and ignored: kolo's autotune is a "
+            "coordinate search over a few values per setting, not Bayesian optimization "
+            "(docs/configuration.md, \"Autotune\")");
+  EXPECT_NE(t.value().notes[1].find("--autotune-gaussian-process-noise is accepted and ignored"),
+            std::string::npos);
 }
 
 TEST(Horovodrun, EveryFlagIsInTheLauncherDocs) {

@@ -18,6 +18,11 @@ inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
 inline constexpr const char* kPieceSize = "KOLO_PIECE_SIZE";
 inline constexpr const char* kInPlaceThreshold = "KOLO_IN_PLACE_THRESHOLD";
 inline constexpr const char* kShmAllreduce = "KOLO_SHM_ALLREDUCE";
+inline constexpr const char* kAutotune = "KOLO_AUTOTUNE";
+inline constexpr const char* kAutotuneLog = "KOLO_AUTOTUNE_LOG";
+inline constexpr const char* kAutotuneWarmupSamples = "KOLO_AUTOTUNE_WARMUP_SAMPLES";
+inline constexpr const char* kAutotuneStepsPerSample = "KOLO_AUTOTUNE_STEPS_PER_SAMPLE";
+inline constexpr const char* kAutotuneFile = "KOLO_AUTOTUNE_FILE";
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot

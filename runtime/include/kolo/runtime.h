@@ -103,6 +103,16 @@ struct Placement {
   bool homogeneous = true;             // every host runs as many ranks
 };
 
+// The settings that autotune (KOLO_AUTOTUNE) controls, as this rank uses them.
+struct TunedSettings {
+  int64_t fusion_threshold_bytes = 0;
+  double cycle_time_ms = 0;
+  int64_t piece_bytes = 0;
+  bool tuning = false;     // the search is still running
+  bool from_file = false;  // read from KOLO_AUTOTUNE_FILE at init
+  int64_t changes = 0;     // how many times rank 0's new settings took effect here
+};
+
 // Whether this build has the GPU path (CUDA and NCCL).
 bool BuiltWithCuda();
 // NCCL's version code (e.g. 21805 for 2.18.5) in a GPU build, else 0.
@@ -192,6 +202,9 @@ class Runtime {
   // still running (the handle stays valid), so a caller can handle signals.
   std::optional<Status> WaitFor(Handle handle, double timeout_seconds,
                                 WorkResult* result = nullptr);
+
+  // What autotune has set so far (the configured settings when it is off).
+  TunedSettings CurrentTunedSettings() const;
 
   // Starts / stops writing a Chrome-trace timeline (rank 0 only; no-op elsewhere).
   Status StartTimeline(const std::string& path, bool mark_cycles);
