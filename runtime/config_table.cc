@@ -366,7 +366,8 @@ const std::vector<Setting>& Settings() {
        "chrome://tracing).",
        TimelinePath("HOROVOD_TIMELINE")},
       {env::kTimelineMarkCycles, Boolean(&Config::timeline_mark_cycles),
-       "Also mark every negotiation cycle in the timeline.",
+       "Also mark every negotiation cycle in the timeline (CYCLE_START), and each one that "
+       "asked the coordinator (SLOW_PATH).",
        Switch("HOROVOD_TIMELINE_MARK_CYCLES")},
       {env::kStallCheckTime, Seconds(&Config::stall_check_seconds),
        "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
