@@ -176,15 +176,23 @@ def latency_section(latency, lines, targets):
 
 def coordinator_section(out, coord, lines, targets):
     lines += ["## 4. Coordinator cost, %d-tensor step, simulated ranks" % coord["tensors"], "",
-              "Slow path: rank 0 decodes every rank's request message, matches them and encodes "
-              "the responses. Fast path: one rank's cache lookups, bit vector, and the log2(N) "
-              "ANDs of a recursive-doubling reduction (the MPI transfer itself is not included).",
-              "", "| ranks | slow path ms | fast path µs |", "| --- | --- | --- |"]
+              "Slow path: rank 0's work in one round of the reference protocol (decode every "
+              "rank's answer to the digests of rank 0's own requests, count the holders, decide, "
+              "encode the responses): *in step*, every rank holds all of rank 0's requests; *out "
+              "of step*, each holds a prefix (17 distinct ones); *in full*, rank 0 holds none yet "
+              "and every rank sends its requests in full. Fast path: one rank's cache lookups, bit "
+              "vector, and the log2(N) ANDs of a recursive-doubling reduction (the MPI transfer "
+              "itself is not included). Every rank's own slow-path work: %.1f µs." % coord.get(
+                  "rank_side_us", float("nan")),
+              "", "| ranks | slow path in step ms | out of step ms | in full ms | fast path µs |",
+              "| --- | --- | --- | --- | --- |"]
     for r in coord["rows"]:
-        lines.append("| %d | %.3f | %.2f |" % (r["ranks"], r["slow_path_ms"], r["fast_path_us"]))
+        lines.append("| %d | %.3f | %.3f | %.3f | %.2f |" % (
+            r["ranks"], r["slow_path_ms"], r.get("slow_path_partial_ms", float("nan")),
+            r.get("slow_path_full_ms", float("nan")), r["fast_path_us"]))
     last = coord["rows"][-1]
     first = coord["rows"][0]
-    targets.append(("coordinator slow path < 1 ms at %d ranks" % last["ranks"],
+    targets.append(("coordinator slow path (ranks in step) < 1 ms at %d ranks" % last["ranks"],
                     "%.1f ms" % last["slow_path_ms"], last["slow_path_ms"] < 1))
     growth = last["fast_path_us"] / first["fast_path_us"]
     log_growth = math.log2(last["ranks"]) / math.log2(first["ranks"])
@@ -193,7 +201,13 @@ def coordinator_section(out, coord, lines, targets):
                         growth, first["ranks"], last["ranks"], log_growth), growth <= log_growth))
     fig, ax = plt.subplots(figsize=(6, 4))
     ranks = [r["ranks"] for r in coord["rows"]]
-    ax.loglog(ranks, [r["slow_path_ms"] * 1e3 for r in coord["rows"]], "o-", label="slow path")
+    ax.loglog(ranks, [r["slow_path_ms"] * 1e3 for r in coord["rows"]], "o-",
+              label="slow path, in step")
+    if "slow_path_full_ms" in coord["rows"][0]:
+        ax.loglog(ranks, [r["slow_path_partial_ms"] * 1e3 for r in coord["rows"]], "^-",
+                  label="slow path, out of step")
+        ax.loglog(ranks, [r["slow_path_full_ms"] * 1e3 for r in coord["rows"]], "v-",
+                  label="slow path, in full")
     ax.loglog(ranks, [r["fast_path_us"] for r in coord["rows"]], "s-", label="fast path")
     ax.set_xlabel("ranks")
     ax.set_ylabel("µs per cycle")
