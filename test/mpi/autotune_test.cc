@@ -15,13 +15,6 @@
 // Under the sanitizers every byte a collective touches costs ~10 x, and the
 // search runs ~200 steps: the tensors shrink by kScale there (the search and
 // the checks stay the same; the 1 MiB threshold then no longer splits them).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KOLO_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define KOLO_SANITIZED 1
-#endif
-#endif
 #ifdef KOLO_SANITIZED
 constexpr int64_t kScale = 8;
 #else

@@ -7,14 +7,6 @@
 
 #include "test_util.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KOLO_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define KOLO_SANITIZED 1
-#endif
-#endif
-
 namespace kolo::test {
 namespace {
 

@@ -16,6 +16,16 @@
 #include "kolo/runtime.h"
 #include "ops/data_mover.h"
 
+// Defined when built with ASan or TSan (GCC or clang): some tests shrink or
+// skip work that the sanitizers make too slow or that their allocators refuse.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KOLO_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KOLO_SANITIZED 1
+#endif
+#endif
+
 namespace kolo::test {
 
 // A runtime created for one test and shut down after it.
