@@ -367,7 +367,11 @@ RequestMessage ProcessSet::AnswerReference(const std::vector<uint64_t>& referenc
   RequestMessage m;
   std::unordered_set<uint64_t> in_reference(reference.begin(), reference.end());
   for (const Request& r : uncached_) {
-    if (in_reference.count(RequestDigest(r)) == 0) m.requests.push_back(r);
+    // An answer to a MISSING response has no pending entry here, so no bit
+    // can stand for it: it always travels in full.
+    if (!pending_.count(r.name) || in_reference.count(RequestDigest(r)) == 0) {
+      m.requests.push_back(r);
+    }
   }
   if (reference.empty()) return m;
   std::unordered_set<uint64_t> held;
