@@ -55,13 +55,6 @@ std::string Trim(const std::string& s) {
 // The settings autotune writes, in the order of the file.
 const char* const kTunedNames[] = {env::kFusionThreshold, env::kCycleTime, env::kPieceSize};
 
-const Setting* FindSetting(const std::string& name) {
-  for (const Setting& s : Settings()) {
-    if (name == s.name) return &s;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 TunedParams TunedParams::From(const Config& config) {

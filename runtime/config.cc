@@ -9,6 +9,14 @@
 extern char** environ;
 
 namespace kolo {
+
+const Setting* FindSetting(const std::string& name) {
+  for (const Setting& s : Settings()) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
 namespace {
 
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -63,13 +71,6 @@ bool IsHorovodBuildOrLauncherVariable(const std::string& name) {
     if (InFamily(name, f)) return true;
   }
   return false;
-}
-
-const Setting* FindSetting(const std::string& name) {
-  for (const Setting& s : Settings()) {
-    if (name == s.name) return &s;
-  }
-  return nullptr;
 }
 
 const Setting* FindHorovodAlias(const std::string& name) {

@@ -75,6 +75,8 @@ struct Setting {
 
 // Every setting kolo reads, in documentation order.
 const std::vector<Setting>& Settings();
+// The setting named `name` (its KOLO_ name), or null.
+const Setting* FindSetting(const std::string& name);
 
 // A Horovod runtime variable that kolo does not support, and what to use
 // instead; rank 0 warns when one is set.

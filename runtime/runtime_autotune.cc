@@ -58,9 +58,8 @@ Status ApplyAutotuneFile(const std::string& text, const std::string& path, const
       held += (held.empty() ? "" : ", ") + name;
       continue;
     }
-    for (const Setting& s : Settings()) {
-      if (name == s.name) KOLO_RETURN_IF_ERROR(s.field.parse(value, config));
-    }
+    // ParseAutotuneFile returns only the names of settings autotune writes.
+    KOLO_RETURN_IF_ERROR(FindSetting(name)->field.parse(value, config));
     used += (used.empty() ? "" : ", ") + name + "=" + value;
   }
   if (root) {
