@@ -223,8 +223,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                              process_set):
-    specs = [(t.data_ptr(), o.data_ptr(), _DTYPES[t.dtype], list(t.shape),
-              t.device.index if t.is_cuda else -1) for t, o in zip(tensors, outputs)]
+    specs = [(data, o.data_ptr(), dtype, shape, device)
+             for (data, dtype, shape, device), o in zip(map(_view, tensors), outputs)]
     h = _core.grouped_allreduce_async(specs, name or "", op, float(prescale_factor),
                                       float(postscale_factor), _set_id(process_set),
                                       _stream(tensors[0]))
