@@ -365,17 +365,25 @@ std::vector<Request> ProcessSet::HeldForCoordinator() const {
 // requests that are not among them.
 RequestMessage ProcessSet::AnswerReference(const std::vector<uint64_t>& reference) const {
   RequestMessage m;
-  std::unordered_set<uint64_t> in_reference(reference.begin(), reference.end());
+  const std::unordered_set<uint64_t> in_reference(reference.begin(), reference.end());
+  std::unordered_set<uint64_t> held;  // digests of HeldForCoordinator()
+  for (const std::string& name : delivered_) {
+    if (reference.empty()) break;  // nothing to answer: only the new requests go
+    auto it = pending_.find(name);
+    if (it != pending_.end()) held.insert(RequestDigest(it->second.request));
+  }
   for (const Request& r : uncached_) {
     // An answer to a MISSING response has no pending entry here, so no bit
     // can stand for it: it always travels in full.
-    if (!pending_.count(r.name) || in_reference.count(RequestDigest(r)) == 0) {
+    if (!pending_.count(r.name)) {
       m.requests.push_back(r);
+      continue;
     }
+    const uint64_t digest = RequestDigest(r);
+    held.insert(digest);
+    if (in_reference.count(digest) == 0) m.requests.push_back(r);
   }
   if (reference.empty()) return m;
-  std::unordered_set<uint64_t> held;
-  for (const Request& r : HeldForCoordinator()) held.insert(RequestDigest(r));
   m.reference_bits.assign((reference.size() + 63) / 64, 0);
   bool all = true;
   for (size_t i = 0; i < reference.size(); ++i) {
