@@ -16,7 +16,7 @@ from kolo.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports them t
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
-from kolo.torch.basics import _check_has_gpu, _check_join_device  # noqa: F401
+from kolo.torch.basics import _check_has_gpu, _check_join_device, _on_new_run  # noqa: F401
 from kolo.torch.compression import Compression
 from kolo.torch.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
@@ -148,6 +148,9 @@ def _grouped(tensors, compression, differentiable, start):
 def _reset_handles():
     """A new run (init) or none (shutdown): the old run's handles are gone."""
     _pending.clear()
+
+
+_on_new_run(_reset_handles)
 
 
 def _reduce_op(op, average):

@@ -1,0 +1,155 @@
+"""Starting and stopping kolo, topology, and what this build has (Horovod's
+``HorovodBasics``: the same names, return types and errors)."""
+import atexit
+
+from kolo import _core
+from kolo.common import process_sets as _ps
+
+
+def _comm_handle(comm):
+    if comm is None:
+        return 0
+    if isinstance(comm, (list, tuple)):
+        raise NotImplementedError("init(comm=[ranks]) is not supported; pass an mpi4py "
+                                  "communicator (e.g. MPI.COMM_WORLD.Split(...)) or use "
+                                  "process sets")
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise TypeError("init(comm=...) takes an mpi4py communicator, but mpi4py is not "
+                        "installed (Debian: python3-mpi4py)") from None
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError("init(comm=...) takes an mpi4py communicator, got %s"
+                        % type(comm).__name__)
+    return MPI._handleof(comm)
+
+
+def init(comm=None, process_sets=None):
+    """Starts kolo (MPI and the background thread); every rank calls it. Idempotent.
+
+    ``comm``: an mpi4py communicator to run on (kolo duplicates it). ``process_sets``:
+    ProcessSet objects (ranks or mpi4py communicators) or rank lists to register now, the
+    same on every rank; ``"dynamic"`` is accepted (sets can always be added later).
+    """
+    if _core.is_initialized():  # by an earlier init(), or by kolo.numpy
+        for ps in ([] if process_sets is None or isinstance(process_sets, str)
+                   else process_sets):
+            ps = ps if isinstance(ps, _ps.ProcessSet) else _ps.ProcessSet(ps)
+            known = _ps._find(ps.ranks)
+            if known is None:
+                raise ValueError("kolo is already initialized and %s is not registered; use "
+                                 "add_process_set()" % ps)
+            ps.process_set_id = known.process_set_id
+    else:
+        registered, sets = _ps._prepare_init(process_sets, comm)
+        _core.init(registered, _comm_handle(comm))
+        _reset_run()
+        _ps._finish_init(registered, sets, _core.size())
+    _ps.global_process_set.ranks = list(range(_core.size()))
+
+
+# Called on init() and shutdown(): each binding's handle table belongs to the run that
+# made it (kolo.torch and kolo.tensorflow share the one runtime of the process).
+_run_resets = []
+
+
+def _on_new_run(reset):
+    """Registers ``reset()``, called whenever a run starts or ends."""
+    _run_resets.append(reset)
+
+
+def _reset_run():
+    for reset in _run_resets:
+        reset()
+
+
+def shutdown():
+    """Stops kolo on every rank; pending operations fail with KoloInternalError. A later
+    init() starts it again when the application owns MPI (init(comm=...) with mpi4py)."""
+    _core.shutdown()
+    _reset_run()
+    _ps._reset()
+
+
+atexit.register(shutdown)
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline (rank 0 writes it). Unlike Horovod, no
+    HOROVOD_TIMELINE setting is needed beforehand."""
+    _ps._query(_core.start_timeline, str(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    _ps._query(_core.stop_timeline)
+
+
+def _checked(query):
+    def run():
+        return _ps._query(query)
+    run.__name__ = query.__name__
+    run.__doc__ = "As Horovod: ValueError before init()."
+    return run
+
+
+is_initialized = _core.is_initialized
+rank = _checked(_core.rank)
+size = _checked(_core.size)
+local_rank = _checked(_core.local_rank)
+local_size = _checked(_core.local_size)
+cross_rank = _checked(_core.cross_rank)
+cross_size = _checked(_core.cross_size)
+
+
+def mpi_threads_supported():
+    """Whether MPI was initialized with MPI_THREAD_MULTIPLE (bool)."""
+    return bool(_ps._query(_core.mpi_threads_supported))
+
+
+def is_homogeneous():
+    """Whether every host runs the same number of ranks (bool)."""
+    return bool(_ps._query(_core.is_homogeneous))
+
+
+# What this build has. kolo always runs on MPI; it has no Gloo, DDL, oneCCL or ROCm path.
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def cuda_built():
+    return bool(_core.cuda_built())
+
+
+def nccl_built():
+    """NCCL's version code (e.g. 21805 for 2.18.5) when built with NCCL, else 0 (an int,
+    as Horovod's)."""
+    version = getattr(_core, "nccl_version", None)
+    if version is not None:
+        return int(version())
+    return 1 if _core.cuda_built() else 0  # an older _core: built or not, no version
+
+
