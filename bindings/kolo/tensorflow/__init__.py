@@ -1,0 +1,72 @@
+"""kolo for TensorFlow with Horovod 0.28's API: ``import kolo.tensorflow as hvd``.
+
+Every public name of ``horovod.tensorflow`` that TensorFlow 2 can run is here with
+Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the table and
+docs/moving-from-horovod.md the differences. Pure Python over ``kolo._core``: one kolo
+build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
+"""
+from kolo.tensorflow.compression import Compression  # noqa: F401
+from kolo.tensorflow.functions import (  # noqa: F401
+    allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables)
+from kolo.tensorflow.gradients import (  # noqa: F401
+    DistributedGradientTape, allreduce, grouped_allreduce, grouped_reducescatter,
+    reducescatter)
+from kolo.tensorflow.mpi_ops import (  # noqa: F401
+    Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
+    Sum, add_process_set, allgather, alltoall, barrier, broadcast, broadcast_, ccl_built,
+    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
+    grouped_allgather, init, is_homogeneous, is_initialized, join, local_rank, local_size,
+    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+    rocm_built, shutdown, size, start_timeline, stop_timeline)
+from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1's global-variable collection does not exist in TensorFlow 2 (as in
+    Horovod, which raises for eager execution): broadcast the variables themselves."""
+    raise RuntimeError(
+        "hvd.broadcast_global_variables() needs TensorFlow 1's global variable collection; "
+        "in TensorFlow 2 use hvd.broadcast_variables(model.variables, root_rank=%d) (and the "
+        "optimizer's variables), or with Keras hvd.callbacks.BroadcastGlobalVariablesCallback"
+        "(%d)" % (root_rank, root_rank))
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
+                         device_sparse="", compression=Compression.none,
+                         sparse_as_dense=False, backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set):
+    """A Keras optimizer is wrapped as by ``kolo.tensorflow.keras.DistributedOptimizer`` (as
+    Horovod does). A ``tf.compat.v1`` optimizer is TensorFlow 1 graph-mode machinery that
+    kolo does not carry: a clear error names what to use instead."""
+    import keras
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        from kolo.tensorflow.keras import DistributedOptimizer as keras_optimizer
+        return keras_optimizer(
+            optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+            compression=compression, sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor, op=op,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+            groups=groups, process_set=process_set)
+    raise TypeError(
+        "kolo.tensorflow.DistributedOptimizer takes a Keras optimizer; %s is not one. "
+        "tf.compat.v1 optimizers (TensorFlow 1 graph mode) are not supported: use a "
+        "keras.optimizers optimizer with kolo.tensorflow.keras.DistributedOptimizer, or "
+        "hvd.DistributedGradientTape in a custom loop" % type(optimizer).__name__)
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size",
+    "local_size", "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError",
+    "KoloInternalError",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+    "broadcast_", "broadcast_variables", "broadcast_global_variables", "alltoall",
+    "reducescatter", "grouped_reducescatter", "broadcast_object", "broadcast_object_fn",
+    "allgather_object", "join", "barrier",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "Compression", "DistributedGradientTape", "DistributedOptimizer", "SyncBatchNormalization",
+]

@@ -1,0 +1,198 @@
+"""Horovod's public reductions (``allreduce`` with compression and ``tf.IndexedSlices``,
+``grouped_allreduce``, ``reducescatter``) and the gradient averaging that
+``DistributedGradientTape`` and the Keras ``DistributedOptimizer`` share."""
+import warnings
+
+import tensorflow as tf
+
+from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow.compression import Compression
+from kolo.tensorflow.mpi_ops import Average, Sum, global_process_set
+
+
+def _allreduce_slices(slices, name, op, prescale_factor, postscale_factor, process_set):
+    """Horovod's reduction of a tf.IndexedSlices: every rank's values and indices gathered
+    (one grouped allgather), the values divided by the set's size for Average."""
+    if op not in (Sum, Average):
+        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+    values, indices = _ops.grouped_allgather([slices.values, slices.indices], name,
+                                             process_set=process_set)
+    if op == Average:
+        values = values / tf.cast(_ops._set_size(process_set), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              name=None, process_set=global_process_set, ignore_name_scope=False):
+    """The reduction of ``tensor`` over the set's ranks (default: the average). A
+    tf.IndexedSlices is reduced by gathering every rank's slices (Sum and Average only).
+    Differentiable: the gradient is the same allreduce of the incoming gradient."""
+    op = _ops._reduce_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_slices(tensor, name, op, prescale_factor, postscale_factor,
+                                 process_set)
+    compressed, ctx = compression.compress(_ops._check(tensor, "allreduce input"))
+    reduced = _ops._allreduce(compressed, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def _reduce_dense(tensors, name, op, compression, prescale_factor, postscale_factor,
+                  process_set, groups=None):
+    compressed = [compression.compress(_ops._check(t, "allreduce input")) for t in tensors]
+    reduced = _ops._grouped_allreduce([c for c, _ in compressed], name, op, prescale_factor,
+                                      postscale_factor, process_set, groups)
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """A list with the reduction of every tensor, the dense ones negotiated and fused as
+    one unit; tf.IndexedSlices entries are reduced as by allreduce()."""
+    if not tensors:
+        return tensors
+    op = _ops._reduce_op(op, average)
+    tensors = list(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    out = list(tensors)
+    if dense:
+        reduced = _reduce_dense([tensors[i] for i in dense], name, op, compression,
+                                prescale_factor, postscale_factor, process_set)
+        for i, r in zip(dense, reduced):
+            out[i] = r
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _allreduce_slices(t, None, op, prescale_factor, postscale_factor,
+                                       process_set)
+    return out
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """This rank's block of rows of the reduction over the set (Average or Sum; the first
+    ``rows % size`` ranks get one row more)."""
+    op = _ops._reducescatter_op(op)
+    compressed, ctx = compression.compress(_ops._check(tensor, "reducescatter input"))
+    out = _ops._reducescatter(compressed, name, op, process_set, prescale_factor,
+                              postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, ignore_name_scope=False, name=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """A list with the reducescatter of every tensor, negotiated as one unit."""
+    op = _ops._reducescatter_op(op)
+    compressed = [compression.compress(_ops._check(t, "reducescatter input")) for t in tensors]
+    out = _ops._grouped_reducescatter([c for c, _ in compressed], name, op, process_set,
+                                      prescale_factor, postscale_factor)
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(out, compressed)]
+
+
+def _group_sizes(count, groups, variables):
+    """The order in which ``count`` dense gradients travel and the sizes of the consecutive
+    groups that are negotiated as units (Horovod's ``groups``: a number of groups, or lists
+    of variables whose gradients go together; the others travel in one more group)."""
+    order = list(range(count))
+    if groups is None or groups == 0:
+        return order, [count]
+    if isinstance(groups, int):
+        if groups < 0:
+            raise ValueError("groups must be a positive number or a list of variable lists")
+        n = min(groups, count)
+        sizes = [count // n + (1 if i < count % n else 0) for i in range(n)]
+        return order, sizes
+    if variables is None:
+        raise ValueError("groups given as lists of variables need the variables")
+    position = {id(v): i for i, v in enumerate(variables)}
+    order, sizes = [], []
+    for group in groups:
+        members = [position[id(v)] for v in group if id(v) in position]
+        order.extend(members)
+        sizes.append(len(members))
+    rest = [i for i in range(count) if i not in set(order)]
+    order.extend(rest)
+    sizes.append(len(rest))
+    return order, [s for s in sizes if s]
+
+
+def _reduce_gradients(grads, variables=None, op=Average, compression=Compression.none,
+                      sparse_as_dense=False, gradient_predivide_factor=1.0, groups=None,
+                      process_set=global_process_set, name=None):
+    """Every gradient averaged (``op``) over the set's ranks, in one negotiation per group;
+    None stays None, tf.IndexedSlices are gathered (or made dense with
+    ``sparse_as_dense``). ``gradient_predivide_factor`` f splits the average: divided by f
+    before the sum and multiplied by f/size after it."""
+    prescale, postscale = 1.0, 1.0
+    if gradient_predivide_factor != 1.0:
+        if op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    grads = list(grads)
+    if sparse_as_dense:
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
+    dense = [i for i, g in enumerate(grads) if g is not None and
+             not isinstance(g, tf.IndexedSlices)]
+    out = list(grads)
+    if dense:
+        dense_vars = None if variables is None else [variables[i] for i in dense]
+        order, sizes = _group_sizes(len(dense), groups, dense_vars)
+        tensors = [grads[dense[i]] for i in order]
+        reduced = _reduce_dense(tensors, name, op, compression, prescale, postscale,
+                                process_set, sizes)
+        for i, r in zip(order, reduced):
+            out[dense[i]] = r
+    for i, g in enumerate(grads):
+        if isinstance(g, tf.IndexedSlices):
+            out[i] = _allreduce_slices(g, None, op, prescale, postscale, process_set)
+    return out
+
+
+def _groups_setting(num_groups, groups):
+    """Horovod's deprecated ``num_groups`` becomes ``groups``."""
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
+                      "removed in v0.23.0.", DeprecationWarning)
+        return num_groups
+    return groups
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A tf.GradientTape whose gradient() averages the gradients over the ranks."""
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
+        flat_grads = tf.nest.flatten(grads, expand_composites=False)
+        flat_sources = tf.nest.flatten(sources, expand_composites=False)
+        variables = flat_sources if len(flat_sources) == len(flat_grads) else None
+        reduced = _reduce_gradients(flat_grads, variables, **self._kolo_settings)
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                            compression=Compression.none, sparse_as_dense=False, op=Average,
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            process_set=global_process_set, scale_local_gradients=True):
+    """Wraps ``gradtape`` (a tf.GradientTape, before or after recording) so that
+    ``gradient()`` returns the gradients averaged over the set's ranks (``op``), after
+    compression, in one negotiation per group."""
+    if not isinstance(gradtape, tf.GradientTape):
+        raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %s"
+                        % type(gradtape).__name__)
+    _ops._reduce_op(op, None)
+    cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
+    tape = cls.__new__(cls)
+    tape.__dict__.update(gradtape.__dict__)  # the same recording, as Horovod's wrapper
+    tape._kolo_settings = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor,
+                               groups=_groups_setting(num_groups, groups),
+                               process_set=process_set)
+    return tape

@@ -1,0 +1,487 @@
+"""The collectives of ``kolo.tensorflow``, with the names, defaults and gradients of
+Horovod 0.28's ``horovod.tensorflow.mpi_ops`` (docs/api-tensorflow.md).
+
+Nothing here is compiled against TensorFlow: tensors reach ``kolo._core`` as NumPy
+arrays that share their memory.
+- Eagerly, an input is a DLPack view of the tensor, and a result is written into a
+  64-byte-aligned NumPy buffer that TensorFlow adopts through DLPack: no copies.
+- Inside ``tf.function`` every collective is one stateful ``tf.numpy_function``:
+  TensorFlow hands it NumPy views of the inputs and adopts the aligned results, again
+  without copies, and runs the collectives in program order (automatic control
+  dependencies order stateful ops), so every rank submits them in the same order.
+- XLA (``jit_compile=True``) cannot call back into Python: such a function fails at
+  trace time with a message naming the option.
+A gathered result (allgather, alltoall, reducescatter) is copied once out of the
+runtime's buffer; a broadcast copies its input once into the buffer it overwrites.
+"""
+import numpy as np
+import tensorflow as tf
+
+from kolo import _core
+from kolo._core import KoloInternalError
+from kolo.common.basics import (  # noqa: F401
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
+    stop_timeline)
+from kolo.common.process_sets import (  # noqa: F401
+    ProcessSet, _set_id, _set_rank, _set_size, add_process_set, global_process_set,
+    remove_process_set)
+
+HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
+
+Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
+                                   for n in ("average", "sum", "min", "max", "product"))
+Adasum = max(_core.REDUCE_OPS.values()) + 1
+_OPS = (Average, Sum, Min, Max, Product)
+
+# The core's dtype codes, by TensorFlow dtype and by the NumPy dtype that
+# tf.numpy_function hands over (bfloat16: ml_dtypes' type, which NumPy knows by name only).
+_TF_CODES = {tf.as_dtype(name): code for name, code in _core.DTYPES.items()}
+_NP_CODES = {np.dtype(dt.as_numpy_dtype): code for dt, code in _TF_CODES.items()}
+_BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
+
+# TensorFlow's CPU allocator aligns to 64 bytes, and a tensor it adopts must be too
+# (an unaligned buffer aborts the process in some kernels).
+_ALIGN = 64
+
+
+class UnsupportedDtypeError(TypeError, ValueError):
+    """A dtype kolo cannot move. A TypeError, and a ValueError as Horovod raises for it."""
+
+
+def _empty(shape, dtype):
+    """An uninitialized NumPy array whose data is 64-byte aligned."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _as_numpy(tensor):
+    """An eager tensor's memory as a read-only NumPy array (no copy)."""
+    if tensor.dtype == tf.bfloat16:  # NumPy has no DLPack bfloat16: view the bits
+        return np.from_dlpack(tf.bitcast(tensor, tf.uint16)).view(_BFLOAT16)
+    return np.from_dlpack(tensor)
+
+
+def _as_tensor(array):
+    """An aligned NumPy array as an eager tensor that owns it (no copy)."""
+    if array.dtype == _BFLOAT16:
+        return tf.bitcast(tf.experimental.dlpack.from_dlpack(array.view(np.uint16).__dlpack__()),
+                          tf.bfloat16)
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+
+
+def _on_host(tensor):
+    """kolo.tensorflow moves host memory: a tensor on a GPU is copied to the CPU first."""
+    if "GPU" in tensor.device:
+        with tf.device("/cpu:0"):
+            return tf.identity(tensor)
+    return tensor
+
+
+def _check(tensor, what):
+    """The tensor of a collective, converted and checked; a clear error for what kolo
+    cannot move."""
+    if isinstance(tensor, tf.IndexedSlices):
+        raise ValueError("%s is a tf.IndexedSlices; only allreduce takes them (or convert "
+                         "with tf.convert_to_tensor)" % what)
+    try:
+        tensor = tf.convert_to_tensor(tensor)
+    except (TypeError, ValueError) as e:
+        raise TypeError("%s must be a tf.Tensor or convertible to one: %s" % (what, e)) from None
+    if tensor.dtype not in _TF_CODES:
+        raise UnsupportedDtypeError(
+            "%s has dtype %s, which kolo does not support; supported: %s"
+            % (what, tensor.dtype.name, ", ".join(sorted(d.name for d in _TF_CODES))))
+    return tensor
+
+
+def _in_xla_context():
+    try:
+        from tensorflow.python.ops import control_flow_util
+        graph = tf.compat.v1.get_default_graph()
+        return control_flow_util.GraphOrParentsInXlaContext(graph)
+    except (ImportError, AttributeError):  # a TensorFlow without the helper
+        return False
+
+
+def _keep_kolo_unconverted():
+    """AutoGraph rewrites the Python code that a tf.function calls, except modules on
+    TensorFlow's list; kolo's code is plain Python over TensorFlow ops and is kept as
+    written (a rewritten kernel would also run from a generated file whose name differs
+    between ranks, which kolo's out-of-step check reports)."""
+    try:
+        from tensorflow.python.autograph.core import config
+        config.CONVERSION_RULES = (config.DoNotConvert("kolo"),) + tuple(config.CONVERSION_RULES)
+    except (ImportError, AttributeError):  # the rule list moved: _run is marked itself
+        pass
+
+
+_keep_kolo_unconverted()
+
+
+def _unconverted(fn):
+    """``fn`` as tf.numpy_function must call it: plain Python, not rewritten by AutoGraph
+    (whose generated files would differ between ranks and slow every call)."""
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
+@tf.autograph.experimental.do_not_convert
+def _run(kernel, tensors, dtypes, shapes, what):
+    """``kernel(arrays) -> list of aligned arrays`` on the tensors' memory: directly when
+    executing eagerly, else as one stateful tf.numpy_function with the outputs' dtypes
+    and (static) shapes declared. Returns a list of tensors."""
+    if tf.executing_eagerly():
+        arrays = [_as_numpy(_on_host(t)) for t in tensors]
+        return [_as_tensor(a) for a in kernel(arrays)]
+    if _in_xla_context():
+        raise NotImplementedError(
+            "kolo.tensorflow.%s cannot run inside an XLA-compiled function: kolo's "
+            "collectives call back into Python, which XLA cannot do. Use "
+            "tf.function(jit_compile=False) (Keras: model.compile(..., jit_compile=False))"
+            % what)
+    outs = tf.numpy_function(_unconverted(lambda *arrays: kernel(list(arrays))),
+                             list(tensors), list(dtypes), stateful=True,
+                             name="Kolo" + what.title())
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    for out, shape in zip(outs, shapes):
+        out.set_shape(shape)
+    return outs
+
+
+def _view(array, out=None):
+    try:
+        code = _NP_CODES[array.dtype]
+    except KeyError:
+        raise UnsupportedDtypeError("kolo does not support dtype %s" % array.dtype) from None
+    return array.ctypes.data, (out if out is not None else array).ctypes.data, code, \
+        list(array.shape)
+
+
+def _spec(array):
+    data, _, code, shape = _view(array)
+    return data, code, shape, -1
+
+
+def _wait_all(handles):
+    """Waits for every handle (so that none is left running after an error), then raises
+    the first error."""
+    outs, error = [], None
+    for h in handles:
+        try:
+            outs.append(_core.wait(h))
+        except (KoloInternalError, ValueError) as e:
+            outs.append(None)
+            error = error or e
+    if error is not None:
+        raise error
+    return outs
+
+
+def _copy_out(output, dtype):
+    array = _empty(tuple(output.shape), dtype)
+    output.copy_to(array.ctypes.data, array.nbytes)
+    return array
+
+
+def _name(name):
+    return name or ""
+
+
+# --- kernels: NumPy arrays in, aligned NumPy arrays out -----------------------------------
+
+def _allreduce_kernel(groups, name, op, prescale, postscale, set_id):
+    """``groups``: lists of arrays; each list is one grouped allreduce, all enqueued before
+    the first wait so that the runtime fuses them."""
+    def run(arrays):
+        outs, handles, start = [], [], 0
+        for i, size in enumerate(groups):
+            chunk = arrays[start:start + size]
+            start += size
+            results = [_empty(a.shape, a.dtype) for a in chunk]
+            specs = [(d, o, c, s, -1) for (d, _, c, s), o in
+                     zip((_view(a) for a in chunk), (r.ctypes.data for r in results))]
+            group_name = _name(name) if len(groups) == 1 or not name else "%s.%d" % (name, i)
+            handles.append(_core.grouped_allreduce_async(specs, group_name, op,
+                                                         float(prescale), float(postscale),
+                                                         set_id, 0))
+            outs.extend(results)
+        _wait_all(handles)
+        return outs
+    return run
+
+
+def _allgather_kernel(name, set_id):
+    def run(arrays):
+        out = _core.wait(_core.grouped_allgather_async([_spec(a) for a in arrays], _name(name),
+                                                       set_id, 0))
+        return [_copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
+    return run
+
+
+def _broadcast_kernel(root_in_set, name, set_id):
+    def run(arrays):
+        outs, handles = [], []
+        for i, a in enumerate(arrays):
+            buf = _empty(a.shape, a.dtype)
+            buf[...] = a
+            part = name if len(arrays) == 1 or not name else "%s.%d" % (name, i)
+            handles.append(_core.broadcast_async(buf.ctypes.data, _NP_CODES[a.dtype],
+                                                 list(a.shape), -1, root_in_set, _name(part),
+                                                 set_id, 0))
+            outs.append(buf)
+        _wait_all(handles)
+        return outs
+    return run
+
+
+def _alltoall_kernel(name, set_id):
+    def run(arrays):
+        tensor, splits = arrays
+        data, code, shape, _ = _spec(tensor)
+        out = _core.wait(_core.alltoall_async(data, code, shape, -1,
+                                              [int(s) for s in splits.reshape(-1)],
+                                              _name(name), set_id, 0))
+        received = _empty((len(out.received_splits),), np.int32)
+        received[...] = out.received_splits
+        return [_copy_out(out, tensor.dtype), received]
+    return run
+
+
+def _reducescatter_kernel(name, op, prescale, postscale, set_id):
+    def run(arrays):
+        out = _core.wait(_core.grouped_reducescatter_async(
+            [_spec(a) for a in arrays], _name(name), op, float(prescale), float(postscale),
+            set_id, 0))
+        return [_copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
+    return run
+
+
+# --- differentiable collectives ---------------------------------------------------------
+
+def _reduce_op(op, average):
+    """Horovod's handle_average_backwards_compatibility, and kolo's supported ops."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one "
+                             "of them.")
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by kolo; use op=hvd.Average (the "
+                                  "default) or op=hvd.Sum")
+    if op not in _OPS:
+        raise ValueError("op must be one of kolo.tensorflow.Average, Sum, Min, Max, Product")
+    return op
+
+
+def _rows_shape(tensor):
+    """The static shape of a result whose first dimension is not known in advance."""
+    return tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else \
+        tf.TensorShape(None)
+
+
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set, groups=None):
+    """The raw grouped allreduce (Horovod's ``_grouped_allreduce``; default op Sum).
+    Differentiable: the gradient is the same allreduce of the incoming gradients.
+    ``groups``: sizes of consecutive sub-groups, each negotiated as its own unit."""
+    tensors = [_check(t, "allreduce input") for t in tensors]
+    set_id = _set_id(process_set)
+    kernel = _allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
+                               postscale_factor, set_id)
+
+    @tf.custom_gradient
+    def reduce(*xs):
+        ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "allreduce")
+
+        def grad(*dys):
+            return _grouped_allreduce(list(dys), None, op, prescale_factor, postscale_factor,
+                                      process_set)
+        return ys, grad
+    return list(reduce(*tensors))
+
+
+def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    return _grouped_allreduce([tensor], name, op, prescale_factor, postscale_factor,
+                              process_set)[0]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """Every tensor of the list concatenated over the set's ranks along dimension 0
+    (sizes may differ between ranks), negotiated as one unit. Differentiable: each
+    gradient is this rank's rows of the average over ranks of the incoming gradient."""
+    tensors = [_check(t, "allgather input") for t in tensors]
+    set_id = _set_id(process_set)
+
+    @tf.custom_gradient
+    def gather(*xs):
+        ys = _run(_allgather_kernel(name, set_id), xs, [x.dtype for x in xs],
+                  [_rows_shape(x) for x in xs], "allgather")
+
+        def grad(*dys):
+            return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x,
+                              process_set) for dy, x in zip(dys, xs)]
+        return ys, grad
+    return list(gather(*tensors))
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """``tensor`` of every rank of the set, concatenated along dimension 0 in rank order
+    (the first dimension may differ between ranks, the others may not)."""
+    return grouped_allgather([tensor], name, ignore_name_scope, process_set)[0]
+
+
+def _own_rows(tensor, like, process_set):
+    """This rank's rows of ``tensor``, an allgather of tensors shaped as ``like``."""
+    counts = allgather(tf.shape(like)[:1], process_set=process_set)
+    mine = _set_rank(process_set)
+    start = tf.reduce_sum(counts[:mine])
+    return tensor[start:start + counts[mine]]
+
+
+def _root_in_set(root_rank, process_set):
+    """Horovod's root_rank is a global rank, also with a process set; the core takes the
+    root's rank within the set."""
+    root_rank = int(root_rank)
+    set_id = _set_id(process_set)
+    if set_id == 0:
+        return root_rank
+    ranks = _core.process_set_ranks(set_id)
+    if root_rank not in ranks:
+        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
+                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
+                         % (root_rank, set_id, ranks))
+    return ranks.index(root_rank)
+
+
+def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts of every tensor from global rank ``root_rank``, all in flight together.
+    Differentiable: the root's gradient is the average over ranks of the incoming
+    gradients, the others' zero."""
+    tensors = [_check(t, "broadcast tensor") for t in tensors]
+    kernel = _broadcast_kernel(_root_in_set(root_rank, process_set), name,
+                               _set_id(process_set))
+
+    @tf.custom_gradient
+    def bcast(*xs):
+        ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
+
+        def grad(*dys):
+            reduced = _grouped_allreduce(list(dys), op=Average, process_set=process_set)
+            if rank() != int(root_rank):
+                return [r * 0 for r in reduced]
+            return reduced
+        return ys, grad
+    return list(bcast(*tensors))
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
+    """A new tensor with global rank ``root_rank``'s values on every rank of the set."""
+    return _grouped_broadcast([tensor], root_rank, name, process_set)[0]
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts ``variables`` (tf.Variables) from global rank ``root_rank`` in place, all
+    in flight together; returns their new values."""
+    variables = list(variables)
+    if not all(isinstance(v, tf.Variable) or hasattr(v, "assign") for v in variables):
+        raise TypeError("broadcast_() takes a list of tf.Variable (in place); use broadcast() "
+                        "for tensors")
+    if not variables:
+        return []
+    values = _grouped_broadcast([v.value() if hasattr(v, "value") else v for v in variables],
+                                root_rank, name, process_set)
+    for v, value in zip(variables, values):
+        v.assign(value)
+    return values
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
+    """Sends ``splits[i]`` rows of ``tensor`` to rank i of the set (an even split when
+    None). Returns the received rows, and ``(output, received_splits)`` when ``splits`` is
+    given. Differentiable: the gradient goes back with the reverse alltoall."""
+    tensor = _check(tensor, "alltoall input")
+    splits_t = tf.constant([], tf.int32) if splits is None else \
+        tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
+    set_id = _set_id(process_set)
+
+    @tf.custom_gradient
+    def exchange(x, s):
+        out, received = _run(_alltoall_kernel(name, set_id), [x, s], [x.dtype, tf.int32],
+                             [_rows_shape(x), tf.TensorShape([None])], "alltoall")
+
+        def grad(dy, _):
+            back, _ = alltoall(dy, received, process_set=process_set)
+            return back, None
+        return (out, received), grad
+    output, received = exchange(tensor, splits_t)
+    return output if splits is None else (output, received)
+
+
+def _reducescatter_op(op):
+    op = Average if op is None else op
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports kolo.tensorflow.Average and Sum")
+    return op
+
+
+def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_process_set,
+                           prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatter of every tensor: rank i keeps the i-th block of rows (the first
+    ``rows % size`` ranks one row more). Differentiable with Horovod's rule: the allgather
+    of the incoming gradient, times the set's size for Sum, times the scale factors."""
+    tensors = [_check(t, "reducescatter input") for t in tensors]
+    set_id = _set_id(process_set)
+    kernel = _reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
+
+    @tf.custom_gradient
+    def scatter(*xs):
+        ys = _run(kernel, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
+                  "reducescatter")
+
+        def grad(*dys):
+            factor = prescale_factor * postscale_factor
+            if op == Sum:
+                factor *= _set_size(process_set)
+            scaled = [dy * tf.cast(factor, dy.dtype) if factor != 1 else dy for dy in dys]
+            return grouped_allgather(scaled, process_set=process_set)
+        return ys, grad
+    return list(scatter(*tensors))
+
+
+def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
+                   prescale_factor=1.0, postscale_factor=1.0):
+    return _grouped_reducescatter([tensor], name, op, process_set, prescale_factor,
+                                  postscale_factor)[0]
+
+
+def join():
+    """This rank has no more data: until every rank has joined, it takes part in the
+    others' allreduces with zeros. Returns the global rank that joined last."""
+    if tf.executing_eagerly():
+        return int(_core.wait(_core.join_async(0)).value)
+    return tf.numpy_function(_unconverted(lambda: np.int32(_core.wait(_core.join_async(0)).value)),
+                             [], tf.int32, stateful=True, name="KoloJoin")
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called it."""
+    set_id = _set_id(process_set)
+    if tf.executing_eagerly():
+        _core.wait(_core.barrier_async(set_id))
+        return None
+
+    def wait():
+        _core.wait(_core.barrier_async(set_id))
+        return np.int32(0)
+    return tf.numpy_function(_unconverted(wait), [], tf.int32, stateful=True,
+                             name="KoloBarrier")
