@@ -392,13 +392,13 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts ``variables`` (tf.Variables) from global rank ``root_rank`` in place, all
     in flight together; returns their new values."""
     variables = list(variables)
-    if not all(isinstance(v, tf.Variable) or hasattr(v, "assign") for v in variables):
+    if not all(hasattr(v, "assign") for v in variables):  # tf.Variable, keras.Variable
         raise TypeError("broadcast_() takes a list of tf.Variable (in place); use broadcast() "
                         "for tensors")
     if not variables:
         return []
-    values = _grouped_broadcast([v.value() if hasattr(v, "value") else v for v in variables],
-                                root_rank, name, process_set)
+    values = _grouped_broadcast([tf.convert_to_tensor(v) for v in variables], root_rank, name,
+                                process_set)
     for v, value in zip(variables, values):
         v.assign(value)
     return values

@@ -1,0 +1,4 @@
+"""``kolo.keras.callbacks``: the callbacks of ``kolo.tensorflow.keras.callbacks``."""
+from kolo.tensorflow.keras.callbacks import (  # noqa: F401
+    BroadcastGlobalVariablesCallback, LearningRateScheduleCallback, LearningRateWarmupCallback,
+    MetricAverageCallback)

@@ -1,0 +1,172 @@
+"""kolo for Keras 3 (TensorFlow backend) with Horovod 0.28's ``horovod.tensorflow.keras``
+API: ``import kolo.tensorflow.keras as hvd`` (or ``import kolo.keras as hvd``).
+
+``DistributedOptimizer`` wraps a Keras optimizer so that ``model.fit`` and custom loops
+(``apply_gradients``/``apply``) average the gradients over the ranks before they are
+applied; ``hvd.callbacks`` has Horovod's callbacks. docs/api-tensorflow.md lists every
+name, docs/moving-from-horovod.md what Keras 3 changes.
+"""
+import keras
+import tensorflow as tf
+
+from kolo.tensorflow import (  # noqa: F401
+    Average, Compression, HorovodInternalError, KoloInternalError, Max, Min, Product,
+    ProcessSet, Sum, add_process_set, allgather_object, broadcast_object, broadcast_variables,
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+    global_process_set, init, is_homogeneous, is_initialized, join, local_rank, local_size,
+    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+    rocm_built, shutdown, size, start_timeline, stop_timeline)
+from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow import gradients as _gradients
+from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from kolo.tensorflow.keras import callbacks  # noqa: F401
+
+
+def _check_backend():
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("kolo.tensorflow.keras needs Keras' TensorFlow backend "
+                           "(KERAS_BACKEND=tensorflow); this Keras runs on %r"
+                           % keras.backend.backend())
+
+
+class _DistributedOptimizer:
+    """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
+    the ranks first; with ``backward_passes_per_step`` N > 1 it sums them locally and
+    averages and applies every N-th call (the other calls change no weights)."""
+
+    def build(self, variables):
+        super().build(variables)
+        if self._kolo_passes_per_step > 1 and self._kolo_sums is None:
+            self._kolo_sums = [self.add_variable_from_reference(v, name="kolo_gradient_sum")
+                               for v in variables]
+            self._kolo_passes = self.add_variable(shape=(), dtype="int64", initializer="zeros",
+                                                  name="kolo_passes")
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        variables = list(trainable_variables if trainable_variables is not None
+                         else self._trainable_variables)
+        if self._kolo_passes_per_step == 1:
+            reduced = _gradients._reduce_gradients(grads, variables, **self._kolo_settings)
+            return super().apply(reduced, trainable_variables)
+        return self._kolo_accumulate(grads, variables, trainable_variables)
+
+    def _kolo_accumulate(self, grads, variables, trainable_variables):
+        if not self.built:
+            self.build(variables)
+        n = self._kolo_passes_per_step
+        for total, g in zip(self._kolo_sums, grads):
+            if g is not None:
+                total.assign_add(tf.convert_to_tensor(g))
+        self._kolo_passes.assign_add(1)
+
+        def apply_sums():
+            sums = [None if g is None else tf.identity(total)
+                    for total, g in zip(self._kolo_sums, grads)]
+            if self._kolo_average_passes:
+                sums = [None if s is None else s / n for s in sums]
+            reduced = _gradients._reduce_gradients(sums, variables, **self._kolo_settings)
+            super(_DistributedOptimizer, self).apply(reduced, trainable_variables)
+            for total in self._kolo_sums:
+                total.assign(tf.zeros_like(total))
+            return tf.constant(True)
+        return tf.cond(self._kolo_passes % n == 0, apply_sums, lambda: tf.constant(False))
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set, scale_local_gradients=True):
+    """A copy of ``optimizer`` (same class and config, no state) whose updates use the
+    gradients averaged (``op``) over the set's ranks. ``backward_passes_per_step`` N sums N
+    calls' gradients locally (divided by N with ``average_aggregated_gradients``) and
+    averages and applies them on every N-th call."""
+    _check_backend()
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
+                        % type(optimizer).__name__)
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("this optimizer is already a kolo DistributedOptimizer")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                         % backward_passes_per_step)
+    _ops._reduce_op(op, None)
+    base = type(optimizer)
+    # The class keeps the user's name and module, so a saved model names the plain
+    # optimizer and loads without kolo (load_model() below wraps it again).
+    cls = type(base.__name__, (_DistributedOptimizer, base),
+               {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    config = optimizer.get_config()
+    if name is not None:
+        config["name"] = name
+    wrapped = cls.from_config(config)
+    wrapped._kolo_settings = dict(
+        op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        groups=_gradients._groups_setting(num_groups, groups), process_set=process_set)
+    wrapped._kolo_passes_per_step = int(backward_passes_per_step)
+    wrapped._kolo_average_passes = bool(average_aggregated_gradients)
+    wrapped._kolo_sums = None
+    return wrapped
+
+
+def broadcast_global_variables(root_rank, model=None):
+    """Makes ``model``'s variables and its optimizer's equal to global rank ``root_rank``'s.
+    Keras 3 keeps no global variable collection, so the model is an argument here (Horovod
+    reads TensorFlow 1's collection and takes only ``root_rank``)."""
+    if model is None:
+        raise ValueError(
+            "Keras 3 keeps no global variable collection: call "
+            "broadcast_global_variables(%d, model), or use "
+            "hvd.callbacks.BroadcastGlobalVariablesCallback(%d) in model.fit" % (root_rank,
+                                                                               root_rank))
+    variables = list(model.variables)
+    if getattr(model, "optimizer", None) is not None:
+        variables += list(model.optimizer.variables)
+    broadcast_variables(variables, root_rank)
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=Compression.none):
+    """The reduction of ``value`` (a tensor, array or number) over the ranks, as a tensor."""
+    return _gradients.allreduce(tf.constant(value), average=average, name=name, op=op,
+                                prescale_factor=prescale_factor,
+                                postscale_factor=postscale_factor, compression=compression)
+
+
+def allgather(value, name=None, process_set=global_process_set):
+    """Every rank's ``value`` concatenated along the first dimension, as a tensor."""
+    return _ops.allgather(tf.constant(value), name=name, process_set=process_set)
+
+
+def broadcast(value, root_rank, name=None, process_set=global_process_set):
+    """Global rank ``root_rank``'s ``value`` on every rank, as a tensor."""
+    return _ops.broadcast(tf.constant(value), root_rank, name=name, process_set=process_set)
+
+
+def reducescatter(value, name=None, op=Average, process_set=global_process_set):
+    """This rank's block of rows of the reduction of ``value``, as a tensor."""
+    return _gradients.reducescatter(tf.constant(value), name=name, op=op,
+                                    process_set=process_set)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none):
+    """``keras.models.load_model(filepath)`` whose optimizer is wrapped again in a
+    DistributedOptimizer (with ``compression``), its state (iterations, slots) kept.
+    ``custom_optimizers``: optimizer classes the file uses that Keras does not know."""
+    objects = dict(custom_objects or {})
+    for cls in custom_optimizers or []:
+        objects[cls.__name__] = cls
+    model = keras.models.load_model(filepath, custom_objects=objects)
+    loaded = getattr(model, "optimizer", None)
+    if loaded is None or isinstance(loaded, _DistributedOptimizer):
+        return model
+    wrapped = DistributedOptimizer(loaded, compression=compression)
+    if loaded.built:
+        wrapped.build(model.trainable_variables)
+        for mine, theirs in zip(wrapped.variables, loaded.variables):
+            mine.assign(theirs)
+    model.optimizer = wrapped
+    return model

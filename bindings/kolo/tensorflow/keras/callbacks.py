@@ -1,0 +1,174 @@
+"""Horovod's Keras callbacks (``horovod.tensorflow.keras.callbacks``) for Keras 3."""
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kolo.tensorflow import gradients as _gradients
+from kolo.tensorflow import mpi_ops as _ops
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Makes the model's and the optimizer's variables equal to global rank
+    ``root_rank``'s. Horovod does it after the first batch; kolo does it when training
+    begins (building the optimizer then), so that the first step starts from equal
+    weights, and after the first batch for a model that only that batch builds."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.broadcast_done = False
+
+    def _broadcast(self):
+        variables = list(self.model.variables)
+        if self.model.optimizer is not None:
+            variables += list(self.model.optimizer.variables)
+        _ops.broadcast_(variables, self.root_rank, name="BroadcastGlobalVariablesCallback")
+        self.broadcast_done = True
+
+    def on_train_begin(self, logs=None):
+        if self.broadcast_done or not self.model.built:
+            return
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)
+        self._broadcast()
+
+    def on_batch_end(self, batch, logs=None):
+        if not self.broadcast_done:
+            self._broadcast()
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """At the end of every epoch, replaces each metric in the logs by its average over the
+    ranks (in one allreduce, by sorted name). Put it before the callbacks that read the
+    metrics (ReduceLROnPlateau, ModelCheckpoint, ...)."""
+
+    def __init__(self, device=""):
+        super().__init__()
+
+    def _average_metrics_in_place(self, logs):
+        if not logs:
+            return
+        names = sorted(k for k, v in logs.items() if np.ndim(v) == 0)
+        values = [tf.constant(float(logs[k]), tf.float64) for k in names]
+        if not values:
+            return
+        averaged = _gradients.grouped_allreduce(values, op=_ops.Average,
+                                                name="MetricAverageCallback")
+        for k, v in zip(names, averaged):
+            logs[k] = float(v.numpy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average_metrics_in_place(logs)
+
+
+def _learning_rate(optimizer):
+    lr = optimizer.learning_rate
+    if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule) or callable(lr):
+        raise ValueError("learning-rate callbacks set the optimizer's learning rate, but it is "
+                         "a LearningRateSchedule; use a constant learning rate")
+    return lr
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Horovod's schedule: from ``start_epoch`` until ``end_epoch`` the learning rate is
+    ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** epoch``), set at the
+    start of each epoch (``staircase``) or each batch with fractional epochs.
+    ``momentum_correction`` scales the momentum by new_lr/old_lr for one batch when the
+    optimizer's momentum is a variable; Keras 3 optimizers keep momentum as a constant of
+    the compiled step, where the correction cannot apply and is skipped with a warning."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        if initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
+        self.initial_lr = initial_lr
+        self.multiplier = multiplier if callable(multiplier) else \
+            (lambda epoch: multiplier ** epoch)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = None
+        self.restore_momentum = None
+        self._warned_momentum = False
+
+    def _autodetect_steps_per_epoch(self):
+        if self.params.get("steps"):
+            return self.params["steps"]
+        if self.params.get("samples") and self.params.get("batch_size"):
+            return self.params["samples"] // self.params["batch_size"]
+        raise ValueError("Could not autodetect the number of steps per epoch. Please specify "
+                         "the steps_per_epoch parameter to the %s()" % type(self).__name__)
+
+    def _adjust_learning_rate(self, epoch):
+        optimizer = self.model.optimizer
+        lr = _learning_rate(optimizer)
+        old_lr = float(keras.ops.convert_to_numpy(lr))
+        new_lr = self.initial_lr * self.multiplier(epoch)
+        lr.assign(new_lr)
+        momentum = getattr(optimizer, "momentum", None)
+        if not self.momentum_correction or not momentum or old_lr == 0:
+            return
+        if hasattr(momentum, "assign"):
+            self.restore_momentum = float(keras.ops.convert_to_numpy(momentum))
+            momentum.assign(self.restore_momentum * new_lr / old_lr)
+        elif not self._warned_momentum:
+            self._warned_momentum = True
+            warnings.warn("%s: momentum correction skipped: %s keeps momentum as a constant "
+                          "(pass momentum_correction=False to silence this)"
+                          % (type(self).__name__, type(optimizer).__name__))
+
+    def on_train_begin(self, logs=None):
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def on_batch_begin(self, batch, logs=None):
+        if (self.current_epoch < self.start_epoch or
+                (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
+            return
+        if self.staircase and batch == 0:
+            self._adjust_learning_rate(self.current_epoch)
+        elif not self.staircase:
+            self._adjust_learning_rate(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_batch_end(self, batch, logs=None):
+        if self.restore_momentum is not None:
+            self.model.optimizer.momentum.assign(self.restore_momentum)
+            self.restore_momentum = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = float(keras.ops.convert_to_numpy(
+                _learning_rate(self.model.optimizer)))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Horovod's gradual warmup (Goyal et al.): over ``warmup_epochs`` the learning rate
+    grows from ``initial_lr / size`` to ``initial_lr``, batch by batch:
+    ``initial_lr / size * (epoch * (size - 1) / warmup_epochs + 1)`` with
+    ``epoch = current epoch + (batch + 1) / steps_per_epoch``."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        def multiplier(epoch):
+            epoch += 1.0 / self.steps_per_epoch
+            return 1.0 / _ops.size() * (epoch * (_ops.size() - 1) / warmup_epochs + 1)
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and _ops.rank() == 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, float(keras.ops.convert_to_numpy(
+                      _learning_rate(self.model.optimizer)))))
