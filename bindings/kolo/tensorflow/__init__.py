@@ -15,9 +15,10 @@ from kolo.tensorflow.mpi_ops import (  # noqa: F401
     Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
     Sum, add_process_set, allgather, alltoall, barrier, broadcast, broadcast_, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
-    grouped_allgather, init, is_homogeneous, is_initialized, join, local_rank, local_size,
-    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
-    rocm_built, shutdown, size, start_timeline, stop_timeline)
+    grouped_allgather, init, is_homogeneous, is_initialized, join, local_rank, local_rank_op,
+    local_size, local_size_op, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+    process_set_included_op, rank, rank_op, remove_process_set, rocm_built, shutdown, size,
+    size_op, start_timeline, stop_timeline)
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 
@@ -59,6 +60,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
 __all__ = [
     "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size",
     "local_size", "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous",
+    "rank_op", "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
     "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError",

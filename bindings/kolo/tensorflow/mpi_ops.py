@@ -485,3 +485,38 @@ def barrier(process_set=global_process_set):
         return np.int32(0)
     return tf.numpy_function(_unconverted(wait), [], tf.int32, stateful=True,
                              name="KoloBarrier")
+
+
+def _query_op(query, name):
+    """A tf.int32 scalar whose value is read when it runs (Horovod's ``*_op``), not when
+    the graph is built."""
+    if tf.executing_eagerly():
+        return tf.constant(query(), tf.int32)
+    return tf.numpy_function(_unconverted(lambda: np.int32(query())), [], tf.int32,
+                             stateful=True, name=name)
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks of the process set (default: all), as a tensor."""
+    return _query_op(lambda: len(_core.process_set_ranks(process_set_id)), name or "KoloSize")
+
+
+def local_size_op(name=None):
+    """The number of ranks on this host, as a tensor."""
+    return _query_op(local_size, name or "KoloLocalSize")
+
+
+def rank_op(name=None):
+    """This process's global rank, as a tensor."""
+    return _query_op(rank, name or "KoloRank")
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host, as a tensor."""
+    return _query_op(local_rank, name or "KoloLocalRank")
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 when this process belongs to the process set, else 0, as a tensor."""
+    return _query_op(lambda: int(_core.process_set_rank(process_set_id) >= 0),
+                     name or "KoloProcessSetIncluded")
