@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs every dependency from Debian's apt and builds kolo into build/.
-# Idempotent: packages already present are not reinstalled, the build is incremental.
+# Installs every dependency from Debian's apt, makes the project's Python
+# environment .venv (TensorFlow/Keras, scikit-learn, pytest from PyPI), and
+# builds kolo into build/.
+# Idempotent: packages already present are not reinstalled, .venv is left as it
+# is when it imports what it needs, the build is incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +14,7 @@ packages=(
   libgtest-dev libgmock-dev
   libboost-dev libcli11-dev clang
   pybind11-dev python3-dev python3-torch python3-torchvision python3-pytest python3-numpy
-  python3-sklearn python3-mpi4py python3-matplotlib
+  python3-sklearn python3-mpi4py python3-matplotlib python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -25,6 +28,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The project's Python environment for kolo.tensorflow / kolo.keras. No
+# --system-site-packages: TensorFlow brings NumPy 2, which Debian's compiled
+# packages (python3-torch, python3-sklearn) are not built for. kolo.torch stays
+# on /usr/bin/python3 with Debian's PyTorch. kolo._core, built for
+# /usr/bin/python3, imports in .venv too (the same interpreter).
+# (find_spec, not import: importing TensorFlow takes seconds.)
+venv_packages=(tensorflow-cpu scikit-learn pytest)
+if ! .venv/bin/python -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ('tensorflow', 'keras', 'sklearn', 'pytest')))" \
+    >/dev/null 2>&1; then
+  echo "setup: making .venv (pip install ${venv_packages[*]})"
+  [ -x .venv/bin/pip ] || /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "${venv_packages[@]}"
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_BUILD_TESTS=ON \
-  -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
+  -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_TF_PYTHON="$PWD/.venv/bin/python"
 cmake --build build -j "$(nproc)"
