@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 namespace kolo::launcher {
 namespace {
@@ -86,7 +87,41 @@ Result<std::string> CaptureStdout(const std::vector<std::string>& args) {
   return out;
 }
 
-int CheckBuild(const std::string& python) {
+std::vector<std::string> FrameworkVersions(const std::string& python,
+                                           const std::vector<std::string>& modules) {
+  std::string names;
+  for (const std::string& m : modules) names += "'" + m + "', ";
+  // A line per module: its version, "not found", or the first line of the
+  // error. TF_CPP_MIN_LOG_LEVEL quiets TensorFlow (stderr is /dev/null anyway).
+  const std::string code =
+      "import os\n"
+      "os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')\n"
+      "for name in (" +
+      names +
+      "):\n"
+      "    try:\n"
+      "        line = __import__(name).__version__\n"
+      "    except ImportError as e:\n"
+      "        line = 'not found' if e.name == name else 'import failed: %s' % e\n"
+      "    except Exception as e:\n"
+      "        line = 'import failed: %s: %s' % (type(e).__name__, e)\n"
+      "    print((str(line).splitlines() or ['?'])[0])\n";
+  Result<std::string> out = CaptureStdout({python, "-c", code});
+  std::vector<std::string> lines;
+  if (out.ok()) {
+    std::string line;
+    for (std::istringstream text(out.value()); std::getline(text, line);) lines.push_back(line);
+  }
+  // No interpreter, or one that died on an import (TensorFlow's wheels need
+  // AVX; SIGILL without): the modules it did not answer for say why.
+  const std::string why = !out.ok() && out.status().message() != "not found"
+                              ? "import failed: " + out.status().message()
+                              : "not found";
+  lines.resize(modules.size(), why);
+  return lines;
+}
+
+int CheckBuild(const std::string& python, const std::string& chosen_by) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
   MPI_Get_library_version(mpi, &len);
@@ -98,17 +133,21 @@ int CheckBuild(const std::string& python) {
               KOLO_CUDA_FOUND ? "yes (NCCL collectives on CUDA tensors)" : "no (built without)");
   Result<std::string> version =
       CaptureStdout({python, "-c", "import platform; print(platform.python_version())"});
-  std::string python_line = python + (version.ok() ? " (" + version.value() + ")"
+  std::string python_line = python + (version.ok() ? " (" + version.value() + "), " + chosen_by
                                                    : ": " + version.status().message() +
                                                          "; KOLO_PYTHON names the interpreter");
   std::printf("  %-16s %s\n", "Python", python_line.c_str());
   Result<std::string> binding = CaptureStdout({python, "-c", "import kolo; print('yes')"});
   std::printf("  %-16s %s\n", "Python binding",
               binding.ok() && binding.value() == "yes" ? "yes" : "no");
-  Result<std::string> torch =
-      CaptureStdout({python, "-c", "import torch; print(torch.__version__)"});
-  std::printf("  %-16s %s\n", "PyTorch",
-              torch.ok() && !torch.value().empty() ? torch.value().c_str() : "not found");
+  // PyTorch on its own, TensorFlow and Keras together (Keras imports
+  // TensorFlow, seconds): a framework whose import kills the interpreter
+  // (TensorFlow's wheels need AVX) costs only its own lines.
+  const std::vector<std::string> torch = FrameworkVersions(python, {"torch"});
+  const std::vector<std::string> tf = FrameworkVersions(python, {"tensorflow", "keras"});
+  std::printf("  %-16s %s\n", "PyTorch", torch[0].c_str());
+  std::printf("  %-16s %s\n", "TensorFlow", tf[0].c_str());
+  std::printf("  %-16s %s\n", "Keras", tf[1].c_str());
   return 0;
 }
 

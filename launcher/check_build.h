@@ -1,5 +1,6 @@
 // kolorun --check-build: what this build has (MPI, CUDA/NCCL), and whether
-// the Python interpreter named by KOLO_PYTHON imports kolo and PyTorch.
+// the Python interpreter named by KOLO_PYTHON imports kolo, and which versions
+// of PyTorch, TensorFlow and Keras.
 #pragma once
 
 #include <string>
@@ -15,8 +16,13 @@ namespace kolo::launcher {
 // when argv[0] does not exist.
 Result<std::string> CaptureStdout(const std::vector<std::string>& argv);
 
-// Prints the build report; `python` is the interpreter to ask. Returns
-// kolorun's exit code.
-int CheckBuild(const std::string& python);
+// Asks `python` for each module's __version__ (one child for all of them);
+// returns a line per module: the version, "not found", or "import failed: why".
+std::vector<std::string> FrameworkVersions(const std::string& python,
+                                           const std::vector<std::string>& modules);
+
+// Prints the build report; `python` is the interpreter to ask, `chosen_by`
+// says why that one ("from KOLO_PYTHON", ...). Returns kolorun's exit code.
+int CheckBuild(const std::string& python, const std::string& chosen_by);
 
 }  // namespace kolo::launcher

@@ -77,11 +77,21 @@ std::string SelfDir() {
 }
 
 // kolorun --check-build asks the interpreter that KOLO_PYTHON names, read
-// through the runtime's settings table like every KOLO_* variable.
+// through the runtime's settings table like every KOLO_* variable. Unset, it
+// asks the python3 beside kolorun when there is one (kolorun installed into a
+// virtual environment: .venv/bin/kolorun asks .venv/bin/python3), otherwise the
+// default, the interpreter that the build tree's kolo package is built for.
 int RunCheckBuild() {
   Result<Config> config = ParseConfig(KoloEnvironment(), {});
   if (!config.ok()) return Fail(config.status().message());
-  return CheckBuild(config.value().python);
+  if (!config.value().python.empty() && Environment().count("KOLO_PYTHON")) {
+    return CheckBuild(config.value().python, "from KOLO_PYTHON");
+  }
+  const std::string beside = SelfDir() + "/python3";
+  if (access(beside.c_str(), X_OK) == 0) {
+    return CheckBuild(beside, "beside kolorun (KOLO_PYTHON is unset)");
+  }
+  return CheckBuild(Config{}.python, "the default (KOLO_PYTHON is unset)");
 }
 
 // The hosts that get ranks, with the ranks they get; sets o.np when it was 0.

@@ -433,7 +433,9 @@ const std::vector<Setting>& Settings() {
       // the ranks do not warn about it as a typo.
       {"KOLO_PYTHON", Path(&Config::python, "(none)"),
        "The Python interpreter that `kolorun --check-build` runs (without a shell) to see "
-       "whether PyTorch and the kolo package import. The runtime does not read it.",
+       "whether the kolo package imports, and which PyTorch, TensorFlow and Keras it has. "
+       "Unset, kolorun asks the `python3` beside it when there is one (kolorun installed in a "
+       "virtual environment), else this default. The runtime does not read it.",
        NoHorovodName()},
   };
   return kSettings;

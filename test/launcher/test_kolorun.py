@@ -5,6 +5,7 @@ PRINT_RANKS and AVERAGE_TENSORS pointing at the built programs.
 """
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -224,19 +225,40 @@ def test_bad_input_ends_with_one_clear_line_and_starts_nothing(args, message):
 
 
 def test_check_build_and_version():
-    r = kolorun("--check-build")
+    r = kolorun("--check-build", env={"KOLO_PYTHON": PYTHON})
     assert r.returncode == 0 and "Open MPI" in r.stdout and "PyTorch" in r.stdout
+    assert "Python           %s (3." % PYTHON in r.stdout and "from KOLO_PYTHON" in r.stdout
+    # Debian's interpreter has no TensorFlow (the project's .venv does).
+    assert re.search(r"TensorFlow +\S", r.stdout) and re.search(r"Keras +\S", r.stdout), r.stdout
+    assert r.stderr == ""
     assert kolorun("--version").stdout.startswith("kolorun ")
 
 
+def test_check_build_says_which_interpreter_it_asked_when_kolo_python_is_unset():
+    env = {k: v for k, v in os.environ.items() if k != "KOLO_PYTHON"}
+    r = subprocess.run([KOLORUN, "--check-build"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    # The build tree's kolorun has no python3 beside it: the default.
+    assert "Python           /usr/bin/python3 (3." in r.stdout
+    assert "the default (KOLO_PYTHON is unset)" in r.stdout
+
+
 FAKE_PYTHON = """#!/bin/sh
-# Answers kolorun --check-build's three questions the way a Python would.
+# Answers kolorun --check-build's questions the way a Python would.
 case "$2" in
   *platform*) echo 3.99.0 ;;
+  *tensorflow*) printf '2.99.0-fake\\n3.99.1-fake\\n' ;;
   *torch*) echo 9.9.9-fake ;;
   *kolo*) echo yes ;;
 esac
 """
+
+
+def fake_python(path, text=FAKE_PYTHON):
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
 
 
 def test_check_build_runs_kolo_python_without_a_shell(tmp_path):
@@ -244,16 +266,42 @@ def test_check_build_runs_kolo_python_without_a_shell(tmp_path):
     # split it, or run the substitution; an argv vector takes it as it is.
     folder = tmp_path / "my python's $(touch INJECTED) dir"
     folder.mkdir()
-    python = folder / 'py"thon'
-    python.write_text(FAKE_PYTHON)
-    python.chmod(0o755)
+    python = fake_python(folder / 'py"thon')
     r = kolorun("--check-build", env={"KOLO_PYTHON": str(python)})
     assert r.returncode == 0, r.stderr
-    assert "Python           %s (3.99.0)" % python in r.stdout
+    assert "Python           %s (3.99.0), from KOLO_PYTHON" % python in r.stdout
     assert "Python binding   yes" in r.stdout
     assert "PyTorch          9.9.9-fake" in r.stdout
+    assert "TensorFlow       2.99.0-fake" in r.stdout and "Keras            3.99.1-fake" in r.stdout
     assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists("INJECTED")
     assert r.stderr == ""
+
+
+def test_check_build_asks_the_python3_beside_an_installed_kolorun(tmp_path):
+    # kolorun installed into a virtual environment (.venv/bin/kolorun) asks
+    # .venv/bin/python3 when KOLO_PYTHON is unset.
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    shutil.copy(KOLORUN, bin_dir / "kolorun")
+    python = fake_python(bin_dir / "python3")
+    env = {k: v for k, v in os.environ.items() if k != "KOLO_PYTHON"}
+    r = subprocess.run([str(bin_dir / "kolorun"), "--check-build"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "Python           %s (3.99.0), beside kolorun (KOLO_PYTHON is unset)" % python in r.stdout
+    assert "TensorFlow       2.99.0-fake" in r.stdout
+
+
+def test_check_build_names_an_import_that_kills_the_interpreter(tmp_path):
+    # TensorFlow's wheels need AVX: without, the import dies of SIGILL. The
+    # other frameworks' lines stay.
+    python = fake_python(tmp_path / "python", FAKE_PYTHON.replace(
+        "*tensorflow*) printf", "*tensorflow*) kill -ILL $$; printf"))
+    r = kolorun("--check-build", env={"KOLO_PYTHON": str(python)})
+    assert r.returncode == 0, r.stderr
+    assert "PyTorch          9.9.9-fake" in r.stdout
+    assert "TensorFlow       import failed: killed by signal 4" in r.stdout
+    assert "Keras            import failed: killed by signal 4" in r.stdout
 
 
 def test_check_build_says_a_missing_kolo_python_is_not_found(tmp_path):
@@ -262,6 +310,7 @@ def test_check_build_says_a_missing_kolo_python_is_not_found(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "Python           %s: not found; KOLO_PYTHON names the interpreter" % missing in r.stdout
     assert "Python binding   no" in r.stdout and "PyTorch          not found" in r.stdout
+    assert "TensorFlow       not found" in r.stdout and "Keras            not found" in r.stdout
     assert r.stderr == ""  # nothing from a shell ("sh: 1: ...: not found")
 
 
