@@ -14,6 +14,8 @@ arrays that share their memory.
 A gathered result (allgather, alltoall, reducescatter) is copied once out of the
 runtime's buffer; a broadcast copies its input once into the buffer it overwrites.
 """
+import math
+
 import numpy as np
 import tensorflow as tf
 
@@ -53,7 +55,7 @@ class UnsupportedDtypeError(TypeError, ValueError):
 def _empty(shape, dtype):
     """An uninitialized NumPy array whose data is 64-byte aligned."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
@@ -260,6 +262,25 @@ def _reducescatter_kernel(name, op, prescale, postscale, set_id):
     return run
 
 
+def _could_record():
+    """Whether a gradient tape is active (eager mode), so that an op must record its
+    gradient; the custom_gradient machinery costs ~100 us per call, so an op skips it
+    when no tape can see it."""
+    try:
+        from tensorflow.python.eager import record
+        return record.could_possibly_record()
+    except (ImportError, AttributeError):
+        return True
+
+
+def _with_gradient(forward, tensors):
+    """``forward(*tensors) -> (outputs, grad_fn)`` as a tf.custom_gradient op, or just its
+    outputs when nothing can differentiate it (eagerly, no tape active)."""
+    if tf.executing_eagerly() and not _could_record():
+        return forward(*tensors)[0]
+    return tf.custom_gradient(forward)(*tensors)
+
+
 # --- differentiable collectives ---------------------------------------------------------
 
 def _reduce_op(op, average):
@@ -295,7 +316,6 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     kernel = _allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
                                postscale_factor, set_id)
 
-    @tf.custom_gradient
     def reduce(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "allreduce")
 
@@ -303,7 +323,7 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
             return _grouped_allreduce(list(dys), None, op, prescale_factor, postscale_factor,
                                       process_set)
         return ys, grad
-    return list(reduce(*tensors))
+    return list(_with_gradient(reduce, tensors))
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -320,7 +340,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     tensors = [_check(t, "allgather input") for t in tensors]
     set_id = _set_id(process_set)
 
-    @tf.custom_gradient
     def gather(*xs):
         ys = _run(_allgather_kernel(name, set_id), xs, [x.dtype for x in xs],
                   [_rows_shape(x) for x in xs], "allgather")
@@ -329,7 +348,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
             return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x,
                               process_set) for dy, x in zip(dys, xs)]
         return ys, grad
-    return list(gather(*tensors))
+    return list(_with_gradient(gather, tensors))
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -369,7 +388,6 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
     kernel = _broadcast_kernel(_root_in_set(root_rank, process_set), name,
                                _set_id(process_set))
 
-    @tf.custom_gradient
     def bcast(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
 
@@ -379,7 +397,7 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
                 return [r * 0 for r in reduced]
             return reduced
         return ys, grad
-    return list(bcast(*tensors))
+    return list(_with_gradient(bcast, tensors))
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
@@ -414,7 +432,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
     set_id = _set_id(process_set)
 
-    @tf.custom_gradient
     def exchange(x, s):
         out, received = _run(_alltoall_kernel(name, set_id), [x, s], [x.dtype, tf.int32],
                              [_rows_shape(x), tf.TensorShape([None])], "alltoall")
@@ -423,7 +440,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
             back, _ = alltoall(dy, received, process_set=process_set)
             return back, None
         return (out, received), grad
-    output, received = exchange(tensor, splits_t)
+    output, received = _with_gradient(exchange, [tensor, splits_t])
     return output if splits is None else (output, received)
 
 
@@ -443,7 +460,6 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
     set_id = _set_id(process_set)
     kernel = _reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
 
-    @tf.custom_gradient
     def scatter(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
                   "reducescatter")
@@ -455,7 +471,7 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
             scaled = [dy * tf.cast(factor, dy.dtype) if factor != 1 else dy for dy in dys]
             return grouped_allgather(scaled, process_set=process_set)
         return ys, grad
-    return list(scatter(*tensors))
+    return list(_with_gradient(scatter, tensors))
 
 
 def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
