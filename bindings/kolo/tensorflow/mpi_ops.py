@@ -15,6 +15,7 @@ A gathered result (allgather, alltoall, reducescatter) is copied once out of the
 runtime's buffer; a broadcast copies its input once into the buffer it overwrites.
 """
 import math
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -289,6 +290,8 @@ def _reduce_op(op, average):
         if op is not None:
             raise ValueError("The op parameter supersedes average. Please provide only one "
                              "of them.")
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
+                      "in v1.0", DeprecationWarning)
         return Average if average else Sum
     if op is None:
         return Average
