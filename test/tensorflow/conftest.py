@@ -1,0 +1,12 @@
+"""Runs before any test module imports TensorFlow: quiet logs, no oneDNN rewrites (the
+single-process references must see the same arithmetic as the ranks) and one thread per
+pool, so that 3 ranks on 2 cores stay fast. Every rank runs every test in file order."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)

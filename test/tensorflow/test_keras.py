@@ -1,0 +1,312 @@
+"""kolo.tensorflow.keras (and kolo.keras) against Horovod 0.28's horovod.tensorflow.keras
+on Keras 3: DistributedOptimizer (a subclass of the wrapped optimizer's class whose
+apply_gradients averages; op, gradient_predivide_factor, backward_passes_per_step),
+model.fit equivalence (N ranks x BATCH/N samples == one process x BATCH samples, to
+rtol=1e-5, atol=1e-6), the callbacks (horovod/_keras/callbacks.py) and load_model.
+"""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import kolo.tensorflow as hvd
+import kolo.tensorflow.keras as hvd_k
+
+from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
+                       assert_weights_close, global_data, initial_weights, make_model,
+                       reference_train, shard)
+
+CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+             "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
+NAMES = ["DistributedOptimizer", "load_model", "callbacks", "init", "shutdown", "rank", "size",
+         "local_rank", "local_size", "allreduce", "allgather", "broadcast", "Compression",
+         "is_initialized"]
+
+
+def test_names_of_kolo_tensorflow_keras_and_kolo_keras():
+    import kolo.keras as kk
+    for mod in (hvd_k, kk):
+        missing = [n for n in NAMES if not hasattr(mod, n)]
+        missing += [c for c in CALLBACKS if not hasattr(mod.callbacks, c)]
+        assert not missing, (mod.__name__, missing)
+        assert issubclass(mod.callbacks.MetricAverageCallback, keras.callbacks.Callback)
+    assert hvd_k.rank() == R and hvd_k.size() == N
+    opt = kk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.5))
+    assert isinstance(opt, keras.optimizers.SGD)
+
+
+def test_keras_allreduce_allgather_broadcast_take_values():
+    out = hvd_k.allreduce(np.full((2,), R + 1.0, np.float32), op=hvd.Sum)
+    assert np.allclose(np.asarray(out), N * (N + 1) / 2.0)
+    out = hvd_k.allreduce(np.full((2,), float(N * R), np.float32))  # Average
+    assert np.allclose(np.asarray(out), N * (N - 1) / 2.0)
+    out = hvd_k.allgather(np.full((R + 1, 2), R, np.int32))
+    assert np.asarray(out).tolist() == sum([[[r, r]] * (r + 1) for r in range(N)], [])
+    out = hvd_k.broadcast(np.arange(3, dtype=np.float64) + R, N - 1)
+    assert np.asarray(out).tolist() == [N - 1.0, N * 1.0, N + 1.0]
+
+
+# --- DistributedOptimizer ----------------------------------------------------------------
+
+def test_distributed_optimizer_is_a_subclass_of_the_wrapped_class():
+    base = keras.optimizers.SGD(learning_rate=0.25, momentum=0.5, nesterov=True)
+    opt = hvd_k.DistributedOptimizer(base)
+    assert isinstance(opt, keras.optimizers.SGD) and type(opt) is not keras.optimizers.SGD
+    assert float(keras.ops.convert_to_numpy(opt.learning_rate)) == 0.25
+    assert opt.momentum == 0.5 and opt.nesterov is True
+    adam = hvd_k.DistributedOptimizer(keras.optimizers.Adam(learning_rate=1e-3))
+    assert isinstance(adam, keras.optimizers.Adam)
+
+
+def _apply(opt, grads_per_call, shape=(3,)):
+    v = keras.Variable(np.zeros(shape, np.float32))
+    seen = []
+    for g in grads_per_call:
+        opt.apply_gradients([(tf.constant(g, tf.float32), v)])
+        seen.append(keras.ops.convert_to_numpy(v).copy())
+    return seen
+
+
+@pytest.mark.parametrize("kwargs,factor", [({}, "mean"), ({"op": hvd.Sum}, "sum"),
+                                           ({"gradient_predivide_factor": 2.0}, "mean")],
+                         ids=["average", "sum", "predivide"])
+def test_apply_gradients_reduces_across_ranks(kwargs, factor):
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), **kwargs)
+    (v,) = _apply(opt, [np.full(3, R + 1.0)])
+    total = N * (N + 1) / 2.0
+    assert np.allclose(v, -(total / N if factor == "mean" else total))
+
+
+def test_tensorflow_distributed_optimizer_wraps_keras_optimizers_too():
+    # horovod.tensorflow.DistributedOptimizer hands Keras optimizers to the Keras one.
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0))
+    assert isinstance(opt, keras.optimizers.SGD)
+    (v,) = _apply(opt, [np.full(3, R + 1.0)])
+    assert np.allclose(v, -(N + 1) / 2.0)
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_backward_passes_per_step_applies_every_second_call(average):
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0),
+                                     backward_passes_per_step=2,
+                                     average_aggregated_gradients=average)
+    g1, g2 = np.full(3, R + 1.0), np.full(3, 3.0 * (R + 1))
+    seen = _apply(opt, [g1, g2, g1, g2])
+    # Each rank aggregates 4 (R + 1) over two passes; averaged over the ranks: 2 (N + 1);
+    # divided by the 2 passes when average_aggregated_gradients.
+    step = 2.0 * (N + 1) / (2 if average else 1)
+    assert np.allclose(seen[0], 0.0)  # nothing applied after the first pass
+    assert np.allclose(seen[1], -step)
+    assert np.allclose(seen[2], -step)
+    assert np.allclose(seen[3], -2 * step)
+
+
+# --- model.fit equivalence ----------------------------------------------------------------
+
+def _fit_model(weights, optimizer, **compile_kwargs):
+    model = make_model()
+    model.set_weights(weights)
+    model.compile(optimizer=optimizer, loss="mse", **compile_kwargs)
+    return model
+
+
+def test_model_fit_with_distributed_optimizer_matches_one_process():
+    x, y = global_data()
+    w0 = initial_weights(1)
+    epochs = 2
+    want = reference_train(w0, np.concatenate([x] * epochs), np.concatenate([y] * epochs),
+                           momentum=0.5)
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR, momentum=0.5))
+    model = _fit_model(w0, opt)
+    model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=epochs, shuffle=False,
+              verbose=0)
+    assert int(keras.ops.convert_to_numpy(opt.iterations)) == STEPS * epochs
+    assert_weights_close(model.get_weights(), want)
+    assert_same_on_every_rank(model.get_weights())
+
+
+def test_model_fit_with_backward_passes_per_step_2_matches_one_process_with_2x_batch():
+    micro = 4
+    x, y = global_data(steps=micro)
+    w0 = initial_weights(2)
+    want = reference_train(w0, x, y, batch=2 * BATCH, momentum=0.5)
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR, momentum=0.5),
+                                     backward_passes_per_step=2,
+                                     average_aggregated_gradients=True)
+    model = _fit_model(w0, opt)
+    model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False, verbose=0)
+    assert_weights_close(model.get_weights(), want)
+    assert_same_on_every_rank(model.get_weights())
+
+
+# --- callbacks ----------------------------------------------------------------------------
+
+class _Snapshot(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.first = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.first is None:
+            self.first = [w.copy() for w in self.model.get_weights()]
+
+
+def test_broadcast_global_variables_callback_equalizes_before_the_first_step():
+    x, y = global_data()
+    mine = initial_weights(100 + R)  # differently seeded on every rank
+    root = initial_weights(100)
+    assert R == 0 or not np.allclose(mine[0], root[0])
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR))
+    model = _fit_model(mine, opt)
+    snap = _Snapshot()
+    model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd_k.callbacks.BroadcastGlobalVariablesCallback(0), snap])
+    assert_weights_close(snap.first, root, rtol=0, atol=0)
+    assert_weights_close(model.get_weights(), reference_train(root, x, y))
+    assert_same_on_every_rank(model.get_weights())
+
+
+class _Logs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(dict(logs or {}))
+
+
+def test_metric_average_callback_averages_the_epoch_logs():
+    x, y = global_data(seed=7)
+    y = y * (R + 1)  # every rank's loss differs
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.0))
+    model = _fit_model(initial_weights(3), opt, metrics=["mae"])
+    before, after = _Logs(), _Logs()
+    hist = model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=2, shuffle=False,
+                     verbose=0,
+                     callbacks=[before, hvd_k.callbacks.MetricAverageCallback(), after])
+    every_before = hvd.allgather_object(before.epochs)
+    every_after = hvd.allgather_object(after.epochs)
+    assert len(after.epochs) == 2
+    for e in range(2):
+        assert set(after.epochs[e]) == set(before.epochs[e]) >= {"loss", "mae"}
+        for key in before.epochs[e]:
+            local = [float(every_before[r][e][key]) for r in range(N)]
+            assert len(set(local)) == N  # the ranks' own values differ...
+            mean = np.mean(local)
+            for r in range(N):  # ...and after the callback every rank has their mean
+                assert np.isclose(float(every_after[r][e][key]), mean, rtol=1e-6, atol=1e-7)
+            assert np.isclose(float(hist.history[key][e]), mean, rtol=1e-6, atol=1e-7)
+
+
+class _LrLog(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.lrs = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        self.lrs.append((self.epoch, batch, lr))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+
+SPE = 3  # steps per epoch in the learning rate tests
+
+
+@pytest.fixture(scope="module")
+def lr_model():
+    x, y = global_data(steps=SPE)
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.3, momentum=0.9))
+    model = _fit_model(initial_weights(4), opt)
+    return model, shard(x), shard(y)
+
+
+def _fit_lrs(lr_model, callback, epochs, start_lr=0.3):
+    model, x, y = lr_model
+    model.optimizer.learning_rate.assign(start_lr)
+    log = _LrLog()
+    hist = model.fit(x, y, batch_size=BATCH // N, epochs=epochs, shuffle=False, verbose=0,
+                     callbacks=[callback, log])
+    assert model.optimizer.momentum == 0.9  # restored after every batch
+    return log.lrs, hist
+
+
+def test_learning_rate_warmup_callback_follows_horovods_formula(lr_model):
+    # horovod/_keras/callbacks.py: lr = initial_lr / size * (epoch * (size - 1) / warmup + 1)
+    # with epoch = e + (batch + 1) / steps_per_epoch, for e < warmup_epochs; then untouched.
+    initial, warmup, epochs = 0.2, 2, 3
+    cb = hvd_k.callbacks.LearningRateWarmupCallback(initial_lr=initial, warmup_epochs=warmup,
+                                                    verbose=0)
+    lrs, hist = _fit_lrs(lr_model, cb, epochs)
+    assert len(lrs) == SPE * epochs
+    for e, b, lr in lrs:
+        if e < warmup:
+            ep = e + float(b) / SPE + 1.0 / SPE
+            want = initial / N * (ep * (N - 1) / warmup + 1)
+        else:
+            want = initial  # the warmup ends at initial_lr, which then stays
+        assert np.isclose(lr, want, rtol=1e-6), (e, b, lr, want)
+    # Horovod logs the learning rate at the end of every epoch.
+    assert np.allclose(hist.history["lr"], [lrs[SPE * (e + 1) - 1][2] for e in range(epochs)],
+                       rtol=1e-6)
+
+
+def test_learning_rate_schedule_callback_staircase(lr_model):
+    # Exponential decay by 0.5 from epoch 1 to epoch 3 (exclusive), set on each epoch's
+    # first batch; outside [start_epoch, end_epoch) the learning rate is left alone.
+    cb = hvd_k.callbacks.LearningRateScheduleCallback(initial_lr=0.4, multiplier=0.5,
+                                                      start_epoch=1, end_epoch=3,
+                                                      momentum_correction=False)
+    lrs, _ = _fit_lrs(lr_model, cb, 4)
+    want = {0: 0.3, 1: 0.4, 2: 0.2, 3: 0.2}
+    for e, b, lr in lrs:
+        assert np.isclose(lr, want[e], rtol=1e-6), (e, b, lr)
+
+
+def test_learning_rate_schedule_callback_smooth(lr_model):
+    # staircase=False: the multiplier takes the fractional epoch e + batch / steps_per_epoch.
+    cb = hvd_k.callbacks.LearningRateScheduleCallback(initial_lr=0.4,
+                                                      multiplier=lambda ep: 1.0 / (1.0 + ep),
+                                                      staircase=False, steps_per_epoch=SPE)
+    lrs, _ = _fit_lrs(lr_model, cb, 2)
+    for e, b, lr in lrs:
+        assert np.isclose(lr, 0.4 / (1.0 + e + float(b) / SPE), rtol=1e-6), (e, b, lr)
+    # A constant multiplier with staircase=False decays exponentially in the fractional
+    # epoch; steps_per_epoch is found from the fit parameters.
+    cb = hvd_k.callbacks.LearningRateScheduleCallback(initial_lr=0.4, multiplier=0.5,
+                                                      staircase=False)
+    lrs, _ = _fit_lrs(lr_model, cb, 2)
+    for e, b, lr in lrs:
+        assert np.isclose(lr, 0.4 * 0.5 ** (e + float(b) / SPE), rtol=1e-6), (e, b, lr)
+
+
+# --- load_model -----------------------------------------------------------------------------
+
+def test_load_model_wraps_the_optimizer_again_and_training_continues():
+    x, y = global_data(steps=2 * STEPS)
+    first, second = x[:STEPS * BATCH], x[STEPS * BATCH:]
+    yfirst, ysecond = y[:STEPS * BATCH], y[STEPS * BATCH:]
+    w0 = initial_weights(5)
+    want = reference_train(w0, x, y, momentum=0.5)
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR, momentum=0.5))
+    model = _fit_model(w0, opt)
+    model.fit(shard(first), shard(yfirst), batch_size=BATCH // N, epochs=1, shuffle=False,
+              verbose=0)
+    path = os.path.join(tempfile.mkdtemp(prefix="kolo_tf_r%d_" % R), "model.keras")
+    model.save(path)
+    loaded = hvd_k.load_model(path)
+    assert isinstance(loaded.optimizer, keras.optimizers.SGD)
+    assert type(loaded.optimizer) is not keras.optimizers.SGD
+    fresh = hvd_k.DistributedOptimizer(keras.optimizers.SGD())
+    assert type(loaded.optimizer).__module__ == type(fresh).__module__
+    assert int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)) == STEPS
+    assert_weights_close(loaded.get_weights(), model.get_weights(), rtol=0, atol=0)
+    # The optimizer state (momentum) came back, and the loaded optimizer averages.
+    loaded.fit(shard(second), shard(ysecond), batch_size=BATCH // N, epochs=1, shuffle=False,
+               verbose=0)
+    assert_weights_close(loaded.get_weights(), want)
+    assert_same_on_every_rank(loaded.get_weights())

@@ -1,0 +1,97 @@
+"""Errors of kolo.tensorflow: a collective whose ranks disagree (shapes, dtypes) fails with
+the same error (kolo's KoloInternalError, Horovod's HorovodInternalError) on every rank and
+leaves the ranks in step; an unsupported dtype is a TypeError before anything is sent
+(Horovod's ops: TF refuses a dtype outside the op's list with a TypeError); a
+tf.compat.v1 optimizer is refused with an error that names
+kolo.tensorflow.keras.DistributedOptimizer.
+"""
+import pytest
+import tensorflow as tf
+
+import kolo.tensorflow as hvd
+
+from tf_common import KoloInternalError, N, R, assert_equal
+
+
+def _in_step():
+    assert_equal(hvd.allreduce(tf.ones(2), op=hvd.Sum), [float(N)] * 2)
+
+
+MISMATCHES = {
+    "allreduce_shape": lambda: hvd.allreduce(tf.ones([R + 1]), op=hvd.Sum, name="err.ar"),
+    "allreduce_dtype": lambda: hvd.allreduce(tf.ones([2], tf.float32 if R == 0 else
+                                                     tf.float64), name="err.dt"),
+    "allgather_trailing": lambda: hvd.allgather(tf.ones([1, R + 1]), name="err.ag"),
+    "broadcast_shape": lambda: hvd.broadcast(tf.ones([R + 2]), 0, name="err.bc"),
+    "reducescatter_shape": lambda: hvd.reducescatter(tf.ones([N * (R + 1)]), op=hvd.Sum,
+                                                     name="err.rs"),
+    "grouped_allreduce": lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([R + 1])],
+                                                       op=hvd.Sum, name="err.gar"),
+}
+
+
+@pytest.mark.parametrize("which", sorted(MISMATCHES))
+def test_mismatch_raises_the_same_error_on_every_rank(which):
+    with pytest.raises(KoloInternalError) as err:
+        MISMATCHES[which]()
+    assert "mismatch" in str(err.value).lower()
+    names = hvd.allgather_object(type(err.value).__name__)
+    assert names == [type(err.value).__name__] * N
+    _in_step()
+
+
+def test_mismatch_inside_tf_function_raises_on_every_rank():
+    @tf.function
+    def f(x):
+        return hvd.allreduce(x, op=hvd.Sum, name="err.fn")
+
+    with pytest.raises((KoloInternalError, tf.errors.OpError)) as err:
+        f(tf.ones([R + 1]))
+    assert "mismatch" in str(err.value).lower()
+    _in_step()
+
+
+UNSUPPORTED = {
+    "complex64": lambda: tf.constant([1 + 2j, 3j], tf.complex64),
+    "string": lambda: tf.constant(["a", "b"]),
+}
+CALLS = {
+    "allreduce": lambda t: hvd.allreduce(t, op=hvd.Sum),
+    "grouped_allreduce": lambda t: hvd.grouped_allreduce([t], op=hvd.Sum),
+    "allgather": lambda t: hvd.allgather(t),
+    "grouped_allgather": lambda t: hvd.grouped_allgather([t]),
+    "broadcast": lambda t: hvd.broadcast(t, 0),
+    "alltoall": lambda t: hvd.alltoall(t),
+    "reducescatter": lambda t: hvd.reducescatter(t, op=hvd.Sum),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize("dtype", sorted(UNSUPPORTED))
+def test_unsupported_dtype_is_a_clear_type_error(dtype, call):
+    t = UNSUPPORTED[dtype]()
+    t = tf.reshape(tf.tile(t, [N]), [2 * N]) if call in ("alltoall", "reducescatter") else t
+    with pytest.raises(TypeError, match=dtype):
+        CALLS[call](t)
+
+
+def test_unsupported_dtype_inside_tf_function_is_a_type_error():
+    f = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum))
+    with pytest.raises(TypeError, match="complex64"):
+        f(tf.constant([1j], tf.complex64))
+    _in_step()
+
+
+def test_a_tf_compat_v1_optimizer_is_refused_clearly():
+    opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    with pytest.raises((TypeError, ValueError, NotImplementedError),
+                       match=r"kolo\.tensorflow\.keras\.DistributedOptimizer"):
+        hvd.DistributedOptimizer(opt)
+
+
+def test_something_not_an_optimizer_is_a_value_error():
+    # horovod.tensorflow.DistributedOptimizer: "Provided optimizer doesn't inherit from
+    # either legacy TensorFlow or Keras optimizer" (ValueError).
+    with pytest.raises(ValueError):
+        hvd.DistributedOptimizer(object())
+    _in_step()

@@ -1,0 +1,137 @@
+"""Process sets with kolo.tensorflow (Horovod 0.28, horovod/common/process_sets.py): the set
+SUB ([0, 1] at np >= 3, [1] at np=2) runs every collective among its members, gradients
+reduce over the set, DistributedGradientTape and the Keras DistributedOptimizer average
+over the set (and leave a non-member's gradients local, as Horovod's _allreduce_cond), and
+the registry is kolo's one (kolo.common), shared with kolo.torch.
+"""
+import importlib.util
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import kolo.tensorflow as hvd
+from kolo.common import process_sets as common_process_sets
+
+from tf_common import (F64, N, R, SUB, assert_equal, const, grads_of, leaf, mean_up, up,
+                       val)
+
+MEMBER = R in SUB
+M = len(SUB)
+
+
+@pytest.fixture(scope="module")
+def ps():
+    s = hvd.add_process_set(SUB)
+    yield s
+    assert hvd.remove_process_set(s) is True
+    assert s.process_set_id is None
+
+
+def test_process_set_object(ps):
+    assert ps.ranks == SUB and type(ps.process_set_id) is int and ps.process_set_id > 0
+    assert ps.size() == M and ps.included() is MEMBER
+    if MEMBER:
+        assert ps.rank() == SUB.index(R)
+    with pytest.raises(ValueError):
+        hvd.add_process_set(list(SUB))  # Horovod: no duplicate process sets
+    # kolo's one registry: kolo.common's objects, the ones kolo.torch re-exports.
+    assert isinstance(ps, common_process_sets.ProcessSet)
+    assert hvd.add_process_set is common_process_sets.add_process_set or \
+        hvd.add_process_set.__module__.startswith("kolo")
+    if importlib.util.find_spec("torch") is not None:
+        import kolo.torch
+        assert kolo.torch.ProcessSet is hvd.ProcessSet
+        assert kolo.torch.global_process_set is hvd.global_process_set
+
+
+def test_collectives_on_a_process_set(ps):
+    x = const(val(R, (2,), tf.float32), tf.float32)
+    if not MEMBER:
+        # Horovod: ranks outside the set do not take part; kolo refuses at once.
+        with pytest.raises(Exception):
+            hvd.allreduce(x, process_set=ps)
+        return
+    every = {r: val(r, (2,), tf.float32) for r in SUB}
+    total = sum(every.values()).astype(np.float64)
+    assert_equal(hvd.allreduce(x, op=hvd.Sum, process_set=ps), total)
+    assert np.allclose(hvd.allreduce(x, process_set=ps).numpy(), total / M)
+    out = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum, process_set=ps)
+    assert_equal(out[0], total)
+    assert_equal(out[1], 2 * total)
+    rows = {r: val(r, (r + 1, 2), tf.int64) for r in SUB}
+    gathered = np.concatenate([rows[r] for r in SUB])
+    assert_equal(hvd.allgather(const(rows[R], tf.int64), process_set=ps), gathered)
+    assert_equal(hvd.grouped_allgather([const(rows[R], tf.int64)], process_set=ps)[0],
+                 gathered)
+    root = SUB[-1]
+    assert_equal(hvd.broadcast(x, root, process_set=ps), every[root])
+    v = tf.Variable(x)
+    hvd.broadcast_([v], root, process_set=ps)
+    assert_equal(v, every[root])
+    v = tf.Variable(x)
+    hvd.broadcast_variables([v], root, process_set=ps)
+    assert_equal(v, every[root])
+    me = SUB.index(R)
+    send = const(np.array([[10 * R + j] for j in range(M)]), tf.float32)
+    out, received = hvd.alltoall(send, [1] * M, process_set=ps)
+    assert_equal(out, [[10 * s + me] for s in SUB])
+    assert received.numpy().tolist() == [1] * M
+    block = {r: val(r, (M, 3), tf.float64) for r in SUB}
+    block_total = sum(block.values()).astype(np.float64)
+    assert_equal(hvd.reducescatter(const(block[R], F64), op=hvd.Sum, process_set=ps),
+                 block_total[me:me + 1])
+    assert_equal(hvd.grouped_reducescatter([const(block[R], F64)], op=hvd.Sum,
+                                           process_set=ps)[0], block_total[me:me + 1])
+    hvd.barrier(process_set=ps)
+    assert hvd.broadcast_object({"r": R}, root, process_set=ps) == {"r": root}
+    assert hvd.allgather_object(R, process_set=ps) == SUB
+
+    @tf.function
+    def f(t):
+        return hvd.allreduce(t, op=hvd.Sum, process_set=ps)
+
+    assert_equal(f(x), total)
+
+
+def test_process_set_gradients(ps):
+    if not MEMBER:
+        return
+    x = leaf(3)
+    (g,) = grads_of(lambda: hvd.allreduce(x, op=hvd.Sum, process_set=ps), [x])
+    assert np.allclose(g.numpy(), sum(up(k, (3,)) for k in SUB))
+    x = leaf(R + 1, 2)
+    (g,) = grads_of(lambda: hvd.allgather(x, process_set=ps), [x])
+    dims = [r + 1 for r in SUB]
+    full = mean_up(SUB, (sum(dims), 2)).numpy()
+    start = sum(dims[:SUB.index(R)])
+    assert np.allclose(g.numpy(), full[start:start + R + 1])
+    root = SUB[-1]
+    x = leaf(4)
+    (g,) = grads_of(lambda: hvd.broadcast(x, root, process_set=ps), [x])
+    want = mean_up(SUB, (4,)).numpy() if R == root else np.zeros(4)
+    assert np.allclose(g.numpy(), want)
+
+
+def test_distributed_gradient_tape_on_a_process_set(ps):
+    a = tf.Variable(tf.ones(3, F64))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(a * up(R, (3,)))
+    tape = hvd.DistributedGradientTape(tape, process_set=ps)
+    (g,) = tape.gradient(loss, [a])
+    want = mean_up(SUB, (3,)) if MEMBER else up(R, (3,))  # non-members: their own
+    assert np.allclose(g.numpy(), want.numpy())
+
+
+def test_keras_distributed_optimizer_on_a_process_set(ps):
+    import kolo.tensorflow.keras as hvd_k
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), process_set=ps)
+    v = keras.Variable(np.zeros(2, np.float32))
+    opt.apply_gradients([(tf.constant([R + 1.0, R + 1.0]), v)])
+    want = -np.mean([r + 1.0 for r in SUB]) if MEMBER else -(R + 1.0)
+    assert np.allclose(keras.ops.convert_to_numpy(v), want)
+
+
+def test_global_collectives_still_work_after_the_sets():
+    assert_equal(hvd.allreduce(tf.ones(2), op=hvd.Sum), [float(N)] * 2)
