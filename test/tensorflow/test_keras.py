@@ -16,8 +16,8 @@ import kolo.tensorflow as hvd
 import kolo.tensorflow.keras as hvd_k
 
 from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
-                       assert_weights_close, global_data, initial_weights, make_model,
-                       reference_train, shard)
+                       assert_weights_close, embedding_data, global_data, initial_weights,
+                       make_embedding_model, make_model, reference_train, shard)
 
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
              "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
@@ -142,6 +142,57 @@ def test_model_fit_with_backward_passes_per_step_2_matches_one_process_with_2x_b
     assert_same_on_every_rank(model.get_weights())
 
 
+def test_model_fit_with_sparse_embedding_gradients_matches_one_process():
+    # The Embedding's gradient is a tf.IndexedSlices: allgathered (values / size), or, with
+    # sparse_as_dense=True, densified and allreduced; the same training either way.
+    ids, y = embedding_data()
+    keras.utils.set_random_seed(11)
+    w0 = make_embedding_model().get_weights()
+    want = reference_train(w0, ids, y, model_fn=make_embedding_model)
+    for sparse_as_dense in (False, True):
+        opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR),
+                                         sparse_as_dense=sparse_as_dense)
+        model = make_embedding_model()
+        model.set_weights(w0)
+        model.compile(optimizer=opt, loss="mse")
+        model.fit(shard(ids), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False,
+                  verbose=0)
+        assert_weights_close(model.get_weights(), want)
+        assert_same_on_every_rank(model.get_weights())
+
+
+def test_adam_is_wrapped_and_averages():
+    grads = [np.array([R + 1.0, -2.0 * R], np.float32), np.array([0.5, R * 1.0], np.float32)]
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.Adam(learning_rate=0.1))
+    v = keras.Variable(np.zeros(2, np.float32))
+    ref = keras.optimizers.Adam(learning_rate=0.1)
+    v_ref = keras.Variable(np.zeros(2, np.float32))
+    for step in range(2):
+        opt.apply_gradients([(tf.constant(grads[step] + step), v)])
+        mean = np.mean([np.array([k + 1.0, -2.0 * k]) if step == 0 else
+                        np.array([0.5, k * 1.0]) for k in range(N)], axis=0) + step
+        ref.apply_gradients([(tf.constant(mean, tf.float32), v_ref)])
+    assert np.allclose(keras.ops.convert_to_numpy(v), keras.ops.convert_to_numpy(v_ref),
+                       rtol=1e-5, atol=1e-6)
+
+
+def test_model_compiled_with_jit_compile_refuses_clearly_or_trains_correctly():
+    # tf.function(jit_compile=True) cannot run kolo's collectives: Keras' jit_compile=True
+    # must end in an error that names jit_compile, or in correct training (without XLA).
+    x, y = global_data()
+    w0 = initial_weights(6)
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR))
+    model = _fit_model(w0, opt, jit_compile=True)
+    try:
+        model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False,
+                  verbose=0)
+    except Exception as e:  # noqa: BLE001
+        assert "jit_compile" in str(e)
+    else:
+        assert_weights_close(model.get_weights(), reference_train(w0, x, y))
+    assert hvd.allgather_object(1) == [1] * N  # the ranks are still in step
+
+
 # --- callbacks ----------------------------------------------------------------------------
 
 class _Snapshot(keras.callbacks.Callback):
@@ -184,14 +235,17 @@ def test_metric_average_callback_averages_the_epoch_logs():
     opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.0))
     model = _fit_model(initial_weights(3), opt, metrics=["mae"])
     before, after = _Logs(), _Logs()
+    xv, yv = global_data(steps=1, seed=8)
+    yv = yv * (R + 2)
     hist = model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=2, shuffle=False,
-                     verbose=0,
+                     verbose=0, validation_data=(shard(xv), shard(yv)),
                      callbacks=[before, hvd_k.callbacks.MetricAverageCallback(), after])
     every_before = hvd.allgather_object(before.epochs)
     every_after = hvd.allgather_object(after.epochs)
     assert len(after.epochs) == 2
     for e in range(2):
-        assert set(after.epochs[e]) == set(before.epochs[e]) >= {"loss", "mae"}
+        assert set(after.epochs[e]) == set(before.epochs[e]) >= {"loss", "mae", "val_loss",
+                                                                   "val_mae"}
         for key in before.epochs[e]:
             local = [float(every_before[r][e][key]) for r in range(N)]
             assert len(set(local)) == N  # the ranks' own values differ...

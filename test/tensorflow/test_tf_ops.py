@@ -56,6 +56,21 @@ def test_basics_have_horovods_types():
     assert len(set(ops)) == 6
 
 
+def test_topology_ops_are_tensors_with_the_values():
+    # Horovod's rank_op / size_op / local_rank_op / local_size_op / process_set_included_op.
+    assert int(hvd.rank_op()) == R and int(hvd.size_op()) == N
+    assert int(hvd.local_rank_op()) == hvd.local_rank()
+    assert int(hvd.local_size_op()) == hvd.local_size()
+    assert int(hvd.process_set_included_op()) == 1
+
+    @tf.function
+    def f():
+        return hvd.rank_op(), hvd.size_op()
+
+    r, n = f()
+    assert int(r) == R and int(n) == N
+
+
 # Horovod 0.28's parameter names, in Horovod's positional order.
 HOROVOD_PARAMS = {
     "allreduce": "tensor average device_dense device_sparse compression op prescale_factor "
@@ -151,6 +166,25 @@ def test_allreduce_defaults_to_average_and_takes_variables_and_names():
                  reduce_np("Sum", every))
     scalar = hvd.allreduce(tf.constant(float(R + 1)), op=hvd.Sum)
     assert scalar.shape == () and scalar.numpy() == N * (N + 1) / 2
+
+
+def test_names_and_name_scopes_do_not_change_values():
+    x = tf.constant([float(R + 1)] * 2)
+    total = [N * (N + 1) / 2.0] * 2
+    with tf.name_scope("outer"):
+        assert_equal(hvd.allreduce(x, op=hvd.Sum, name="tf.ops.scoped"), total)
+        assert_equal(hvd.allgather(x, name="tf.ops.scoped_ag", ignore_name_scope=True),
+                     np.concatenate([[r + 1.0] * 2 for r in range(N)]))
+
+    @tf.function
+    def f(t):
+        with tf.name_scope("inner"):
+            return (hvd.allreduce(t, op=hvd.Sum, name="fn.scoped"),
+                    hvd.broadcast(t, 0, name="fn.bcast", ignore_name_scope=True))
+
+    s, b = f(x)
+    assert_equal(s, total)
+    assert_equal(b, [1.0, 1.0])
 
 
 def test_average_parameter_is_deprecated_and_exclusive_with_op():

@@ -69,6 +69,15 @@ def test_distributed_gradient_tape_keeps_persistence():
     assert isinstance(tape, tf.GradientTape)
 
 
+def test_distributed_gradient_tape_takes_output_gradients():
+    a = tf.Variable(tf.constant([1.0, 2.0], F64))
+    with tf.GradientTape() as tape:
+        target = a * 3.0  # a vector target: output_gradients weight it
+    tape = hvd.DistributedGradientTape(tape)
+    (g,) = tape.gradient(target, [a], output_gradients=[up(R, (2,))])
+    assert np.allclose(g.numpy(), 3.0 * _mean((2,)))
+
+
 def test_gradient_predivide_factor_needs_average():
     with tf.GradientTape() as tape:
         pass

@@ -158,12 +158,27 @@ def mse(model, x, y):
     return tf.reduce_mean(tf.square(model(x, training=True) - y))
 
 
-def reference_train(weights, x, y, batch=BATCH, lr=LR, momentum=0.0):
+def make_embedding_model(vocab=8, dim=3):
+    import keras
+    return keras.Sequential([keras.Input((2,), dtype="int32"),
+                             keras.layers.Embedding(vocab, dim), keras.layers.Flatten(),
+                             keras.layers.Dense(1)])
+
+
+def embedding_data(steps=STEPS, batch=BATCH, vocab=8, seed=321):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocab, size=(steps * batch, 2)).astype(np.int32)
+    y = rng.normal(size=(steps * batch, 1)).astype(np.float32)
+    return ids, y
+
+
+def reference_train(weights, x, y, batch=BATCH, lr=LR, momentum=0.0, model_fn=make_model,
+                    optimizer=None):
     """One process, plain Keras + TF, the whole batch per step: what the ranks must match."""
     import keras
-    model = make_model()
+    model = model_fn()
     model.set_weights(weights)
-    opt = keras.optimizers.SGD(learning_rate=lr, momentum=momentum)
+    opt = optimizer or keras.optimizers.SGD(learning_rate=lr, momentum=momentum)
     for s in range(len(x) // batch):
         xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
         with tf.GradientTape() as tape:
