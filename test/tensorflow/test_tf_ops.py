@@ -461,7 +461,7 @@ def test_allgather_object():
 def test_join_returns_the_last_rank_to_join():
     for last in range(N):
         if R == last:
-            time.sleep(0.3)
+            time.sleep(0.5)
         got = int(hvd.join())
         assert got == last
 

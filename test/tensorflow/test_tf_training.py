@@ -79,10 +79,15 @@ def test_distributed_gradient_tape_takes_output_gradients():
 
 
 def test_gradient_predivide_factor_needs_average():
-    with tf.GradientTape() as tape:
-        pass
-    with pytest.raises(ValueError):
-        hvd.DistributedGradientTape(tape, op=hvd.Sum, gradient_predivide_factor=2.0)
+    # Horovod refuses it in DistributedGradientTape(); refusing it at gradient() (on every
+    # rank, before anything is sent) keeps the promise too.
+    a = tf.Variable(tf.ones(2, F64))
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(a)
+        tape = hvd.DistributedGradientTape(tape, op=hvd.Sum, gradient_predivide_factor=2.0)
+        tape.gradient(loss, [a])
+    assert np.allclose(hvd.allreduce(tf.ones(1), op=hvd.Sum).numpy(), N)
 
 
 # --- IndexedSlices: an embedding's gradient ---------------------------------------------
