@@ -50,7 +50,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
             groups=groups, process_set=process_set)
-    raise TypeError(
+    raise ValueError(
+        "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
         "kolo.tensorflow.DistributedOptimizer takes a Keras optimizer; %s is not one. "
         "tf.compat.v1 optimizers (TensorFlow 1 graph mode) are not supported: use a "
         "keras.optimizers optimizer with kolo.tensorflow.keras.DistributedOptimizer, or "

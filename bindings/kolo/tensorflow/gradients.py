@@ -85,8 +85,8 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
-                          process_set=global_process_set, ignore_name_scope=False, name=None,
-                          prescale_factor=1.0, postscale_factor=1.0):
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, ignore_name_scope=False, name=None):
     """A list with the reducescatter of every tensor, negotiated as one unit."""
     op = _ops._reducescatter_op(op)
     compressed = [compression.compress(_ops._check(t, "reducescatter input")) for t in tensors]
@@ -128,13 +128,16 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
     """Every gradient averaged (``op``) over the set's ranks, in one negotiation per group;
     None stays None, tf.IndexedSlices are gathered (or made dense with
     ``sparse_as_dense``). ``gradient_predivide_factor`` f splits the average: divided by f
-    before the sum and multiplied by f/size after it."""
+    before the sum and multiplied by f/size after it. A rank outside ``process_set`` gets
+    its own gradients back."""
     prescale, postscale = 1.0, 1.0
     if gradient_predivide_factor != 1.0:
         if op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
     grads = list(grads)
+    if not _ops._included(process_set):  # as Horovod: a rank outside the set keeps its own
+        return grads
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]

@@ -31,6 +31,12 @@ from kolo.common.process_sets import (  # noqa: F401
     ProcessSet, _set_id, _set_rank, _set_size, add_process_set, global_process_set,
     remove_process_set)
 
+
+def _included(process_set):
+    """Whether this rank belongs to ``process_set`` (the global set: always)."""
+    return process_set is None or process_set is global_process_set or \
+        bool(process_set.included())
+
 HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
 Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
@@ -47,10 +53,6 @@ _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 # TensorFlow's CPU allocator aligns to 64 bytes, and a tensor it adopts must be too
 # (an unaligned buffer aborts the process in some kernels).
 _ALIGN = 64
-
-
-class UnsupportedDtypeError(TypeError, ValueError):
-    """A dtype kolo cannot move. A TypeError, and a ValueError as Horovod raises for it."""
 
 
 def _empty(shape, dtype):
@@ -96,7 +98,7 @@ def _check(tensor, what):
     except (TypeError, ValueError) as e:
         raise TypeError("%s must be a tf.Tensor or convertible to one: %s" % (what, e)) from None
     if tensor.dtype not in _TF_CODES:
-        raise UnsupportedDtypeError(
+        raise TypeError(
             "%s has dtype %s, which kolo does not support; supported: %s"
             % (what, tensor.dtype.name, ", ".join(sorted(d.name for d in _TF_CODES))))
     return tensor
@@ -159,7 +161,7 @@ def _view(array, out=None):
     try:
         code = _NP_CODES[array.dtype]
     except KeyError:
-        raise UnsupportedDtypeError("kolo does not support dtype %s" % array.dtype) from None
+        raise TypeError("kolo does not support dtype %s" % array.dtype) from None
     return array.ctypes.data, (out if out is not None else array).ctypes.data, code, \
         list(array.shape)
 

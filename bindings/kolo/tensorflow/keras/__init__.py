@@ -84,8 +84,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     averages and applies them on every N-th call."""
     _check_backend()
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
-                        % type(optimizer).__name__)
+        raise ValueError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
+                         % type(optimizer).__name__)
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("this optimizer is already a kolo DistributedOptimizer")
     if int(backward_passes_per_step) < 1:

@@ -74,7 +74,8 @@ def _learning_rate(optimizer):
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Horovod's schedule: from ``start_epoch`` until ``end_epoch`` the learning rate is
-    ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** epoch``), set at the
+    ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** (epoch - start_epoch)``),
+    set at the
     start of each epoch (``staircase``) or each batch with fractional epochs.
     ``momentum_correction`` scales the momentum by new_lr/old_lr for one batch when the
     optimizer's momentum is a variable; Keras 3 optimizers keep momentum as a constant of
@@ -87,7 +88,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             raise ValueError("Parameter `initial_lr` is required")
         self.initial_lr = initial_lr
         self.multiplier = multiplier if callable(multiplier) else \
-            (lambda epoch: multiplier ** epoch)
+            (lambda epoch: multiplier ** (epoch - start_epoch))
         self.start_epoch = start_epoch
         self.end_epoch = end_epoch
         self.staircase = staircase
