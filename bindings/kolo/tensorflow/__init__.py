@@ -36,7 +36,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, backward_passes_per_step=1, op=Average,
                          gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=global_process_set):
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True):
     """A Keras optimizer is wrapped as by ``kolo.tensorflow.keras.DistributedOptimizer`` (as
     Horovod does). A ``tf.compat.v1`` optimizer is TensorFlow 1 graph-mode machinery that
     kolo does not carry: a clear error names what to use instead."""

@@ -148,7 +148,8 @@ def _run(kernel, tensors, dtypes, shapes, what):
             "collectives call back into Python, which XLA cannot do. Use "
             "tf.function(jit_compile=False) (Keras: model.compile(..., jit_compile=False))"
             % what)
-    outs = tf.numpy_function(_unconverted(lambda *arrays: kernel(list(arrays))),
+    # A 0-d tensor arrives as a NumPy scalar, which has no buffer of its own to hand over.
+    outs = tf.numpy_function(_unconverted(lambda *arrays: kernel([np.asarray(a) for a in arrays])),
                              list(tensors), list(dtypes), stateful=True,
                              name="Kolo" + what.title())
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]

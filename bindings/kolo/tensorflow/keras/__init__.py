@@ -21,6 +21,19 @@ from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from kolo.tensorflow.keras import callbacks  # noqa: F401
 
+__all__ = [
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size",
+    "local_size", "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "Average", "Sum", "Min", "Max", "Product", "HorovodInternalError", "KoloInternalError",
+    "allreduce", "allgather", "broadcast", "reducescatter", "join", "broadcast_object",
+    "allgather_object", "broadcast_variables", "broadcast_global_variables",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "Compression", "DistributedOptimizer", "SyncBatchNormalization", "load_model",
+    "callbacks",
+]
+
 
 def _check_backend():
     if keras.backend.backend() != "tensorflow":
@@ -37,10 +50,12 @@ class _DistributedOptimizer:
     def build(self, variables):
         super().build(variables)
         if self._kolo_passes_per_step > 1 and self._kolo_sums is None:
-            self._kolo_sums = [self.add_variable_from_reference(v, name="kolo_gradient_sum")
-                               for v in variables]
-            self._kolo_passes = self.add_variable(shape=(), dtype="int64", initializer="zeros",
-                                                  name="kolo_passes")
+            # Plain tf.Variables, not optimizer variables: a saved model's optimizer then
+            # has the variables of the plain optimizer and loads with or without kolo.
+            self._kolo_sums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                                           name="kolo_gradient_sum") for v in variables]
+            self._kolo_passes = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                            name="kolo_passes")
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
@@ -130,24 +145,24 @@ def broadcast_global_variables(root_rank, model=None):
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
               op=None, compression=Compression.none):
     """The reduction of ``value`` (a tensor, array or number) over the ranks, as a tensor."""
-    return _gradients.allreduce(tf.constant(value), average=average, name=name, op=op,
+    return _gradients.allreduce(tf.convert_to_tensor(value), average=average, name=name, op=op,
                                 prescale_factor=prescale_factor,
                                 postscale_factor=postscale_factor, compression=compression)
 
 
 def allgather(value, name=None, process_set=global_process_set):
     """Every rank's ``value`` concatenated along the first dimension, as a tensor."""
-    return _ops.allgather(tf.constant(value), name=name, process_set=process_set)
+    return _ops.allgather(tf.convert_to_tensor(value), name=name, process_set=process_set)
 
 
 def broadcast(value, root_rank, name=None, process_set=global_process_set):
     """Global rank ``root_rank``'s ``value`` on every rank, as a tensor."""
-    return _ops.broadcast(tf.constant(value), root_rank, name=name, process_set=process_set)
+    return _ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name, process_set=process_set)
 
 
 def reducescatter(value, name=None, op=Average, process_set=global_process_set):
     """This rank's block of rows of the reduction of ``value``, as a tensor."""
-    return _gradients.reducescatter(tf.constant(value), name=name, op=op,
+    return _gradients.reducescatter(tf.convert_to_tensor(value), name=name, op=op,
                                     process_set=process_set)
 
 

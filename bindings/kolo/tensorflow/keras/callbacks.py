@@ -65,11 +65,13 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
 
 def _learning_rate(optimizer):
-    lr = optimizer.learning_rate
+    """The optimizer's current learning rate (a float); ValueError when it is a schedule,
+    which the callbacks cannot set."""
+    lr = getattr(optimizer, "_learning_rate", None)
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule) or callable(lr):
         raise ValueError("learning-rate callbacks set the optimizer's learning rate, but it is "
                          "a LearningRateSchedule; use a constant learning rate")
-    return lr
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
@@ -108,10 +110,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 
     def _adjust_learning_rate(self, epoch):
         optimizer = self.model.optimizer
-        lr = _learning_rate(optimizer)
-        old_lr = float(keras.ops.convert_to_numpy(lr))
+        old_lr = _learning_rate(optimizer)
         new_lr = self.initial_lr * self.multiplier(epoch)
-        lr.assign(new_lr)
+        optimizer.learning_rate = new_lr
         momentum = getattr(optimizer, "momentum", None)
         if not self.momentum_correction or not momentum or old_lr == 0:
             return
@@ -147,8 +148,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["lr"] = float(keras.ops.convert_to_numpy(
-                _learning_rate(self.model.optimizer)))
+            logs["lr"] = _learning_rate(self.model.optimizer)
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
@@ -171,5 +171,4 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and _ops.rank() == 0:
             print("\nEpoch %d: finished gradual learning rate warmup to %g."
-                  % (epoch + 1, float(keras.ops.convert_to_numpy(
-                      _learning_rate(self.model.optimizer)))))
+                  % (epoch + 1, _learning_rate(self.model.optimizer)))
