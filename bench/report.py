@@ -266,6 +266,60 @@ def training_section(on, off, lines):
                   on["img_per_sec_per_rank"] / off["img_per_sec_per_rank"]), ""]
 
 
+def tensorflow_section(run, lines, targets):
+    paths = run["paths"]
+    torch_names = [n for n in paths if n.startswith("torch ")]
+    lines += ["## 7. kolo.tensorflow against kolo.torch: ResNet-50's gradients (np=%d%s)"
+              % (run["np"], ", kolo %s" % run["commit"] if run.get("commit") else ""), "",
+              "`bench/tf_bench.py jobs`: each path in a job of its own, %d rounds of jobs with "
+              "the paths alternated; a job's figure is its median over %d steps (slowest rank), "
+              "ms. The same 161 float32 tensors (97.5 MiB, backward order, op Sum) on both "
+              "sides: TensorFlow through `DistributedGradientTape` (eagerly and inside "
+              "`tf.function`) and `grouped_allreduce`; PyTorch through `allreduce_async_` per "
+              "tensor (DistributedOptimizer's path) and `grouped_allreduce_async_`. "
+              "`plain_tape` is TensorFlow's own tape with no allreduce, for scale."
+              % (run["jobs"], run["steps"]), "",
+              "| path | jobs | median of jobs | fastest job | slowest job | slowest / fastest | "
+              "minor page faults per step | " + " | ".join("/ %s" % n for n in torch_names) + " |",
+              "| --- " * (7 + len(torch_names)) + "|"]
+    for name, r in paths.items():
+        med = r["job_median_ms"]
+        ratios = ["%.2f" % (r["median_ms"] / paths[t]["median_ms"]) if name.startswith(
+            "tensorflow ") and "plain_tape" not in name else "" for t in torch_names]
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
+            name, len(med), r["median_ms"], min(med), max(med), r["slowest_over_fastest"],
+            "%d" % r["minor_faults_per_step"] if "minor_faults_per_step" in r else "",
+            " | ".join(ratios)))
+    torch_best = min(torch_names, key=lambda n: paths[n]["median_ms"]) if torch_names else None
+    for name in paths:
+        if torch_best and name.startswith("tensorflow ") and "plain_tape" not in name:
+            ratio = paths[name]["median_ms"] / paths[torch_best]["median_ms"]
+            targets.append(("%s ≤ 1.15 × kolo.torch (its faster path, %s)" % (
+                name.replace("tensorflow ", "kolo.tensorflow "), torch_best.split(" ")[1]),
+                "%.2f × over %d jobs" % (ratio, run["jobs"]), ratio <= 1.15))
+    lines.append("")
+    for framework, c in run.get("copies", {}).items():
+        lines += ["Copies, %s: one allreduce of %s against a memcpy of the same bytes, every "
+                  "rank at once; median of %d jobs' medians (%d calls each, slowest rank). "
+                  "At np=2 an allreduce moves the bytes a few times by itself; a staging copy "
+                  "would add one memcpy to a path over its zero-copy reference in the same "
+                  "job." % (framework, human(c["bytes"]), c["jobs"], c["calls_per_job"]), "",
+                  "| path | ms | memcpys | minor page faults per call |",
+                  "| --- | --- | --- | --- |"]
+        for name, r in c["rows"].items():
+            lines.append("| %s | %.2f | %.2f | %d |" % (name, r["median_ms"], r["memcpy_units"],
+                                                    r["minor_faults_per_call"]))
+        ref = c["rows"].get("kolo.numpy allreduce (new output)")
+        if ref:
+            lines += ["", "The binding's own copies, from the same job: kolo.tensorflow over "
+                      "kolo.numpy's allreduce (the same out-of-place call without TensorFlow): "
+                      + ", ".join("%s %+.2f memcpys" % (name.split(", ")[-1], r["memcpy_units"]
+                                                         - ref["memcpy_units"])
+                                  for name, r in c["rows"].items()
+                                  if name.startswith("kolo.tensorflow"))]
+        lines.append("")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     lines = ["# kolo benchmark report", "", "Machine: " + machine(out), ""]
@@ -288,6 +342,9 @@ def main():
     alone = [r for r in (load(out, "standalone_%s.json" % m) for m in ("resnet50", "bert_base", "small")) if r]
     if alone:
         standalone_section(alone, lines, targets)
+    tf_vs_torch = load(out, "tf_vs_torch.json")
+    if tf_vs_torch:
+        tensorflow_section(tf_vs_torch, lines, targets)
     summary = ["## Targets", "", "| target | measured | |", "| --- | --- | --- |"]
     summary += ["| %s | %s | %s |" % (name, got, verdict(ok)) for name, got, ok in targets]
     text = "\n".join(lines[:4] + summary + [""] + lines[4:]) + "\n"

@@ -61,5 +61,14 @@ OUT="$out/standalone_bert_base.json" bench/standalone.sh "$((jobs / 2))" bert_ba
 OUT="$out/standalone_small.json" ALONE_ARGS="--steps 200 --warmup 20" bench/standalone.sh \
   "$((jobs / 2))" small "kolo kolo_grouped raw_per_tensor raw_packed" > /dev/null
 
+# Issue 16: needs scripts/setup.sh's .venv (TensorFlow); kolo.torch's side runs on $py.
+if .venv/bin/python -c "import tensorflow" 2> /dev/null; then
+  echo "7/7 kolo.tensorflow against kolo.torch: ResNet-50's gradients, each path in its own jobs"
+  $py bench/tf_bench.py --out "$out/tf_vs_torch.json" jobs --jobs "$((jobs / 2))" \
+    --steps "$steps" > /dev/null
+else
+  echo "7/7 skipped: no .venv with TensorFlow (scripts/setup.sh makes it)"
+fi
+
 $py bench/report.py "$out"
 echo "bench: results in $out/ (report.md, *.json, *.png)"

@@ -35,7 +35,8 @@ def main():
     hvd.init()
     # Two ranks share the cores: one TF thread each, as examples/pytorch_digits.py does.
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    keras.utils.set_random_seed(1234 + hvd.rank())  # different on purpose: broadcast makes them equal
+    # Different on purpose: the broadcast from rank 0 makes the initial weights equal.
+    keras.utils.set_random_seed(1234 + hvd.rank())
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)

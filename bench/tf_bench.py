@@ -1,0 +1,332 @@
+"""kolo.tensorflow's gradient allreduce against kolo.torch's on the same tensors (issue 16's
+speed target), and the copies each path makes.
+
+    # one path in a job of its own; rank 0 prints one JSON object
+    kolorun -np 2 .venv/bin/python bench/tf_bench.py alone --path tape_eager [--model resnet50]
+    # a 100 MB allreduce against a 100 MB memcpy, and page faults per call
+    kolorun -np 2 .venv/bin/python bench/tf_bench.py copies
+    kolorun -np 2 /usr/bin/python3 bench/tf_bench.py copies --framework torch
+    # the comparison: each path in jobs of its own, JOBS rounds, paths alternated job by job
+    python3 bench/tf_bench.py jobs [--jobs 5] [--out bench/results/tf_vs_torch.json]
+
+Paths (`alone`), all on ResNet-50's gradients as kolo.torch's DistributedOptimizer sees them
+(torchvision's 161 parameter shapes, 97.5 MiB, backward order), float32, op Sum:
+  tape_eager        hvd.DistributedGradientTape(tape, op=hvd.Sum).gradient(...), eagerly
+  tape_function     the same inside tf.function (kolo's tf.numpy_function path)
+  grouped_eager     hvd.grouped_allreduce(gradients, op=hvd.Sum), eagerly
+  grouped_function  the same inside tf.function
+  plain_tape        tf.GradientTape alone: the tape's own cost, no allreduce
+The tape's loss has a custom gradient that returns the prepared gradient tensors, so a step
+is the tape plus the allreduce, with no model compute. kolo.torch's side is
+bench/torch_bench.py's `alone` (strategies kolo: allreduce_async_ per tensor, as
+DistributedOptimizer does; kolo_grouped: one grouped_allreduce_async_), with the same step
+and warm-up counts. As in torch_bench.py, a step's time is the slowest rank's and a job
+reports its median step.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+TF_PATHS = ("tape_eager", "tape_function", "grouped_eager", "grouped_function", "plain_tape")
+TORCH_STRATEGIES = ("kolo", "kolo_grouped")
+
+
+def resnet50_shapes():
+    """torchvision.models.resnet50()'s parameter shapes in its parameters() order (the same
+    list as bench/torch_bench.py's, without needing torchvision)."""
+    shapes = [(64, 3, 7, 7), (64,), (64,)]
+    inplanes = 64
+    for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for block in range(blocks):
+            shapes += [(planes, inplanes, 1, 1), (planes,), (planes,),
+                       (planes, planes, 3, 3), (planes,), (planes,),
+                       (planes * 4, planes, 1, 1), (planes * 4,), (planes * 4,)]
+            if block == 0:  # the downsample branch
+                shapes += [(planes * 4, inplanes, 1, 1), (planes * 4,), (planes * 4,)]
+            inplanes = planes * 4
+    return shapes + [(1000, 2048), (1000,)]
+
+
+def small_shapes(tensors=100, elements=512):
+    return [(elements,)] * tensors
+
+
+MODELS = {"resnet50": resnet50_shapes, "small": small_shapes}
+
+
+def median(values):
+    return float(np.median(np.asarray(values)))
+
+
+# --- one TF path in a job of its own -----------------------------------------
+
+def tf_step(path, hvd, tf, grads):
+    """The step function of one path; grads are the gradients in backward order."""
+    @tf.custom_gradient
+    def loss_with_given_gradients(*sources):
+        return tf.constant(0.0), lambda upstream: list(grads)
+
+    def tape_step(distributed):
+        with tf.GradientTape() as tape:
+            tape.watch(grads)
+            loss = loss_with_given_gradients(*grads)
+        if distributed:
+            tape = hvd.DistributedGradientTape(tape, op=hvd.Sum)
+        return tape.gradient(loss, grads)
+
+    def grouped_step():
+        return hvd.grouped_allreduce(grads, op=hvd.Sum)
+
+    return {"tape_eager": lambda: tape_step(True),
+            "tape_function": tf.function(lambda: tape_step(True)),
+            "grouped_eager": grouped_step,
+            "grouped_function": tf.function(grouped_step),
+            "plain_tape": lambda: tape_step(False)}[path]
+
+
+def alone(args):
+    import tensorflow as tf
+    import kolo.tensorflow as hvd
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    hvd.init()
+    grads = [tf.fill(s, 1.0) for s in reversed(MODELS[args.model]())]
+    step = tf_step(args.path, hvd, tf, grads)
+    out = step()
+    if args.path != "plain_tape":  # a wrong sum would make the timing meaningless
+        got = float(tf.reduce_min(out[0])), float(tf.reduce_max(out[-1]))
+        if got != (hvd.size(), hvd.size()):
+            raise SystemExit("%s: allreduce sum gave %s, expected %d" % (args.path, got,
+                                                                        hvd.size()))
+    del out
+    for _ in range(args.warmup):
+        step()
+    hvd.barrier()
+    times, faults = [], []
+    for _ in range(args.steps):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        out = step()
+        times.append(time.perf_counter() - start)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del out
+    everyone = hvd.allgather_object((times, faults))
+    slowest_per_step = np.max(np.asarray([t for t, _ in everyone]), axis=0)
+    result = {"benchmark": "standalone_step", "framework": "tensorflow", "np": hvd.size(),
+              "model": args.model, "path": args.path, "steps": args.steps,
+              "warmup": args.warmup, "median_ms": median(slowest_per_step) * 1e3,
+              "step_ms": [t * 1e3 for t in slowest_per_step.tolist()],
+              # Page faults of fresh output memory cost like copies do (the kernel zeroes
+              # every page): the most of any rank, median over steps.
+              "minor_faults_per_step": max(median(f) for _, f in everyone),
+              "tensorflow": tf.__version__}
+    return hvd, result
+
+
+# --- copies: a big allreduce against a memcpy of the same bytes --------------
+
+def copies(args):
+    """Times one allreduce of `mbytes` MB per path against a memcpy of the same bytes, in
+    alternating rounds, every rank at once (a barrier before each call). An allreduce at
+    np=2 has to move the bytes a few times anyway; a path that adds a staging copy is one
+    memcpy slower than the zero-copy reference in the same job. Minor page faults per call
+    show the cost of allocating fresh output memory, which a copy count does not."""
+    count = int(args.mbytes * 1e6) // 4
+    src = np.ones(count, dtype=np.float32)
+    dst = np.zeros_like(src)
+    paths = {"memcpy into a reused buffer": lambda: np.copyto(dst, src),
+             "memcpy into fresh memory (np.copy)": lambda: src.copy()}
+    if args.framework == "torch":
+        import torch
+        import kolo.torch as hvd
+        torch.set_num_threads(1)
+        hvd.init()
+        t, inplace = torch.ones(count), torch.ones(count)
+        # In place, the sum doubles every call: float32 has room for ~127 calls.
+        paths["kolo.torch allreduce_ (in place)"] = lambda: hvd.allreduce_(inplace, op=hvd.Sum,
+                                                                         name="copies")
+        paths["kolo.torch allreduce (new output)"] = lambda: hvd.allreduce(t, op=hvd.Sum,
+                                                                         name="copies_out")
+        version = {"torch": torch.__version__}
+    else:
+        import tensorflow as tf
+        import kolo.numpy as kn
+        import kolo.tensorflow as hvd
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        hvd.init()
+        t = tf.ones([count])
+        in_function = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="copies_fn"))
+        paths["kolo.numpy allreduce (new output)"] = lambda: kn.allreduce(
+            src, op=kn.Sum, name="copies_numpy")
+        paths["kolo.tensorflow allreduce, eager"] = lambda: hvd.allreduce(t, op=hvd.Sum,
+                                                                        name="copies")
+        paths["kolo.tensorflow allreduce, tf.function"] = lambda: in_function(t)
+        version = {"tensorflow": tf.__version__}
+    for name, fn in paths.items():  # warm up; a wrong sum would make the timing meaningless
+        out = fn()
+        if "allreduce" in name and float(np.asarray(out).reshape(-1)[-1]) != hvd.size():
+            raise SystemExit("copies: %s gave %s, expected %d" % (
+                name, np.asarray(out).reshape(-1)[-1], hvd.size()))
+        del out
+    seconds = {name: [] for name in paths}
+    faults = {name: [] for name in paths}
+    for _ in range(args.rounds):
+        for name, fn in paths.items():
+            for _ in range(args.repeats):
+                hvd.barrier()
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                start = time.perf_counter()
+                out = fn()
+                seconds[name].append(time.perf_counter() - start)
+                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                del out
+    everyone = hvd.allgather_object((seconds, faults))
+    rows = {}
+    memcpy_ms = None
+    for name in paths:
+        slowest = np.max([s[name] for s, _ in everyone], axis=0)
+        ms = median(slowest) * 1e3
+        memcpy_ms = memcpy_ms or ms  # the first path is the memcpy
+        rows[name] = {"median_ms": ms, "memcpy_units": ms / memcpy_ms,
+                      "minor_faults_per_call": median([median(f[name]) for _, f in everyone])}
+    result = {"benchmark": "allreduce_copies", "framework": args.framework, "np": hvd.size(),
+              "bytes": count * 4, "calls": args.rounds * args.repeats, "rows": rows}
+    result.update(version)
+    return hvd, result
+
+
+# --- the comparison: jobs alternated ------------------------------------------
+
+def run_job(cmd, out):
+    """Runs one kolorun job; its output only shows when it fails (TensorFlow's start-up
+    lines would bury the progress)."""
+    job = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if job.returncode != 0:
+        sys.stderr.write(job.stderr)
+        raise SystemExit("tf_bench: job failed (exit %d): %s" % (job.returncode, " ".join(cmd)))
+    with open(out) as f:
+        return json.load(f)
+
+
+def jobs(args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build = os.path.join(root, os.environ.get("BUILD", "build"))
+    kolorun = [os.path.join(build, "launcher", "kolorun"), "-np", str(args.np)]
+    env_path = os.path.join(build, "python")
+    os.environ["PYTHONPATH"] = env_path + (":" + os.environ["PYTHONPATH"]
+                                           if os.environ.get("PYTHONPATH") else "")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf_python, torch_python = (os.path.join(root, p) for p in (args.tf_python,
+                                                                args.torch_python))
+    me = os.path.abspath(__file__)
+    torch_bench = os.path.join(root, "bench", "torch_bench.py")
+    counts = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model]
+    medians = {"tensorflow " + p: [] for p in args.tf_paths.split(",")}
+    medians.update({"torch " + s: [] for s in args.torch_strategies.split(",")})
+    faults = {name: [] for name in medians}
+    copy_runs = {"tensorflow": [], "torch": []}
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "job.json")
+        for i in range(args.jobs):
+            for name in medians:
+                framework, path = name.split(" ")
+                if framework == "tensorflow":
+                    cmd = kolorun + [tf_python, me, "--out", out, "alone", "--path", path] + counts
+                else:
+                    cmd = kolorun + [torch_python, torch_bench, "--out", out, "alone",
+                                     "--strategy", path] + counts
+                job = run_job(cmd, out)
+                medians[name].append(job["median_ms"])
+                if "minor_faults_per_step" in job:
+                    faults[name].append(job["minor_faults_per_step"])
+                print("job %d %-28s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
+            if args.copies_jobs is None or args.copies_jobs > i:
+                for framework, python in (("tensorflow", tf_python), ("torch", torch_python)):
+                    cmd = kolorun + [python, me, "--out", out, "copies", "--framework",
+                                     "torch" if framework == "torch" else "tf",
+                                     "--mbytes", str(args.mbytes)]
+                    copy_runs[framework].append(run_job(cmd, out))
+    paths = {name: {"job_median_ms": m, "median_ms": statistics.median(m),
+                    "slowest_over_fastest": max(m) / min(m)} for name, m in medians.items()}
+    for name, f in faults.items():
+        if f:
+            paths[name]["minor_faults_per_step"] = statistics.median(f)
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    result = {"benchmark": "tf_vs_torch", "commit": commit, "model": args.model, "np": args.np,
+              "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
+              "load_before": list(load), "paths": paths, "ratios": {}}
+    for t in (n for n in paths if n.startswith("tensorflow ") and "plain_tape" not in n):
+        for r in (n for n in paths if n.startswith("torch ")):
+            result["ratios"]["%s / %s" % (t, r)] = paths[t]["median_ms"] / paths[r]["median_ms"]
+    if any(copy_runs.values()):
+        result["copies"] = {}
+        for framework, runs in copy_runs.items():
+            if not runs:
+                continue
+            rows = {}
+            for name in runs[0]["rows"]:
+                rows[name] = {key: statistics.median(r["rows"][name][key] for r in runs)
+                              for key in runs[0]["rows"][name]}
+            result["copies"][framework] = {"jobs": len(runs), "bytes": runs[0]["bytes"],
+                                           "calls_per_job": runs[0]["calls"], "rows": rows}
+    for name, p in paths.items():
+        print("%-28s per job: %s  median %.2f ms, slowest/fastest %.2f" % (
+            name, " ".join("%.2f" % m for m in p["job_median_ms"]), p["median_ms"],
+            p["slowest_over_fastest"]), file=sys.stderr)
+    for name, ratio in result["ratios"].items():
+        print("%-55s %.2f" % (name, ratio), file=sys.stderr)
+    return None, result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="write the JSON here as well as to stdout")
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("alone")
+    p.add_argument("--path", choices=TF_PATHS, default="tape_eager")
+    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
+    p = sub.add_parser("copies")
+    p.add_argument("--framework", choices=["tf", "torch"], default="tf")
+    p.add_argument("--mbytes", type=float, default=100)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
+    p = sub.add_parser("jobs")
+    p.add_argument("--jobs", type=int, default=5)
+    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
+    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--tf-paths", default=",".join(TF_PATHS))
+    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
+    p.add_argument("--copies-jobs", type=int, default=None,
+                   help="rounds that also run `copies` (default: all)")
+    p.add_argument("--mbytes", type=float, default=100)
+    p.add_argument("--tf-python", default=".venv/bin/python")
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+    args = parser.parse_args()
+    hvd, result = {"alone": alone, "copies": copies, "jobs": jobs}[args.what](args)
+    result["settings"] = {k: v for k, v in os.environ.items() if k.startswith(("KOLO_", "MALLOC_"))}
+    if hvd is None or hvd.rank() == 0:
+        text = json.dumps(result, indent=1)
+        print(text)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text + "\n")
+    if hvd is not None:
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
