@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ class HostMover {
   // In place on `buffer` (count elements). kAverage is not a mover op: the
   // executor reduces with kSum and scales.
   virtual Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // Reduces `in` into `out` (they do not overlap). By default a copy, then the
+  // allreduce in place; a mover that copies its input anyway reads `in` itself.
+  virtual Status AllreduceInto(const void* in, void* out, int64_t count, DataType dtype,
+                               ReduceOp op) {
+    if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * DataTypeSize(dtype));
+    return Allreduce(out, count, dtype, op);
+  }
   // Every rank contributes `send_bytes`; rank i's recv_bytes[i] land one after
   // the other in `recv`.
   virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,

@@ -212,16 +212,19 @@ Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
   return Status::OK();
 }
 
-Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataType dtype,
+                               ReduceOp op) {
   if (broken_) {
     return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
   }
   const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t piece = piece_bytes_ / elem;
-  auto* data = static_cast<uint8_t*>(buffer);
+  const auto* from = static_cast<const uint8_t*>(in);
+  auto* to = static_cast<uint8_t*>(out);
   for (int64_t done = 0; done < count;) {
     const int64_t n = std::min(piece, count - done);
-    uint8_t* src = data + done * elem;
+    const uint8_t* src = from + done * elem;
+    uint8_t* dst = to + done * elem;
     const uint64_t seq = ++seq_;
     // This slot was last used two pieces ago; every rank must have read it.
     if (seq > 2) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - 2));
@@ -253,7 +256,7 @@ Status ShmAllreduce::Allreduce(void* buffer, int64_t count, DataType dtype, Redu
     work.Start();
     for (int r = 0; r < size_; ++r) {
       const int64_t at = SplitBegin(n, size_, r) * elem;
-      std::memcpy(src + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
+      std::memcpy(dst + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
     }
     work.Stop();
     copy_.Record(streaming, bytes, work.seconds());
@@ -273,6 +276,10 @@ class ShmMover : public MpiMover {
 
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     return shm_->Allreduce(buffer, count, dtype, op);
+  }
+  Status AllreduceInto(const void* in, void* out, int64_t count, DataType dtype,
+                       ReduceOp op) override {
+    return shm_->Allreduce(in, out, count, dtype, op);
   }
   void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
 

@@ -81,7 +81,13 @@ class ShmAllreduce {
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
 
   // In place on `buffer`; the same call, with the same count, on every rank.
-  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op);
+  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+    return Allreduce(buffer, buffer, count, dtype, op);
+  }
+  // Reduces `in` into `out` (the same buffer, or two that do not overlap):
+  // each piece is read from `in` into the slot and its result written to
+  // `out`, so an out-of-place allreduce costs no more copies than one in place.
+  Status Allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
   // Pieces of `piece_bytes` (at most the slot size given to Create, at least
   // 64 bytes) from the next Allreduce on; every rank must change it between
   // the same two calls. The slots keep their places, so the double-buffering

@@ -86,11 +86,19 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   const auto start = Clock::now();
   uint8_t* buffer;
   const bool in_place = entries.size() == 1 && entries[0].has_value();
+  // A single tensor is reduced in its output buffer: no fusion copies. Out of
+  // place and unscaled, the mover reads the input itself (no copy to output).
+  const void* separate_input = nullptr;
   if (in_place) {
-    // A single tensor is reduced in its output buffer: no fusion copies.
     TensorEntry& e = *entries[0];
     buffer = static_cast<uint8_t*>(e.output.data);
-    if (e.output.data != e.input.data && total > 0) std::memcpy(buffer, e.input.data, total * elem);
+    if (e.output.data != e.input.data && total > 0) {
+      if (r.prescale == 1.0) {
+        separate_input = e.input.data;
+      } else {
+        std::memcpy(buffer, e.input.data, total * elem);
+      }
+    }
   } else {
     buffer = FusionBuffer(static_cast<size_t>(total) * elem);
     int64_t offset = 0;
@@ -109,7 +117,10 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   }
   ScaleBuffer(buffer, total, r.dtype, r.prescale);
   const auto reduce_start = Clock::now();
-  Status status = movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
+  Status status =
+      separate_input != nullptr
+          ? movers.host->AllreduceInto(separate_input, buffer, total, r.dtype, r.reduce_op)
+          : movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
   if (status.ok()) ScaleBuffer(buffer, total, r.dtype, PostFactor(r, movers.size));
   for (auto& e : entries) {
     if (e) Phase(*e, "ALLREDUCE", reduce_start);

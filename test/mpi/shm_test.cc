@@ -28,6 +28,19 @@ TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
   });
 }
 
+TEST(ShmAllreduce, OutOfPlaceMatchesMpiAllreduceAndLeavesTheInputAlone) {
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 256, 30);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  ExpectSameBitsAsMpiAllreduce([&](void* p, int64_t n, DataType dtype, ReduceOp op) {
+    const size_t bytes = static_cast<size_t>(n) * DataTypeSize(dtype);
+    std::vector<uint8_t> in(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + bytes);
+    const std::vector<uint8_t> before = in;
+    Status s = shm.value()->Allreduce(in.data(), p, n, dtype, op);
+    EXPECT_EQ(in, before) << "the input was written to";
+    return s;
+  });
+}
+
 TEST(ShmAllreduce, LargePiecesAreExactWhetherCopiedPlainlyOrStreamed) {
   // Pieces big enough to be timed: the first is copied plainly, the second
   // streamed, then whichever measured faster (each rank decides for itself).
