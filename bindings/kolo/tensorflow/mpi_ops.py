@@ -16,12 +16,13 @@ runtime's buffer; a broadcast copies its input once into the buffer it overwrite
 """
 import math
 import sys
-import warnings
 
 import numpy as np
 import tensorflow as tf
 
 from kolo import _core
+from kolo.common import ops as _common_ops
+from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from kolo._core import KoloInternalError
 from kolo.common.basics import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -38,12 +39,8 @@ def _included(process_set):
     return process_set is None or process_set is global_process_set or \
         bool(process_set.included())
 
-HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
-Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
-                                   for n in ("average", "sum", "min", "max", "product"))
-Adasum = max(_core.REDUCE_OPS.values()) + 1
-_OPS = (Average, Sum, Min, Max, Product)
+HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
 # The core's dtype codes, by TensorFlow dtype and by the NumPy dtype that
 # tf.numpy_function hands over (bfloat16: ml_dtypes' type, which NumPy knows by name only).
@@ -324,22 +321,7 @@ def _with_gradient(forward, tensors):
 # --- differentiable collectives ---------------------------------------------------------
 
 def _reduce_op(op, average):
-    """Horovod's handle_average_backwards_compatibility, and kolo's supported ops."""
-    if average is not None:
-        if op is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one "
-                             "of them.")
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
-                      "in v1.0", DeprecationWarning)
-        return Average if average else Sum
-    if op is None:
-        return Average
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by kolo; use op=hvd.Average (the "
-                                  "default) or op=hvd.Sum")
-    if op not in _OPS:
-        raise ValueError("op must be one of kolo.tensorflow.Average, Sum, Min, Max, Product")
-    return op
+    return _common_ops.reduce_op(op, average, "kolo.tensorflow")
 
 
 def _rows_shape(tensor):

@@ -1,43 +1,20 @@
 """Gradient compression for allreduce, as in Horovod."""
 import torch
 
-
-class Compressor:
-    """Turns a tensor into what is sent and back."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from kolo.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
 
 
-class NoneCompressor(Compressor):
-    pass
+class _TorchCast(CastCompressor):
+    is_floating = staticmethod(lambda tensor: tensor.dtype.is_floating_point)
+    cast = staticmethod(lambda tensor, dtype: tensor.to(dtype))
 
 
-class _CastCompressor(Compressor):
-    dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.dtype:
-            return tensor.to(cls.dtype), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TorchCast):
     """Casts floating tensors to float16 for the allreduce and back."""
     dtype = torch.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TorchCast):
     """Casts floating tensors to bfloat16 for the allreduce and back."""
     dtype = torch.bfloat16
 

@@ -6,11 +6,12 @@ differences).
 Every ``*_async`` form returns a handle (the core's, an int) for
 :func:`poll` and :func:`synchronize`.
 """
-import warnings
 
 import torch
 
 from kolo import _core
+from kolo.common import ops as _common_ops
+from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from kolo._core import KoloInternalError
 from kolo.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports them too)
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -23,14 +24,6 @@ from kolo.torch.process_sets import (  # noqa: F401
 from kolo.torch.process_sets import _set_id, _set_size
 
 HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
-
-# Reduce operations: the core's codes. Adasum is a name kolo knows but does not run.
-Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
-                                   for n in ("average", "sum", "min", "max", "product"))
-Adasum = max(_core.REDUCE_OPS.values()) + 1
-_OPS = (Average, Sum, Min, Max, Product)
-_ADASUM = ("Adasum is not supported by kolo; use op=hvd.Average (the default) or "
-           "op=hvd.Sum")
 
 _DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()
            if isinstance(getattr(torch, name, None), torch.dtype)}
@@ -154,21 +147,7 @@ _on_new_run(_reset_handles)
 
 
 def _reduce_op(op, average):
-    """Horovod's handle_average_backwards_compatibility, and kolo's supported ops."""
-    if average is not None:
-        if op is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one "
-                             "of them.")
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
-                      "in v1.0", DeprecationWarning)
-        return Average if average else Sum
-    if op is None:
-        return Average
-    if op == Adasum:
-        raise NotImplementedError(_ADASUM)
-    if op not in _OPS:
-        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product")
-    return op
+    return _common_ops.reduce_op(op, average, "kolo.torch")
 
 
 # --- allreduce ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from kolo.common.ops import check_op
 from kolo.torch import mpi_ops as _ops
 from kolo.torch.compression import Compression
 from kolo.torch.functions import broadcast_object
@@ -293,10 +294,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """
     op = _ops.Average if op is None else op
     process_set = global_process_set if process_set is None else process_set
-    if op == _ops.Adasum:
-        raise NotImplementedError(_ops._ADASUM)
-    if op not in _ops._OPS:
-        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product")
+    check_op(op, "kolo.torch")
     if gradient_predivide_factor != 1.0 and op != _ops.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:

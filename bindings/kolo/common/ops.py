@@ -1,0 +1,33 @@
+"""Reduce operations (the core's codes, the same in every binding) and Horovod's
+handling of the deprecated ``average=`` argument."""
+import warnings
+
+from kolo import _core
+
+Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
+                                   for n in ("average", "sum", "min", "max", "product"))
+Adasum = max(_core.REDUCE_OPS.values()) + 1  # a name kolo knows but does not run
+OPS = (Average, Sum, Min, Max, Product)
+ADASUM = "Adasum is not supported by kolo; use op=hvd.Average (the default) or op=hvd.Sum"
+
+
+def check_op(op, binding):
+    """``op`` itself; NotImplementedError for Adasum, ValueError for anything unknown
+    (``binding``, e.g. "kolo.torch", names where the ops live)."""
+    if op == Adasum:
+        raise NotImplementedError(ADASUM)
+    if op not in OPS:
+        raise ValueError("op must be one of %s.Average, Sum, Min, Max, Product" % binding)
+    return op
+
+
+def reduce_op(op, average, binding):
+    """Horovod's handle_average_backwards_compatibility, then check_op; None is Average."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one "
+                             "of them.")
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed "
+                      "in v1.0", DeprecationWarning)
+        return Average if average else Sum
+    return Average if op is None else check_op(op, binding)
