@@ -102,6 +102,20 @@ def _set_id(process_set):
     return process_set.process_set_id
 
 
+def _root_in_set(root_rank, set_id):
+    """Horovod's root_rank is a global rank, also with a process set; the core takes the
+    root's rank within the set."""
+    root_rank = int(root_rank)
+    if set_id == 0:
+        return root_rank
+    ranks = _core.process_set_ranks(set_id)
+    if root_rank not in ranks:
+        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
+                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
+                         % (root_rank, set_id, ranks))
+    return ranks.index(root_rank)
+
+
 def _set_size(process_set):
     if process_set is None or process_set is global_process_set:
         return _core.size()

@@ -30,8 +30,8 @@ from kolo.common.basics import (  # noqa: F401
     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
 from kolo.common.process_sets import (  # noqa: F401
-    ProcessSet, _set_id, _set_rank, _set_size, add_process_set, global_process_set,
-    remove_process_set)
+    ProcessSet, _root_in_set, _set_id, _set_rank, _set_size, add_process_set,
+    global_process_set, remove_process_set)
 
 
 def _included(process_set):
@@ -389,28 +389,13 @@ def _own_rows(tensor, like, process_set):
     return tensor[start:start + counts[mine]]
 
 
-def _root_in_set(root_rank, process_set):
-    """Horovod's root_rank is a global rank, also with a process set; the core takes the
-    root's rank within the set."""
-    root_rank = int(root_rank)
-    set_id = _set_id(process_set)
-    if set_id == 0:
-        return root_rank
-    ranks = _core.process_set_ranks(set_id)
-    if root_rank not in ranks:
-        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
-                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
-                         % (root_rank, set_id, ranks))
-    return ranks.index(root_rank)
-
-
 def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_set):
     """Broadcasts of every tensor from global rank ``root_rank``, all in flight together.
     Differentiable: the root's gradient is the average over ranks of the incoming
     gradients, the others' zero."""
     tensors = [_check(t, "broadcast tensor") for t in tensors]
-    kernel = _broadcast_kernel(_root_in_set(root_rank, process_set), name,
-                               _set_id(process_set))
+    set_id = _set_id(process_set)
+    kernel = _broadcast_kernel(_root_in_set(root_rank, set_id), name, set_id)
 
     def bcast(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "broadcast")

@@ -21,7 +21,7 @@ from kolo.torch.basics import _check_has_gpu, _check_join_device, _on_new_run  #
 from kolo.torch.compression import Compression
 from kolo.torch.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
-from kolo.torch.process_sets import _set_id, _set_size
+from kolo.torch.process_sets import _root_in_set, _set_id, _set_size
 
 HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
@@ -317,20 +317,6 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 # --- broadcast ---------------------------------------------------------------------------
-
-def _root_in_set(root_rank, set_id):
-    """Horovod's root_rank is a global rank, also with a process set; the core takes the
-    root's rank within the set."""
-    root_rank = int(root_rank)
-    if set_id == 0:
-        return root_rank
-    ranks = _core.process_set_ranks(set_id)
-    if root_rank not in ranks:
-        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
-                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
-                         % (root_rank, set_id, ranks))
-    return ranks.index(root_rank)
-
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting ``tensor`` from global rank ``root_rank``, in place."""
