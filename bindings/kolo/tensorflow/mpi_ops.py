@@ -14,13 +14,12 @@ arrays that share their memory.
 A gathered result (allgather, alltoall, reducescatter) is copied once out of the
 runtime's buffer; a broadcast copies its input once into the buffer it overwrites.
 """
-import math
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 from kolo import _core
+from kolo.common import host as _host
 from kolo.common import ops as _common_ops
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from kolo._core import KoloInternalError
@@ -42,59 +41,10 @@ def _included(process_set):
 
 HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
-# The core's dtype codes, by TensorFlow dtype and by the NumPy dtype that
-# tf.numpy_function hands over (bfloat16: ml_dtypes' type, which NumPy knows by name only).
+# The core's dtype codes by TensorFlow dtype (kolo.common.host has them by the NumPy dtype
+# that tf.numpy_function hands over).
 _TF_CODES = {tf.as_dtype(name): code for name, code in _core.DTYPES.items()}
-_NP_CODES = {np.dtype(dt.as_numpy_dtype): code for dt, code in _TF_CODES.items()}
 _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
-
-# TensorFlow's CPU allocator aligns to 64 bytes, and a tensor it adopts must be too
-# (an unaligned buffer aborts the process in some kernels).
-_ALIGN = 64
-
-
-class _BufferPool:
-    """Result buffers of 64 KiB and more, kept for reuse once TensorFlow has released the
-    tensor made from them. Inside tf.function the results are allocated on TensorFlow's
-    executor threads, whose malloc arenas hand large freed blocks back to the kernel:
-    without reuse a ResNet-50 gradient set faults in ~10,000 fresh pages every step.
-    A buffer is free when nothing but the pool refers to it (TensorFlow's tensor holds
-    a view, whose base is the buffer). At most 64 buffers per size and 1 GiB in all are
-    kept; beyond that a buffer is allocated and freed as usual."""
-    MIN_BYTES = 1 << 16
-    PER_SIZE = 64
-    MAX_BYTES = 1 << 30
-
-    def __init__(self):
-        self._free = {}  # nbytes -> raw buffers of that size
-        self._bytes = 0
-        probe = [object()]
-        self._unused_refs = sys.getrefcount(probe[0])  # what "only the pool" reads as
-
-    def take(self, nbytes):
-        if nbytes < self.MIN_BYTES:
-            return np.empty(nbytes + _ALIGN, np.uint8)
-        kept = self._free.setdefault(nbytes, [])
-        for i in range(len(kept)):
-            if sys.getrefcount(kept[i]) == self._unused_refs:
-                return kept[i]
-        raw = np.empty(nbytes + _ALIGN, np.uint8)
-        if len(kept) < self.PER_SIZE and self._bytes + nbytes <= self.MAX_BYTES:
-            kept.append(raw)
-            self._bytes += nbytes
-        return raw
-
-
-_pool = _BufferPool()
-
-
-def _empty(shape, dtype):
-    """An uninitialized NumPy array whose data is 64-byte aligned."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = _pool.take(nbytes)
-    start = -raw.ctypes.data % _ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _as_numpy(tensor):
@@ -191,114 +141,6 @@ def _run(kernel, tensors, dtypes, shapes, what):
     return outs
 
 
-def _view(array, out=None):
-    try:
-        code = _NP_CODES[array.dtype]
-    except KeyError:
-        raise TypeError("kolo does not support dtype %s" % array.dtype) from None
-    return array.ctypes.data, (out if out is not None else array).ctypes.data, code, \
-        list(array.shape)
-
-
-def _spec(array):
-    data, _, code, shape = _view(array)
-    return data, code, shape, -1
-
-
-def _wait_all(handles):
-    """Waits for every handle (so that none is left running after an error), then raises
-    the first error."""
-    outs, error = [], None
-    for h in handles:
-        try:
-            outs.append(_core.wait(h))
-        except (KoloInternalError, ValueError) as e:
-            outs.append(None)
-            error = error or e
-    if error is not None:
-        raise error
-    return outs
-
-
-def _copy_out(output, dtype):
-    array = _empty(tuple(output.shape), dtype)
-    output.copy_to(array.ctypes.data, array.nbytes)
-    return array
-
-
-def _name(name):
-    return name or ""
-
-
-# --- kernels: NumPy arrays in, aligned NumPy arrays out -----------------------------------
-
-def _allreduce_kernel(groups, name, op, prescale, postscale, set_id):
-    """``groups``: lists of arrays; each list is one grouped allreduce, all enqueued before
-    the first wait so that the runtime fuses them."""
-    def run(arrays):
-        outs, handles, start = [], [], 0
-        for i, size in enumerate(groups):
-            chunk = arrays[start:start + size]
-            start += size
-            results = [_empty(a.shape, a.dtype) for a in chunk]
-            specs = [(d, o, c, s, -1) for (d, _, c, s), o in
-                     zip((_view(a) for a in chunk), (r.ctypes.data for r in results))]
-            group_name = _name(name) if len(groups) == 1 or not name else "%s.%d" % (name, i)
-            handles.append(_core.grouped_allreduce_async(specs, group_name, op,
-                                                         float(prescale), float(postscale),
-                                                         set_id, 0))
-            outs.extend(results)
-        _wait_all(handles)
-        return outs
-    return run
-
-
-def _allgather_kernel(name, set_id):
-    def run(arrays):
-        out = _core.wait(_core.grouped_allgather_async([_spec(a) for a in arrays], _name(name),
-                                                       set_id, 0))
-        return [_copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
-    return run
-
-
-def _broadcast_kernel(root_in_set, name, set_id):
-    def run(arrays):
-        outs, handles = [], []
-        for i, a in enumerate(arrays):
-            buf = _empty(a.shape, a.dtype)
-            buf[...] = a
-            part = name if len(arrays) == 1 or not name else "%s.%d" % (name, i)
-            handles.append(_core.broadcast_async(buf.ctypes.data, _NP_CODES[a.dtype],
-                                                 list(a.shape), -1, root_in_set, _name(part),
-                                                 set_id, 0))
-            outs.append(buf)
-        _wait_all(handles)
-        return outs
-    return run
-
-
-def _alltoall_kernel(name, set_id):
-    def run(arrays):
-        tensor, splits = arrays
-        data, code, shape, _ = _spec(tensor)
-        out = _core.wait(_core.alltoall_async(data, code, shape, -1,
-                                              [int(s) for s in splits.reshape(-1)],
-                                              _name(name), set_id, 0))
-        received = _empty((len(out.received_splits),), np.int32)
-        received[...] = out.received_splits
-        return [_copy_out(out, tensor.dtype), received]
-    return run
-
-
-def _reducescatter_kernel(name, op, prescale, postscale, set_id):
-    def run(arrays):
-        out = _core.wait(_core.grouped_reducescatter_async(
-            [_spec(a) for a in arrays], _name(name), op, float(prescale), float(postscale),
-            set_id, 0))
-        return [_copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
-    return run
-
-
 def _could_record():
     """Whether a gradient tape is active (eager mode), so that an op must record its
     gradient; the custom_gradient machinery costs ~100 us per call, so an op skips it
@@ -337,7 +179,7 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     ``groups``: sizes of consecutive sub-groups, each negotiated as its own unit."""
     tensors = [_check(t, "allreduce input") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
+    kernel = _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
                                postscale_factor, set_id)
 
     def reduce(*xs):
@@ -365,7 +207,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     set_id = _set_id(process_set)
 
     def gather(*xs):
-        ys = _run(_allgather_kernel(name, set_id), xs, [x.dtype for x in xs],
+        ys = _run(_host.allgather_kernel(name, set_id), xs, [x.dtype for x in xs],
                   [_rows_shape(x) for x in xs], "allgather")
 
         def grad(*dys):
@@ -395,7 +237,7 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
     gradients, the others' zero."""
     tensors = [_check(t, "broadcast tensor") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _broadcast_kernel(_root_in_set(root_rank, set_id), name, set_id)
+    kernel = _host.broadcast_kernel(_root_in_set(root_rank, set_id), name, set_id)
 
     def bcast(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
@@ -442,7 +284,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     set_id = _set_id(process_set)
 
     def exchange(x, s):
-        out, received = _run(_alltoall_kernel(name, set_id), [x, s], [x.dtype, tf.int32],
+        out, received = _run(_host.alltoall_kernel(name, set_id), [x, s], [x.dtype, tf.int32],
                              [_rows_shape(x), tf.TensorShape([None])], "alltoall")
 
         def grad(dy, _):
@@ -467,7 +309,7 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
     of the incoming gradient, times the set's size for Sum, times the scale factors."""
     tensors = [_check(t, "reducescatter input") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
+    kernel = _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
 
     def scatter(*xs):
         ys = _run(kernel, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
