@@ -1,0 +1,445 @@
+"""kolo for JAX: collectives on arrays and whole pytrees, eagerly and inside ``jax.jit``,
+with gradients, and an Optax transformation that averages gradients over the ranks.
+
+    import kolo.jax as kj
+    kj.init()
+    params = kj.broadcast_parameters(params, root_rank=0)
+    tx = kj.DistributedOptimizer(optax.adam(1e-3))
+
+Pure Python over ``kolo._core``; nothing is compiled against jaxlib.
+- Eagerly, a leaf reaches the runtime as a NumPy view of its host buffer, and a result is
+  written into a 64-byte-aligned NumPy buffer that JAX adopts through DLPack.
+- Inside ``jax.jit`` (any tracing: jit, grad) a collective is one ordered
+  ``jax.experimental.io_callback``: XLA runs it in program order with the computation and
+  the other collectives, hands it host copies of the leaves and copies its results back.
+- All leaves of one call form one grouped operation: one negotiation, fused.
+docs/api-jax.md documents every name.
+"""
+import functools
+import pickle
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.experimental import io_callback
+
+from kolo import _core
+from kolo._core import KoloInternalError  # noqa: F401
+from kolo.common import host as _host
+from kolo.common.basics import (  # noqa: F401
+    cross_rank, cross_size, cuda_built, init, is_initialized, local_rank, local_size,
+    mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
+from kolo.common.compression import CastCompressor, NoneCompressor
+from kolo.common.ops import Average, Max, Min, Product, Sum, check_op  # noqa: F401
+from kolo.common.process_sets import (  # noqa: F401
+    ProcessSet, _root_in_set, _set_id, _set_rank, _set_size, add_process_set,
+    global_process_set, remove_process_set)
+
+HorovodInternalError = KoloInternalError
+
+
+def is_chief():
+    """Whether this process is global rank 0: the one that logs, writes checkpoints and
+    shows progress bars (every rank doing it is what makes "File exists" errors)."""
+    return rank() == 0
+
+
+# --- compression -------------------------------------------------------------------------
+
+class _JaxCast(CastCompressor):
+    is_floating = staticmethod(lambda x: jnp.issubdtype(x.dtype, jnp.floating))
+    cast = staticmethod(lambda x, dtype: x.astype(dtype))
+
+
+class FP16Compressor(_JaxCast):
+    """Casts floating leaves to float16 for the allreduce and back."""
+    dtype = jnp.float16
+
+
+class BF16Compressor(_JaxCast):
+    """Casts floating leaves to bfloat16 for the allreduce and back."""
+    dtype = jnp.bfloat16
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+
+# --- leaves in, leaves out ---------------------------------------------------------------
+
+def _path_name(path):
+    return jax.tree_util.keystr(path) or "<root>"
+
+
+def _flatten(tree, what):
+    """The tree's leaves as JAX arrays (numbers become 0-d arrays), its structure, and the
+    leaves' paths. None is an empty subtree, not a leaf: it stays None."""
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves, paths = [], []
+    for path, leaf in with_paths:
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool)):
+            raise TypeError("%s: the leaf at %s is a %s, not an array or a number"
+                            % (what, _path_name(path), type(leaf).__name__))
+        leaf = jnp.asarray(leaf)
+        if np.dtype(leaf.dtype) not in _host.NP_CODES:
+            raise TypeError("%s: the leaf at %s has dtype %s, which kolo does not support; "
+                            "supported: %s" % (what, _path_name(path), leaf.dtype, ", ".join(
+                                sorted(str(d) for d in _host.NP_CODES))))
+        leaves.append(leaf)
+        paths.append(_path_name(path))
+    return leaves, treedef, paths
+
+
+def _traced(leaves):
+    return any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def _host_view(leaf):
+    """An eager leaf's host memory as a NumPy array (no copy on the CPU)."""
+    device = next(iter(leaf.devices()))
+    if device.platform != "cpu" and not _core.cuda_built():
+        raise ValueError("a JAX array on %s reached kolo, which was built without GPU "
+                         "support: move it to the CPU (jax.device_get) or use a GPU build"
+                         % device)
+    return np.asarray(leaf)
+
+
+def _adopt(array):
+    """An aligned NumPy result as a JAX array (no copy; bfloat16, which NumPy cannot
+    export through DLPack, is copied once)."""
+    if array.dtype == np.dtype(jnp.bfloat16) or array.size == 0:
+        return jnp.asarray(array)
+    return jax.dlpack.from_dlpack(array)
+
+
+def _explained(kernel, paths, what, set_id):
+    """``kernel`` whose mismatch errors, which every rank of the set gets together, say
+    which leaf differs: the ranks then exchange their leaf paths and name the first one
+    that is not the same everywhere."""
+    def run(arrays):
+        try:
+            return kernel(arrays)
+        except KoloInternalError as e:
+            if "ismatch" not in str(e):
+                raise
+            every = _allgather_object_in_set((paths, [a.shape for a in arrays]), set_id)
+            raise KoloInternalError("%s: %s%s" % (what, e, _first_difference(every))) from None
+    return run
+
+
+def _first_difference(every):
+    for i in range(max(len(p) for p, _ in every)):
+        seen = {(p[i] if i < len(p) else None, s[i] if i < len(s) else None) for p, s in every}
+        if len(seen) > 1:
+            details = "; ".join("rank %d: %s %s" % (r, p[i] if i < len(p) else "(no leaf)",
+                                                    tuple(s[i]) if i < len(s) else "")
+                                for r, (p, s) in enumerate(every))
+            return " (the first leaf that differs between the ranks is number %d: %s)" % (
+                i, details)
+    return ""
+
+
+def _run(kernel, leaves, result_shapes):
+    """``kernel(list of NumPy arrays) -> list of aligned arrays`` on the leaves: directly
+    when they are concrete, else as one ordered io_callback with the results' shapes."""
+    if not _traced(leaves):
+        return [_adopt(a) for a in kernel([_host_view(x) for x in leaves])]
+
+    def callback(*arrays):
+        return kernel([np.asarray(a) for a in arrays])
+    return list(io_callback(callback, result_shapes, *leaves, ordered=True))
+
+
+def _shape(x, shape=None):
+    return jax.ShapeDtypeStruct(x.shape if shape is None else shape, x.dtype)
+
+
+# --- the collectives, differentiable over the flat list of leaves -------------------------
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _allreduce_leaves(cfg, *leaves):
+    name, op, pre, post, set_id, paths = cfg
+    kernel = _explained(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
+                        paths, "allreduce", set_id)
+    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+
+
+def _allreduce_fwd(cfg, *leaves):
+    return _allreduce_leaves(cfg, *leaves), None
+
+
+def _allreduce_bwd(cfg, _, cotangents):
+    name, op, pre, post, set_id, paths = cfg
+    return _allreduce_leaves((None, op, pre, post, set_id, paths), *cotangents)
+
+
+_allreduce_leaves.defvjp(_allreduce_fwd, _allreduce_bwd)
+
+
+def allreduce(tree, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=global_process_set, compression=Compression.none):
+    """The reduction (``op``, default the average) over the set's ranks of every leaf, as
+    a tree of the same structure; all leaves are negotiated and fused as one unit.
+    Differentiable: the cotangent is reduced the same way."""
+    check_op(op, "kolo.jax")
+    leaves, treedef, paths = _flatten(tree, "allreduce")
+    if not leaves:
+        return tree
+    pairs = [compression.compress(x) for x in leaves]
+    cfg = (name, op, float(prescale_factor), float(postscale_factor), _set_id(process_set),
+           tuple(paths))
+    reduced = _allreduce_leaves(cfg, *[c for c, _ in pairs])
+    return jax.tree_util.tree_unflatten(
+        treedef, [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)])
+
+
+def _gathered_shape(x, set_size, stack):
+    if stack:
+        return (set_size,) + tuple(x.shape)
+    return (x.shape[0] * set_size,) + tuple(x.shape[1:])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _allgather_leaves(cfg, *leaves):
+    name, set_id, set_size, paths = cfg
+    kernel = _explained(_host.allgather_kernel(name, set_id), paths, "allgather", set_id)
+    # Inside jit the result's shape must be known: the same first dimension on every rank.
+    return tuple(_run(kernel, leaves,
+                      [_shape(x, _gathered_shape(x, set_size, False)) for x in leaves]))
+
+
+def _allgather_fwd(cfg, *leaves):
+    return _allgather_leaves(cfg, *leaves), tuple(x.shape[0] for x in leaves)
+
+
+def _allgather_bwd(cfg, rows, cotangents):
+    name, set_id, set_size, paths = cfg
+    averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
+    counts = _allgather_leaves((None, set_id, set_size, paths),
+                               *[jnp.asarray([n], jnp.int64 if jax.config.jax_enable_x64
+                                             else jnp.int32) for n in rows])
+    mine = _set_rank_id(set_id)
+    out = []
+    for g, n, c in zip(averaged, rows, counts):
+        start = jnp.sum(c[:mine])
+        out.append(jax.lax.dynamic_slice_in_dim(g, start, n, axis=0))
+    return tuple(out)
+
+
+_allgather_leaves.defvjp(_allgather_fwd, _allgather_bwd)
+
+
+def _set_rank_id(set_id):
+    return _core.rank() if set_id == 0 else _core.process_set_rank(set_id)
+
+
+def allgather(tree, name=None, process_set=global_process_set, stack=False):
+    """Every leaf of every rank of the set, concatenated along axis 0 in rank order (the
+    first dimension may differ between ranks eagerly; inside jit it must not). With
+    ``stack=True`` the leaves get a new leading axis of the set's size instead (their shapes
+    must be equal). Differentiable: the cotangent is averaged over the ranks and this
+    rank's rows are kept."""
+    leaves, treedef, paths = _flatten(tree, "allgather")
+    if not leaves:
+        return tree
+    for x, p in zip(leaves, paths):
+        if x.ndim == 0 and not stack:
+            raise ValueError("allgather: the leaf at %s is a scalar; it needs at least one "
+                             "dimension to concatenate (or pass stack=True)" % p)
+    n = _set_size(process_set)
+    if stack:
+        leaves = [x[None] for x in leaves]
+    out = _allgather_leaves((name, _set_id(process_set), n, tuple(paths)), *leaves)
+    return jax.tree_util.tree_unflatten(treedef, list(out))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _broadcast_leaves(cfg, *leaves):
+    name, root_in_set, root_rank, set_id, paths = cfg
+    kernel = _explained(_host.broadcast_kernel(root_in_set, name, set_id), paths, "broadcast",
+                        set_id)
+    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+
+
+def _broadcast_fwd(cfg, *leaves):
+    return _broadcast_leaves(cfg, *leaves), None
+
+
+def _broadcast_bwd(cfg, _, cotangents):
+    name, root_in_set, root_rank, set_id, paths = cfg
+    averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
+    if _core.rank() != root_rank:
+        return tuple(jnp.zeros_like(g) for g in averaged)
+    return averaged
+
+
+_broadcast_leaves.defvjp(_broadcast_fwd, _broadcast_bwd)
+
+
+def broadcast(tree, root_rank=0, name=None, process_set=global_process_set):
+    """Global rank ``root_rank``'s tree on every rank of the set (same structure, shapes
+    and dtypes everywhere). Differentiable: the root's cotangent is the average over the
+    ranks, the others' zero."""
+    leaves, treedef, paths = _flatten(tree, "broadcast")
+    if not leaves:
+        return tree
+    set_id = _set_id(process_set)
+    cfg = (name, _root_in_set(root_rank, set_id), int(root_rank), set_id, tuple(paths))
+    return jax.tree_util.tree_unflatten(treedef, list(_broadcast_leaves(cfg, *leaves)))
+
+
+def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
+    """Returns ``params`` (any pytree) with root_rank's values on every rank: the start of
+    training, so that every rank begins from the same weights."""
+    return broadcast(params, root_rank, name="broadcast_parameters", process_set=process_set)
+
+
+def _rows_here(rows, set_size, rank_in_set):
+    return rows // set_size + (1 if rank_in_set < rows % set_size else 0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _reducescatter_leaves(cfg, *leaves):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
+    kernel = _explained(_host.reducescatter_kernel(name, op, pre, post, set_id), paths,
+                        "reducescatter", set_id)
+    shapes = [_shape(x, (_rows_here(x.shape[0], set_size, rank_in_set),) + tuple(x.shape[1:]))
+              for x in leaves]
+    return tuple(_run(kernel, leaves, shapes))
+
+
+def _reducescatter_fwd(cfg, *leaves):
+    return _reducescatter_leaves(cfg, *leaves), None
+
+
+def _reducescatter_bwd(cfg, _, cotangents):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
+    factor = pre * post * (set_size if op == Sum else 1)
+    scaled = [g * factor if factor != 1 else g for g in cotangents]
+    gathered = _allgather_leaves((None, set_id, set_size, paths), *scaled)
+    return tuple(gathered)
+
+
+_reducescatter_leaves.defvjp(_reducescatter_fwd, _reducescatter_bwd)
+
+
+def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Every leaf reduced over the set (Average or Sum); rank i keeps the i-th block of rows
+    (the first ``rows % size`` ranks one row more). Differentiable (Horovod's rule): the
+    allgather of the cotangent, times the set's size for Sum, times the scale factors."""
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports kolo.jax.Average and Sum")
+    leaves, treedef, paths = _flatten(tree, "reducescatter")
+    if not leaves:
+        return tree
+    for x, p in zip(leaves, paths):
+        if x.ndim == 0:
+            raise ValueError("reducescatter: the leaf at %s is a scalar; it needs a first "
+                             "dimension to scatter" % p)
+    set_id = _set_id(process_set)
+    cfg = (name, op, float(prescale_factor), float(postscale_factor), set_id,
+           _set_size(process_set), _set_rank_id(set_id), tuple(paths))
+    return jax.tree_util.tree_unflatten(treedef, list(_reducescatter_leaves(cfg, *leaves)))
+
+
+def alltoall(array, splits=None, name=None, process_set=global_process_set):
+    """Sends ``splits[i]`` rows of ``array`` to rank i of the set (an even split when None).
+    Returns the received rows, and ``(output, received_splits)`` when ``splits`` is given.
+    Eagerly only: inside jit the received row count is not known in advance."""
+    leaves, _, _ = _flatten(array, "alltoall")
+    if len(leaves) != 1:
+        raise TypeError("alltoall takes one array, not a tree")
+    x = leaves[0]
+    if _traced([x]):
+        raise NotImplementedError("kolo.jax.alltoall runs eagerly, not inside jax.jit: the "
+                                  "number of rows it receives is only known when it runs")
+    set_id = _set_id(process_set)
+    split_array = np.asarray([] if splits is None else splits, np.int32).reshape(-1)
+    out, received = _host.alltoall_kernel(name, set_id)([_host_view(x), split_array])
+    output = _adopt(out)
+    return output if splits is None else (output, jnp.asarray(received))
+
+
+# --- objects, join, barrier ---------------------------------------------------------------
+
+def _allgather_object_in_set(obj, set_id):
+    data = np.frombuffer(pickle.dumps(obj), np.uint8)
+    sizes, raw = _host.allgather_kernel("", set_id)(
+        [np.asarray([data.size], np.int64), data])
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(raw[offset:offset + n].tobytes()))
+        offset += n
+    return out
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    return _allgather_object_in_set(obj, _set_id(process_set))
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Global rank ``root_rank``'s ``obj`` on every rank of the set (pickled; the size
+    travels first). The root gets its own object back."""
+    set_id = _set_id(process_set)
+    root = _root_in_set(root_rank, set_id)
+    is_root = _core.rank() == int(root_rank)
+    data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
+    size = np.asarray([data.size if is_root else 0], np.int64)
+    (size,) = _host.broadcast_kernel(root, (name or "object") + ".sz", set_id)([size])
+    payload = data if is_root else np.zeros(int(size[0]), np.uint8)
+    (payload,) = _host.broadcast_kernel(root, (name or "object") + ".t", set_id)([payload])
+    return obj if is_root else pickle.loads(payload.tobytes())
+
+
+def join():
+    """This rank has no more data: until every rank has joined, it takes part in the
+    others' allreduces with zeros. Returns the global rank that joined last."""
+    return int(_core.wait(_core.join_async(0)).value)
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called it."""
+    _core.wait(_core.barrier_async(_set_id(process_set)))
+
+
+# --- Optax ---------------------------------------------------------------------------------
+
+def allreduce_gradients(grads, op=Average, compression=Compression.none,
+                        process_set=global_process_set):
+    """``grads`` (a pytree) averaged (``op``) over the set's ranks in one fused operation:
+    for custom training loops, jitted or not."""
+    return allreduce(grads, op=op, compression=compression, process_set=process_set,
+                     name=None)
+
+
+def DistributedOptimizer(tx, op=Average, backward_passes_per_step=1,
+                         compression=Compression.none, process_set=global_process_set):
+    """An optax.GradientTransformation that averages the gradients over the set's ranks,
+    then applies ``tx``; usable inside a jitted train step. With
+    ``backward_passes_per_step`` N > 1 it is ``optax.MultiSteps``: the mean of N calls'
+    gradients is averaged over the ranks and applied on every N-th call (the other calls
+    return zero updates)."""
+    import optax
+    check_op(op, "kolo.jax")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                         % backward_passes_per_step)
+
+    def init_fn(params):
+        return tx.init(params)
+
+    def update_fn(updates, state, params=None):
+        reduced = allreduce(updates, op=op, compression=compression, process_set=process_set)
+        return tx.update(reduced, state, params)
+
+    distributed_tx = optax.GradientTransformation(init_fn, update_fn)
+    if int(backward_passes_per_step) == 1:
+        return distributed_tx
+    return optax.MultiSteps(distributed_tx, every_k_schedule=int(backward_passes_per_step))
+
+
+distributed = DistributedOptimizer
