@@ -74,15 +74,17 @@ def _path_name(path):
 
 
 def _flatten(tree, what):
-    """The tree's leaves as JAX arrays (numbers become 0-d arrays), its structure, and the
-    leaves' paths. None is an empty subtree, not a leaf: it stays None."""
+    """The tree's leaves (JAX arrays as they are, NumPy arrays and numbers as NumPy
+    arrays), its structure, and the leaves' paths. None is an empty subtree, not a leaf:
+    it stays None."""
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves, paths = [], []
     for path, leaf in with_paths:
         if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool)):
             raise TypeError("%s: the leaf at %s is a %s, not an array or a number"
                             % (what, _path_name(path), type(leaf).__name__))
-        leaf = jnp.asarray(leaf)
+        if not isinstance(leaf, jax.Array):
+            leaf = np.asarray(leaf)  # host data stays on the host (no copy to a device)
         if np.dtype(leaf.dtype) not in _host.NP_CODES:
             raise TypeError("%s: the leaf at %s has dtype %s, which kolo does not support; "
                             "supported: %s" % (what, _path_name(path), leaf.dtype, ", ".join(
@@ -98,6 +100,8 @@ def _traced(leaves):
 
 def _host_view(leaf):
     """An eager leaf's host memory as a NumPy array (no copy on the CPU)."""
+    if isinstance(leaf, np.ndarray):
+        return np.ascontiguousarray(leaf)
     device = next(iter(leaf.devices()))
     if device.platform != "cpu" and not _core.cuda_built():
         raise ValueError("a JAX array on %s reached kolo, which was built without GPU "
@@ -108,9 +112,9 @@ def _host_view(leaf):
 
 def _adopt(array):
     """An aligned NumPy result as a JAX array (no copy; bfloat16, which NumPy cannot
-    export through DLPack, is copied once)."""
-    if array.dtype == np.dtype(jnp.bfloat16) or array.size == 0:
-        return jnp.asarray(array)
+    export through DLPack, and scalars are copied once)."""
+    if array.dtype == np.dtype(jnp.bfloat16) or array.size == 0 or array.ndim == 0:
+        return jnp.asarray(array)  # (DLPack gives a 0-d array a dimension)
     return jax.dlpack.from_dlpack(array)
 
 
