@@ -101,7 +101,7 @@ def _traced(leaves):
 def _host_view(leaf):
     """An eager leaf's host memory as a NumPy array (no copy on the CPU)."""
     if isinstance(leaf, np.ndarray):
-        return np.ascontiguousarray(leaf)
+        return np.require(leaf, requirements="C")  # (ascontiguousarray makes 0-d 1-d)
     device = next(iter(leaf.devices()))
     if device.platform != "cpu" and not _core.cuda_built():
         raise ValueError("a JAX array on %s reached kolo, which was built without GPU "
@@ -114,7 +114,7 @@ def _adopt(array):
     """An aligned NumPy result as a JAX array (no copy; bfloat16, which NumPy cannot
     export through DLPack, and scalars are copied once)."""
     if array.dtype == np.dtype(jnp.bfloat16) or array.size == 0 or array.ndim == 0:
-        return jnp.asarray(array)  # (DLPack gives a 0-d array a dimension)
+        return jnp.asarray(array)
     return jax.dlpack.from_dlpack(array)
 
 
