@@ -320,6 +320,69 @@ def tensorflow_section(run, lines, targets):
         lines.append("")
 
 
+def jax_section(run, lines, targets):
+    """Section 8: kolo.jax (jitted and eager) and JAX's own psum against kolo.torch."""
+    paths = run["paths"]
+    torch_names = [n for n in paths if n.startswith("torch ")]
+    versions = run.get("versions", {})
+    lines += ["## 8. kolo.jax against kolo.torch and JAX's psum: ResNet-50's gradients (np=%d%s)"
+              % (run["np"], ", kolo %s" % run["commit"] if run.get("commit") else ""), "",
+              "`bench/jax_bench.py jobs`: each path in a job of its own, %d rounds of jobs with "
+              "the paths alternated; a job's figure is its median over %d steps (slowest rank, "
+              "each step ends with `jax.block_until_ready`), ms. The same 161 float32 tensors "
+              "(97.5 MiB, backward order, op Sum) on every path: `jit_optimizer` is "
+              "`kj.DistributedOptimizer(optax.identity(), op=Sum).update` inside `jax.jit` "
+              "(kolo.jax's ordered `io_callback`), `jit_allreduce` `kj.allreduce` inside "
+              "`jax.jit`, `eager` `kj.allreduce` eagerly; `psum` is JAX's own collective "
+              "(`jax.distributed.initialize()` under kolorun, a jitted `shard_map` of "
+              "`jax.lax.psum` over the processes' CPU devices, JAX %s, CPU collectives: %s); "
+              "`plain_jit` is a jitted step that returns the gradients times 1, no allreduce, "
+              "for scale. PyTorch through `allreduce_async_` per tensor (DistributedOptimizer's "
+              "path) and `grouped_allreduce_async_`."
+              % (run["jobs"], run["steps"], versions.get("jax", "?"),
+                 versions.get("jax_cpu_collectives", "?")), "",
+              "| path | jobs | median of jobs | fastest job | slowest job | slowest / fastest | "
+              "minor page faults per step | " + " | ".join("/ %s" % n for n in torch_names) + " |",
+              "| --- " * (7 + len(torch_names)) + "|"]
+    for name, r in paths.items():
+        med = r["job_median_ms"]
+        ratios = ["%.2f" % (r["median_ms"] / paths[t]["median_ms"]) if name.startswith(
+            "jax ") and "plain_jit" not in name else "" for t in torch_names]
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
+            name, len(med), r["median_ms"], min(med), max(med), r["slowest_over_fastest"],
+            "%d" % r["minor_faults_per_step"] if "minor_faults_per_step" in r else "",
+            " | ".join(ratios)))
+    torch_best = min(torch_names, key=lambda n: paths[n]["median_ms"]) if torch_names else None
+    for name in ("jax jit_optimizer", "jax eager"):
+        if torch_best and name in paths:
+            ratio = paths[name]["median_ms"] / paths[torch_best]["median_ms"]
+            targets.append(("kolo.jax %s ≤ 1.15 × kolo.torch (its faster path, %s)" % (
+                name.split(" ")[1], torch_best.split(" ")[1]),
+                "%.2f × over %d jobs" % (ratio, run["jobs"]), ratio <= 1.15))
+    lines.append("")
+    c = run.get("copies", {}).get("jax")
+    if c:
+        lines += ["Copies, kolo.jax: one allreduce of %s against a memcpy of the same bytes, "
+                  "every rank at once; median of %d jobs' medians (%d calls each, slowest "
+                  "rank). Fresh output memory costs page faults (the kernel zeroes every "
+                  "page) as well as the copy." % (human(c["bytes"]), c["jobs"],
+                                                  c["calls_per_job"]), "",
+                  "| path | ms | memcpys | minor page faults per call |",
+                  "| --- | --- | --- | --- |"]
+        for name, r in c["rows"].items():
+            lines.append("| %s | %.2f | %.2f | %d |" % (name, r["median_ms"], r["memcpy_units"],
+                                                    r["minor_faults_per_call"]))
+        ref = c["rows"].get("kolo.numpy allreduce (new output)")
+        if ref:
+            lines += ["", "The binding's own cost, from the same job: kolo.jax over kolo.numpy's "
+                      "allreduce (the same out-of-place call without JAX): "
+                      + ", ".join("%s %+.2f memcpys" % (name.split(", ")[-1], r["memcpy_units"]
+                                                         - ref["memcpy_units"])
+                                  for name, r in c["rows"].items()
+                                  if name.startswith("kolo.jax"))]
+        lines.append("")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     lines = ["# kolo benchmark report", "", "Machine: " + machine(out), ""]
@@ -345,6 +408,9 @@ def main():
     tf_vs_torch = load(out, "tf_vs_torch.json")
     if tf_vs_torch:
         tensorflow_section(tf_vs_torch, lines, targets)
+    jax_vs_torch = load(out, "jax_vs_torch.json")
+    if jax_vs_torch:
+        jax_section(jax_vs_torch, lines, targets)
     summary = ["## Targets", "", "| target | measured | |", "| --- | --- | --- |"]
     summary += ["| %s | %s | %s |" % (name, got, verdict(ok)) for name, got, ok in targets]
     text = "\n".join(lines[:4] + summary + [""] + lines[4:]) + "\n"

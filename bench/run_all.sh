@@ -70,5 +70,14 @@ else
   echo "7/7 skipped: no .venv with TensorFlow (scripts/setup.sh makes it)"
 fi
 
+# Issue 17: needs the .venv with JAX, optax and flax; kolo.torch's side runs on $py.
+if .venv/bin/python -c "import jax, optax" 2> /dev/null; then
+  echo "8/8 kolo.jax against kolo.torch and JAX's psum: ResNet-50's gradients, each path in its own jobs"
+  JAX_PLATFORMS=cpu $py bench/jax_bench.py --out "$out/jax_vs_torch.json" jobs \
+    --jobs "$((jobs / 2))" --steps "$steps" --copies-jobs 2 > /dev/null
+else
+  echo "8/8 skipped: no .venv with JAX and optax (scripts/setup.sh makes it)"
+fi
+
 $py bench/report.py "$out"
 echo "bench: results in $out/ (report.md, *.json, *.png)"
