@@ -430,4 +430,27 @@ Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np) 
   return used;
 }
 
+namespace {
+
+bool IsLoopbackName(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
+
+std::string FirstHostAddress(const std::vector<HostSlots>& hosts, const std::string& this_host) {
+  if (hosts.empty()) return "127.0.0.1";
+  const std::string& first = hosts.front().host;
+  if (!IsLoopbackName(first)) return first;
+  for (const HostSlots& h : hosts) {
+    if (!IsLoopbackName(h.host) && h.host != this_host) return this_host;
+  }
+  return first == "localhost" ? "127.0.0.1" : first;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 }  // namespace kolo::launcher

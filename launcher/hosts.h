@@ -69,4 +69,14 @@ int TotalSlots(const std::vector<HostSlots>& hosts);
 // -map-by slot): rank -> host index.
 std::vector<int> MapBySlot(const std::vector<HostSlots>& hosts, int np);
 
+// The address at which every rank reaches the first host (rank 0's), given
+// this machine's name: "localhost" is 127.0.0.1 while every host is a
+// loopback one; a loopback first host with other hosts beside it is this
+// machine's name (127.0.0.1 on node2 would be node2 itself). Any other name
+// or address is kept.
+std::string FirstHostAddress(const std::vector<HostSlots>& hosts, const std::string& this_host);
+
+// "host:port", with an IPv6 address in brackets ("[fe80::1]:port").
+std::string JoinHostPort(const std::string& host, int port);
+
 }  // namespace kolo::launcher

@@ -54,19 +54,27 @@ Variables Environment() {
   return env;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  int port = 29500;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+// `count` distinct ports that are free on this machine now (29500 and up
+// where the system gives none): every socket stays bound until all are chosen.
+std::vector<int> FreePorts(int count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  for (int i = 0; i < count; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    int port = 29500 + i;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) fds.push_back(fd);
+    ports.push_back(port);
   }
-  if (fd >= 0) close(fd);
-  return port;
+  for (int fd : fds) close(fd);
+  return ports;
 }
 
 // The directory holding this executable (kolo-rank lives beside kolorun).
@@ -147,12 +155,18 @@ Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& us
 }
 
 // The variables kolorun sets for each rank: the settings its flags ask
-// for, and where the rendezvous and the job's first host are.
+// for, where the rendezvous and the job's first host are, and where
+// torch.distributed's store and JAX's coordinator listen (rank 0's host,
+// two ports of their own, so that one job may use both).
 Variables RankVariables(const Options& o, const std::vector<HostSlots>& used) {
   Variables child_env = RuntimeSettings(o);
-  const std::string& master = used.front().host;
-  child_env["MASTER_ADDR"] = master == "localhost" ? "127.0.0.1" : master;
-  child_env["MASTER_PORT"] = std::to_string(FreePort());
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  const std::string master = FirstHostAddress(used, name);
+  const std::vector<int> ports = FreePorts(2);
+  child_env["MASTER_ADDR"] = master;
+  child_env["MASTER_PORT"] = std::to_string(ports[0]);
+  child_env["JAX_COORDINATOR_ADDRESS"] = JoinHostPort(master, ports[1]);
   child_env[env::kLaunchHosts] = FormatHostSpec(used);
   if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
   return child_env;

@@ -58,7 +58,9 @@ void SetRankEnvironment() {
   Set("ROLE_WORLD_SIZE", size);
 }
 
-// kolorun --pin-gpus: this rank sees only its own GPU (as cuda:0).
+// kolorun --pin-gpus: this rank sees only its own GPU (as cuda:0). JAX is
+// told so too: jax.distributed.initialize() would otherwise pick device
+// LOCAL_RANK of the ones visible, which local ranks above 0 do not have.
 bool PinGpu() {
   if (Get(kolo::env::kPinGpus) != "1") return true;
   auto pinned = kolo::launcher::PinnedGpu(Get("CUDA_VISIBLE_DEVICES"),
@@ -68,6 +70,7 @@ bool PinGpu() {
     return false;
   }
   Set("CUDA_VISIBLE_DEVICES", pinned.value());
+  Set("JAX_LOCAL_DEVICE_IDS", "0");
   return true;
 }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # An ssh stand-in for Open MPI's plm_rsh_agent: "fake_ssh.sh [ssh options] HOST COMMAND..."
-# runs COMMAND on this machine inside a new UTS namespace whose hostname is
-# "kolo-<HOST>", so that a loopback address such as 127.0.0.2 looks like
-# another machine to Open MPI. All traffic stays on loopback.
+# runs COMMAND on this machine inside new UTS and mount namespaces whose
+# hostname is "kolo-<HOST>", so that a loopback address such as 127.0.0.2
+# looks like another machine to Open MPI. As on a real machine, that name
+# resolves to the host's address (an /etc/hosts of its own), which libraries
+# that bind to their host's name need (JAX's gloo collectives). All traffic
+# stays on loopback.
 set -euo pipefail
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -15,4 +18,9 @@ host="$1"
 shift
 # FAKE_SSH_DELAY=S plays a host that is slow to start processes.
 sleep "${FAKE_SSH_DELAY:-0}"
-exec unshare --uts /bin/sh -c 'hostname "kolo-$0" && exec /bin/sh -c "$*"' "$host" "$@"
+hosts_file=$(mktemp)
+{ echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
+# The bind mount keeps the file's contents; its name is removed at once.
+exec unshare --uts --mount /bin/sh -c \
+  'mount --bind "$1" /etc/hosts && rm -f "$1" && hostname "kolo-$0" && exec /bin/sh -c "$2"' \
+  "$host" "$hosts_file" "$*"
