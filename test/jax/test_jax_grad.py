@@ -152,3 +152,12 @@ def test_value_and_grad_and_vjp():
     assert close(out, np.stack(xs))
     (ct,) = vjp(jnp.ones((N, 2)) * (R + 1))
     assert close(ct, np.full(2, np.mean(np.arange(1, N + 1))))
+
+
+@pytest.mark.parametrize("jit", JIT, ids=JIT_IDS)
+def test_reducescatter_gradient_even_rows(jit):
+    # rows divisible by the set size: every rank gets as many rows (cf. the uneven case above)
+    x = leaf(2 * N, 3)
+    g = grad_of(lambda x: kj.reducescatter(x, op=kj.Sum), x, jit)
+    want = np.concatenate([np.asarray(up(k, (2, 3))) for k in range(N)]) * N
+    assert close(g, want)
