@@ -66,13 +66,6 @@ def test_mismatched_key_names_same_shapes_raise_on_every_rank(call):
     assert _names_a_differing_path(str(err)), str(err)
 
 
-HANGS = pytest.mark.skipif(
-    os.environ.get("KOLO_JAX_RUN_HANGING") != "1",
-    reason="hangs the ranks with the kolo.jax of this commit (a rank with more leaves waits "
-           "for its extra leaf forever); KOLO_JAX_RUN_HANGING=1 runs it")
-
-
-@HANGS
 def test_mismatched_leaf_count_raises_on_every_rank():
     tree = {"a": jnp.ones(2), "b": [jnp.ones(3)] * (2 if R == N - 1 else 1)}
     err, every = _outcome(lambda: kj.allreduce(tree, op=kj.Sum))

@@ -17,6 +17,7 @@ docs/api-jax.md documents every name.
 """
 import functools
 import pickle
+import zlib
 
 import numpy as np
 import jax
@@ -118,30 +119,51 @@ def _adopt(array):
     return jax.dlpack.from_dlpack(array)
 
 
-def _explained(kernel, paths, what, set_id):
-    """``kernel`` whose mismatch errors, which every rank of the set gets together, say
-    which leaf differs: the ranks then exchange their leaf paths and name the first one
-    that is not the same everywhere."""
+def _signature(leaves, paths, gathered):
+    """What every rank's tree must agree on: each leaf's path, dtype and shape (without the
+    first dimension for an allgather, where it may differ)."""
+    return [(p, str(np.dtype(x.dtype)), tuple(x.shape[1:] if gathered else x.shape))
+            for p, x in zip(paths, leaves)]
+
+
+def _sentinel(signature):
+    """A zero-size array whose shape carries a digest of the tree's signature."""
+    digest = zlib.crc32(repr(signature).encode()) % 65521 + 1
+    return np.zeros((0, digest), np.uint8)
+
+
+def _structured(kernel, signature, what, set_id, name):
+    """``kernel``, after the ranks have checked that their trees agree: a zero-size
+    allreduce whose shape carries a digest of the signature goes first, on its own, and
+    ranks whose trees differ (other paths, shapes, dtypes or leaf counts) send different
+    shapes, which the coordinator refuses on every rank at once. (Sent inside the group
+    instead, a rank with one leaf more would wait for a member the others never send.)
+    The ranks then exchange their signatures, and the error names the first leaf that is
+    not the same everywhere."""
+    sentinel = _sentinel(signature)
+    check = _host.allreduce_kernel([1], name and name + ".tree", Sum, 1.0, 1.0, set_id)
+
     def run(arrays):
         try:
-            return kernel(arrays)
+            check([sentinel])
         except KoloInternalError as e:
             if "ismatch" not in str(e):
                 raise
-            every = _allgather_object_in_set((paths, [a.shape for a in arrays]), set_id)
+            every = _allgather_object_in_set(signature, set_id)
             raise KoloInternalError("%s: %s%s" % (what, e, _first_difference(every))) from None
+        return kernel(arrays)
     return run
 
 
 def _first_difference(every):
-    for i in range(max(len(p) for p, _ in every)):
-        seen = {(p[i] if i < len(p) else None, s[i] if i < len(s) else None) for p, s in every}
+    for i in range(max(len(s) for s in every)):
+        seen = {s[i] if i < len(s) else None for s in every}
         if len(seen) > 1:
-            details = "; ".join("rank %d: %s %s" % (r, p[i] if i < len(p) else "(no leaf)",
-                                                    tuple(s[i]) if i < len(s) else "")
-                                for r, (p, s) in enumerate(every))
-            return " (the first leaf that differs between the ranks is number %d: %s)" % (
-                i, details)
+            details = "; ".join("rank %d: %s" % (r, "%s %s %s" % s[i] if i < len(s)
+                                                  else "(no leaf)")
+                                for r, s in enumerate(every))
+            return (" (the trees differ between the ranks; the first leaf that differs is "
+                    "number %d: %s)" % (i, details))
     return ""
 
 
@@ -165,8 +187,8 @@ def _shape(x, shape=None):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _allreduce_leaves(cfg, *leaves):
     name, op, pre, post, set_id, paths = cfg
-    kernel = _explained(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
-                        paths, "allreduce", set_id)
+    kernel = _structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
+                         _signature(leaves, paths, False), "allreduce", set_id, name)
     return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
 
 
@@ -208,10 +230,35 @@ def _gathered_shape(x, set_size, stack):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _allgather_leaves(cfg, *leaves):
     name, set_id, set_size, paths = cfg
-    kernel = _explained(_host.allgather_kernel(name, set_id), paths, "allgather", set_id)
-    # Inside jit the result's shape must be known: the same first dimension on every rank.
-    return tuple(_run(kernel, leaves,
-                      [_shape(x, _gathered_shape(x, set_size, False)) for x in leaves]))
+    if not _traced(leaves):
+        kernel = _structured(_host.allgather_kernel(name, set_id),
+                             _signature(leaves, paths, True), "allgather", set_id, name)
+        return tuple(_run(kernel, leaves, None))
+    # Inside jit the result's shape is fixed when tracing: every rank must send the same
+    # first dimensions. Each rank sends its row counts along (one more array in the
+    # group) and every rank checks all of them, so all raise or none does.
+    rows = np.asarray([[x.shape[0] for x in leaves]], np.int32)
+    gathered = _structured(_host.allgather_kernel(name, set_id),
+                           _signature((rows,) + tuple(leaves), ("<rows>",) + paths, True),
+                           "allgather", set_id, name)
+
+    def kernel(arrays):
+        out = gathered(arrays)
+        _check_same_rows(out[0].reshape(set_size, len(leaves)), paths)
+        return out
+    shapes = [_shape(rows, (set_size, len(leaves)))] + [
+        _shape(x, _gathered_shape(x, set_size, False)) for x in leaves]
+    return tuple(_run(kernel, (rows,) + tuple(leaves), shapes)[1:])
+
+
+def _check_same_rows(every, paths):
+    for i, p in enumerate(paths):
+        if len(set(every[:, i].tolist())) > 1:
+            raise KoloInternalError(
+                "allgather inside jax.jit needs the same first dimension on every rank (the "
+                "result's shape is fixed when tracing); the leaf at %s has %s rows on the "
+                "set's ranks in order; call it outside jit for differing sizes"
+                % (p, every[:, i].tolist()))
 
 
 def _allgather_fwd(cfg, *leaves):
@@ -262,8 +309,8 @@ def allgather(tree, name=None, process_set=global_process_set, stack=False):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _broadcast_leaves(cfg, *leaves):
     name, root_in_set, root_rank, set_id, paths = cfg
-    kernel = _explained(_host.broadcast_kernel(root_in_set, name, set_id), paths, "broadcast",
-                        set_id)
+    kernel = _structured(_host.broadcast_kernel(root_in_set, name, set_id),
+                         _signature(leaves, paths, False), "broadcast", set_id, name)
     return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
 
 
@@ -306,9 +353,9 @@ def _rows_here(rows, set_size, rank_in_set):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _reducescatter_leaves(cfg, *leaves):
-    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
-    kernel = _explained(_host.reducescatter_kernel(name, op, pre, post, set_id), paths,
-                        "reducescatter", set_id)
+    name, op, pre, post, set_id, set_size, rank_in_set, paths, _ = cfg
+    kernel = _structured(_host.reducescatter_kernel(name, op, pre, post, set_id),
+                         _signature(leaves, paths, False), "reducescatter", set_id, name)
     shapes = [_shape(x, (_rows_here(x.shape[0], set_size, rank_in_set),) + tuple(x.shape[1:]))
               for x in leaves]
     return tuple(_run(kernel, leaves, shapes))
@@ -319,11 +366,21 @@ def _reducescatter_fwd(cfg, *leaves):
 
 
 def _reducescatter_bwd(cfg, _, cotangents):
-    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
+    name, op, pre, post, set_id, set_size, rank_in_set, paths, rows = cfg
     factor = pre * post * (set_size if op == Sum else 1)
     scaled = [g * factor if factor != 1 else g for g in cotangents]
-    gathered = _allgather_leaves((None, set_id, set_size, paths), *scaled)
-    return tuple(gathered)
+    # Blocks differ by a row when rows % size != 0, and inside jit an allgather needs equal
+    # ones: every block is padded to the largest and the padding dropped after.
+    most = [-(-n // set_size) for n in rows]
+    padded = [jnp.pad(g, [(0, m - g.shape[0])] + [(0, 0)] * (g.ndim - 1))
+              for g, m in zip(scaled, most)]
+    gathered = _allgather_leaves((None, set_id, set_size, paths), *padded)
+    out = []
+    for g, n, m in zip(gathered, rows, most):
+        keep = np.concatenate([np.arange(i * m, i * m + _rows_here(n, set_size, i))
+                               for i in range(set_size)])
+        out.append(jnp.take(g, keep, axis=0))
+    return tuple(out)
 
 
 _reducescatter_leaves.defvjp(_reducescatter_fwd, _reducescatter_bwd)
@@ -345,22 +402,30 @@ def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
                              "dimension to scatter" % p)
     set_id = _set_id(process_set)
     cfg = (name, op, float(prescale_factor), float(postscale_factor), set_id,
-           _set_size(process_set), _set_rank_id(set_id), tuple(paths))
+           _set_size(process_set), _set_rank_id(set_id), tuple(paths),
+           tuple(x.shape[0] for x in leaves))
     return jax.tree_util.tree_unflatten(treedef, list(_reducescatter_leaves(cfg, *leaves)))
 
 
 def alltoall(array, splits=None, name=None, process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``array`` to rank i of the set (an even split when None).
     Returns the received rows, and ``(output, received_splits)`` when ``splits`` is given.
-    Eagerly only: inside jit the received row count is not known in advance."""
+    Inside jit only the even split (``splits=None``): the received row count of uneven
+    splits is only known when it runs."""
     leaves, _, _ = _flatten(array, "alltoall")
     if len(leaves) != 1:
         raise TypeError("alltoall takes one array, not a tree")
     x = leaves[0]
-    if _traced([x]):
-        raise NotImplementedError("kolo.jax.alltoall runs eagerly, not inside jax.jit: the "
-                                  "number of rows it receives is only known when it runs")
     set_id = _set_id(process_set)
+    if _traced([x]):
+        if splits is not None:
+            raise NotImplementedError(
+                "kolo.jax.alltoall with splits runs eagerly, not inside jax.jit: the number "
+                "of rows it receives is only known when it runs (splits=None, the even "
+                "split, works inside jit)")
+        exchange = _host.alltoall_kernel(name, set_id)
+        kernel = lambda arrays: exchange([arrays[0], np.zeros(0, np.int32)])[:1]  # noqa: E731
+        return _run(kernel, [x], [_shape(x)])[0]
     split_array = np.asarray([] if splits is None else splits, np.int32).reshape(-1)
     out, received = _host.alltoall_kernel(name, set_id)([_host_view(x), split_array])
     output = _adopt(out)
