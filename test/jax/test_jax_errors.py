@@ -3,7 +3,6 @@ fails on every rank, with no hang, and leaves the ranks in step; a tree-structur
 names the first differing leaf path; a leaf that is neither an array nor a number is a
 TypeError naming its path, before anything is sent; an unsupported dtype is a TypeError.
 """
-import os
 
 import numpy as np
 import pytest
