@@ -26,17 +26,12 @@ with jax.block_until_ready) and a job reports its median step.
 import argparse
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_bench import MODELS, median, run_job  # noqa: E402
+from tf_bench import MODELS, compare_with_torch, measure_copies, time_steps  # noqa: E402
 
 JAX_PATHS = ("jit_optimizer", "jit_allreduce", "eager", "psum", "plain_jit")
 TORCH_STRATEGIES = ("kolo", "kolo_grouped")
@@ -99,28 +94,10 @@ def alone(args):
             raise SystemExit("%s: allreduce sum gave %s, expected %d" % (args.path, got,
                                                                         kj.size()))
     del out
-    for _ in range(args.warmup):
-        timed()
-    kj.barrier()
-    times, faults = [], []
-    for _ in range(args.steps):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        start = time.perf_counter()
-        out = timed()
-        times.append(time.perf_counter() - start)
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        del out
-    everyone = kj.allgather_object((times, faults))
-    slowest_per_step = np.max(np.asarray([t for t, _ in everyone]), axis=0)
-    result = {"benchmark": "standalone_step", "framework": "jax", "np": kj.size(),
-              "model": args.model, "path": args.path, "steps": args.steps,
-              "warmup": args.warmup, "median_ms": median(slowest_per_step) * 1e3,
-              "step_ms": [t * 1e3 for t in slowest_per_step.tolist()],
-              "minor_faults_per_step": max(median(f) for _, f in everyone),
-              "jax": jax.__version__}
+    extra = {"jax": jax.__version__}
     if args.path == "psum":
-        result["jax_cpu_collectives"] = str(jax.config.jax_cpu_collectives_implementation)
-    return kj, result
+        extra["jax_cpu_collectives"] = str(jax.config.jax_cpu_collectives_implementation)
+    return kj, time_steps(timed, kj, "jax", args, extra)
 
 
 # --- copies: a big allreduce against a memcpy of the same bytes --------------------------
@@ -146,33 +123,7 @@ def copies(args):
              "kolo.jax allreduce, eager": lambda: jax.block_until_ready(
                  kj.allreduce(x, op=kj.Sum, name="copies")),
              "kolo.jax allreduce, jit": lambda: jax.block_until_ready(in_jit(x))}
-    for name, fn in paths.items():  # warm up; a wrong sum would make the timing meaningless
-        out = fn()
-        if "allreduce" in name and float(np.asarray(out).reshape(-1)[-1]) != kj.size():
-            raise SystemExit("copies: %s gave %s, expected %d" % (
-                name, np.asarray(out).reshape(-1)[-1], kj.size()))
-        del out
-    seconds = {name: [] for name in paths}
-    faults = {name: [] for name in paths}
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
-            for _ in range(args.repeats):
-                kj.barrier()
-                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                start = time.perf_counter()
-                out = fn()
-                seconds[name].append(time.perf_counter() - start)
-                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-                del out
-    everyone = kj.allgather_object((seconds, faults))
-    rows = {}
-    memcpy_ms = None
-    for name in paths:
-        slowest = np.max([s[name] for s, _ in everyone], axis=0)
-        ms = median(slowest) * 1e3
-        memcpy_ms = memcpy_ms or ms  # the first path is the memcpy
-        rows[name] = {"median_ms": ms, "memcpy_units": ms / memcpy_ms,
-                      "minor_faults_per_call": median([median(f[name]) for _, f in everyone])}
+    rows = measure_copies(paths, kj, args)
     return kj, {"benchmark": "allreduce_copies", "framework": "jax", "np": kj.size(),
                 "bytes": count * 4, "calls": args.rounds * args.repeats, "rows": rows,
                 "jax": jax.__version__}
@@ -181,70 +132,9 @@ def copies(args):
 # --- the comparison: jobs alternated -------------------------------------------------------
 
 def jobs(args):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    build = os.path.join(root, os.environ.get("BUILD", "build"))
-    kolorun = [os.path.join(build, "launcher", "kolorun"), "-np", str(args.np)]
-    os.environ["PYTHONPATH"] = os.path.join(build, "python") + (
-        ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    jax_python, torch_python = (os.path.join(root, p) for p in (args.jax_python,
-                                                                 args.torch_python))
-    me = os.path.abspath(__file__)
-    torch_bench = os.path.join(root, "bench", "torch_bench.py")
-    counts = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model]
-    medians = {"jax " + p: [] for p in args.jax_paths.split(",")}
-    medians.update({"torch " + s: [] for s in args.torch_strategies.split(",")})
-    faults = {name: [] for name in medians}
-    copy_runs = []
-    load = os.getloadavg()
-    versions = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "job.json")
-        for i in range(args.jobs):
-            for name in medians:
-                framework, path = name.split(" ")
-                if framework == "jax":
-                    cmd = kolorun + [jax_python, me, "--out", out, "alone", "--path", path] + counts
-                else:
-                    cmd = kolorun + [torch_python, torch_bench, "--out", out, "alone",
-                                     "--strategy", path] + counts
-                job = run_job(cmd, out)
-                medians[name].append(job["median_ms"])
-                versions.update({k: job[k] for k in ("jax", "jax_cpu_collectives") if k in job})
-                if "minor_faults_per_step" in job:
-                    faults[name].append(job["minor_faults_per_step"])
-                print("job %d %-22s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
-            if args.copies_jobs is None or args.copies_jobs > i:
-                cmd = kolorun + [jax_python, me, "--out", out, "copies", "--mbytes",
-                                 str(args.mbytes)]
-                copy_runs.append(run_job(cmd, out))
-    paths = {name: {"job_median_ms": m, "median_ms": statistics.median(m),
-                    "slowest_over_fastest": max(m) / min(m)} for name, m in medians.items()}
-    for name, f in faults.items():
-        if f:
-            paths[name]["minor_faults_per_step"] = statistics.median(f)
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    result = {"benchmark": "jax_vs_torch", "commit": commit, "model": args.model, "np": args.np,
-              "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
-              "load_before": list(load), "versions": versions, "paths": paths, "ratios": {}}
-    for j in (n for n in paths if n.startswith("jax ") and "plain_jit" not in n):
-        for r in (n for n in paths if n.startswith("torch ")):
-            result["ratios"]["%s / %s" % (j, r)] = paths[j]["median_ms"] / paths[r]["median_ms"]
-    if copy_runs:
-        rows = {}
-        for name in copy_runs[0]["rows"]:
-            rows[name] = {key: statistics.median(r["rows"][name][key] for r in copy_runs)
-                          for key in copy_runs[0]["rows"][name]}
-        result["copies"] = {"jax": {"jobs": len(copy_runs), "bytes": copy_runs[0]["bytes"],
-                                    "calls_per_job": copy_runs[0]["calls"], "rows": rows}}
-    for name, p in paths.items():
-        print("%-22s per job: %s  median %.2f ms, slowest/fastest %.2f" % (
-            name, " ".join("%.2f" % m for m in p["job_median_ms"]), p["median_ms"],
-            p["slowest_over_fastest"]), file=sys.stderr)
-    for name, ratio in result["ratios"].items():
-        print("%-45s %.2f" % (name, ratio), file=sys.stderr)
-    return None, result
+    return None, compare_with_torch(args, "jax", args.jax_python, args.jax_paths.split(","),
+                                    {"plain_jit"}, [("jax", [], args.jax_python)],
+                                    "jax_vs_torch", {"JAX_PLATFORMS": "cpu"})
 
 
 def main():

@@ -66,6 +66,69 @@ def median(values):
     return float(np.median(np.asarray(values)))
 
 
+def time_steps(step, hvd, framework, args, extra):
+    """Times ``step`` (after ``args.warmup`` untimed calls) ``args.steps`` times on every
+    rank; a step's time is the slowest rank's. Returns the `alone` result: the median step,
+    every step, and minor page faults per step (the most of any rank, median over steps:
+    fresh output memory costs like a copy, since the kernel zeroes every page)."""
+    for _ in range(args.warmup):
+        step()
+    hvd.barrier()
+    times, faults = [], []
+    for _ in range(args.steps):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        out = step()
+        times.append(time.perf_counter() - start)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del out
+    everyone = hvd.allgather_object((times, faults))
+    slowest_per_step = np.max(np.asarray([t for t, _ in everyone]), axis=0)
+    result = {"benchmark": "standalone_step", "framework": framework, "np": hvd.size(),
+              "model": args.model, "path": args.path, "steps": args.steps,
+              "warmup": args.warmup, "median_ms": median(slowest_per_step) * 1e3,
+              "step_ms": [t * 1e3 for t in slowest_per_step.tolist()],
+              "minor_faults_per_step": max(median(f) for _, f in everyone)}
+    result.update(extra)
+    return result
+
+
+def measure_copies(paths, hvd, args):
+    """Times every path of ``paths`` (name -> call; the first is the memcpy reference) in
+    alternating rounds, a barrier before each call, and returns per path the slowest rank's
+    median, that time in memcpy units, and minor page faults per call. An allreduce path
+    must give the set's size everywhere (all inputs are ones): a wrong sum would make the
+    timing meaningless."""
+    for name, fn in paths.items():
+        out = fn()
+        if "allreduce" in name and float(np.asarray(out).reshape(-1)[-1]) != hvd.size():
+            raise SystemExit("copies: %s gave %s, expected %d" % (
+                name, np.asarray(out).reshape(-1)[-1], hvd.size()))
+        del out
+    seconds = {name: [] for name in paths}
+    faults = {name: [] for name in paths}
+    for _ in range(args.rounds):
+        for name, fn in paths.items():
+            for _ in range(args.repeats):
+                hvd.barrier()
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                start = time.perf_counter()
+                out = fn()
+                seconds[name].append(time.perf_counter() - start)
+                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                del out
+    everyone = hvd.allgather_object((seconds, faults))
+    rows = {}
+    memcpy_ms = None
+    for name in paths:
+        slowest = np.max([s[name] for s, _ in everyone], axis=0)
+        ms = median(slowest) * 1e3
+        memcpy_ms = memcpy_ms or ms
+        rows[name] = {"median_ms": ms, "memcpy_units": ms / memcpy_ms,
+                      "minor_faults_per_call": median([median(f[name]) for _, f in everyone])}
+    return rows
+
+
 # --- one TF path in a job of its own -----------------------------------------
 
 def tf_step(path, hvd, tf, grads):
@@ -106,28 +169,7 @@ def alone(args):
             raise SystemExit("%s: allreduce sum gave %s, expected %d" % (args.path, got,
                                                                         hvd.size()))
     del out
-    for _ in range(args.warmup):
-        step()
-    hvd.barrier()
-    times, faults = [], []
-    for _ in range(args.steps):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        start = time.perf_counter()
-        out = step()
-        times.append(time.perf_counter() - start)
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        del out
-    everyone = hvd.allgather_object((times, faults))
-    slowest_per_step = np.max(np.asarray([t for t, _ in everyone]), axis=0)
-    result = {"benchmark": "standalone_step", "framework": "tensorflow", "np": hvd.size(),
-              "model": args.model, "path": args.path, "steps": args.steps,
-              "warmup": args.warmup, "median_ms": median(slowest_per_step) * 1e3,
-              "step_ms": [t * 1e3 for t in slowest_per_step.tolist()],
-              # Page faults of fresh output memory cost like copies do (the kernel zeroes
-              # every page): the most of any rank, median over steps.
-              "minor_faults_per_step": max(median(f) for _, f in everyone),
-              "tensorflow": tf.__version__}
-    return hvd, result
+    return hvd, time_steps(step, hvd, "tensorflow", args, {"tensorflow": tf.__version__})
 
 
 # --- copies: a big allreduce against a memcpy of the same bytes --------------
@@ -169,33 +211,7 @@ def copies(args):
                                                                         name="copies")
         paths["kolo.tensorflow allreduce, tf.function"] = lambda: in_function(t)
         version = {"tensorflow": tf.__version__}
-    for name, fn in paths.items():  # warm up; a wrong sum would make the timing meaningless
-        out = fn()
-        if "allreduce" in name and float(np.asarray(out).reshape(-1)[-1]) != hvd.size():
-            raise SystemExit("copies: %s gave %s, expected %d" % (
-                name, np.asarray(out).reshape(-1)[-1], hvd.size()))
-        del out
-    seconds = {name: [] for name in paths}
-    faults = {name: [] for name in paths}
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
-            for _ in range(args.repeats):
-                hvd.barrier()
-                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                start = time.perf_counter()
-                out = fn()
-                seconds[name].append(time.perf_counter() - start)
-                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-                del out
-    everyone = hvd.allgather_object((seconds, faults))
-    rows = {}
-    memcpy_ms = None
-    for name in paths:
-        slowest = np.max([s[name] for s, _ in everyone], axis=0)
-        ms = median(slowest) * 1e3
-        memcpy_ms = memcpy_ms or ms  # the first path is the memcpy
-        rows[name] = {"median_ms": ms, "memcpy_units": ms / memcpy_ms,
-                      "minor_faults_per_call": median([median(f[name]) for _, f in everyone])}
+    rows = measure_copies(paths, hvd, args)
     result = {"benchmark": "allreduce_copies", "framework": args.framework, "np": hvd.size(),
               "bytes": count * 4, "calls": args.rounds * args.repeats, "rows": rows}
     result.update(version)
@@ -215,58 +231,65 @@ def run_job(cmd, out):
         return json.load(f)
 
 
-def jobs(args):
+def compare_with_torch(args, label, python, paths, skip, copies, benchmark, env):
+    """The comparison: each of the framework's ``paths`` (this script's `alone --path`,
+    labelled "<label> <path>") and each of torch_bench.py's strategies in a kolorun job of
+    its own, ``args.jobs`` rounds with the jobs alternated; ``copies`` are
+    (framework, extra `copies` arguments, interpreter) jobs run in each round up to
+    ``args.copies_jobs``. Paths in ``skip`` get no ratio (they do no allreduce)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.path.join(root, os.environ.get("BUILD", "build"))
     kolorun = [os.path.join(build, "launcher", "kolorun"), "-np", str(args.np)]
-    env_path = os.path.join(build, "python")
-    os.environ["PYTHONPATH"] = env_path + (":" + os.environ["PYTHONPATH"]
-                                           if os.environ.get("PYTHONPATH") else "")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tf_python, torch_python = (os.path.join(root, p) for p in (args.tf_python,
-                                                                args.torch_python))
-    me = os.path.abspath(__file__)
+    os.environ["PYTHONPATH"] = os.path.join(build, "python") + (
+        ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    python, torch_python = (os.path.join(root, p) for p in (python, args.torch_python))
+    me = os.path.abspath(sys.argv[0])
     torch_bench = os.path.join(root, "bench", "torch_bench.py")
     counts = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model]
-    medians = {"tensorflow " + p: [] for p in args.tf_paths.split(",")}
+    medians = {label + " " + p: [] for p in paths}
     medians.update({"torch " + s: [] for s in args.torch_strategies.split(",")})
     faults = {name: [] for name in medians}
-    copy_runs = {"tensorflow": [], "torch": []}
+    copy_runs = {framework: [] for framework, _, _ in copies}
+    versions = {}
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
         for i in range(args.jobs):
             for name in medians:
                 framework, path = name.split(" ")
-                if framework == "tensorflow":
-                    cmd = kolorun + [tf_python, me, "--out", out, "alone", "--path", path] + counts
+                if framework == label:
+                    cmd = kolorun + [python, me, "--out", out, "alone", "--path", path] + counts
                 else:
                     cmd = kolorun + [torch_python, torch_bench, "--out", out, "alone",
                                      "--strategy", path] + counts
                 job = run_job(cmd, out)
                 medians[name].append(job["median_ms"])
+                versions.update({k: job[k] for k in (label, "jax_cpu_collectives") if k in job})
                 if "minor_faults_per_step" in job:
                     faults[name].append(job["minor_faults_per_step"])
                 print("job %d %-28s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
             if args.copies_jobs is None or args.copies_jobs > i:
-                for framework, python in (("tensorflow", tf_python), ("torch", torch_python)):
-                    cmd = kolorun + [python, me, "--out", out, "copies", "--framework",
-                                     "torch" if framework == "torch" else "tf",
-                                     "--mbytes", str(args.mbytes)]
+                for framework, extra, interpreter in copies:
+                    cmd = kolorun + [os.path.join(root, interpreter), me, "--out", out,
+                                     "copies"] + extra + ["--mbytes", str(args.mbytes)]
                     copy_runs[framework].append(run_job(cmd, out))
-    paths = {name: {"job_median_ms": m, "median_ms": statistics.median(m),
-                    "slowest_over_fastest": max(m) / min(m)} for name, m in medians.items()}
+    summary = {name: {"job_median_ms": m, "median_ms": statistics.median(m),
+                      "slowest_over_fastest": max(m) / min(m)} for name, m in medians.items()}
     for name, f in faults.items():
         if f:
-            paths[name]["minor_faults_per_step"] = statistics.median(f)
+            summary[name]["minor_faults_per_step"] = statistics.median(f)
     commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
-    result = {"benchmark": "tf_vs_torch", "commit": commit, "model": args.model, "np": args.np,
+    result = {"benchmark": benchmark, "commit": commit, "model": args.model, "np": args.np,
               "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
-              "load_before": list(load), "paths": paths, "ratios": {}}
-    for t in (n for n in paths if n.startswith("tensorflow ") and "plain_tape" not in n):
-        for r in (n for n in paths if n.startswith("torch ")):
-            result["ratios"]["%s / %s" % (t, r)] = paths[t]["median_ms"] / paths[r]["median_ms"]
+              "load_before": list(load), "versions": versions, "paths": summary,
+              "ratios": {}}
+    for mine in (n for n in summary if n.startswith(label + " ") and n.split(" ")[1] not in skip):
+        for torch in (n for n in summary if n.startswith("torch ")):
+            result["ratios"]["%s / %s" % (mine, torch)] = (summary[mine]["median_ms"] /
+                                                           summary[torch]["median_ms"])
     if any(copy_runs.values()):
         result["copies"] = {}
         for framework, runs in copy_runs.items():
@@ -278,13 +301,21 @@ def jobs(args):
                               for key in runs[0]["rows"][name]}
             result["copies"][framework] = {"jobs": len(runs), "bytes": runs[0]["bytes"],
                                            "calls_per_job": runs[0]["calls"], "rows": rows}
-    for name, p in paths.items():
+    for name, p in summary.items():
         print("%-28s per job: %s  median %.2f ms, slowest/fastest %.2f" % (
             name, " ".join("%.2f" % m for m in p["job_median_ms"]), p["median_ms"],
             p["slowest_over_fastest"]), file=sys.stderr)
     for name, ratio in result["ratios"].items():
         print("%-55s %.2f" % (name, ratio), file=sys.stderr)
-    return None, result
+    return result
+
+
+def jobs(args):
+    copies_jobs = [("tensorflow", ["--framework", "tf"], args.tf_python),
+                   ("torch", ["--framework", "torch"], args.torch_python)]
+    return None, compare_with_torch(args, "tensorflow", args.tf_python, args.tf_paths.split(","),
+                                    {"plain_tape"}, copies_jobs, "tf_vs_torch",
+                                    {"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 def main():
