@@ -266,9 +266,52 @@ def training_section(on, off, lines):
                   on["img_per_sec_per_rank"] / off["img_per_sec_per_rank"]), ""]
 
 
+def framework_paths_table(paths, label, skip, lines):
+    """The per-path table of a framework against kolo.torch (tf_bench / jax_bench `jobs`):
+    ratios for ``label``'s paths except ``skip``. Returns the faster torch path's name."""
+    torch_names = [n for n in paths if n.startswith("torch ")]
+    lines += ["| path | jobs | median of jobs | fastest job | slowest job | slowest / fastest | "
+              "minor page faults per step | " + " | ".join("/ %s" % n for n in torch_names) + " |",
+              "| --- " * (7 + len(torch_names)) + "|"]
+    for name, r in paths.items():
+        med = r["job_median_ms"]
+        ratios = ["%.2f" % (r["median_ms"] / paths[t]["median_ms"]) if name.startswith(
+            label + " ") and name.split(" ")[1] not in skip else "" for t in torch_names]
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
+            name, len(med), r["median_ms"], min(med), max(med), r["slowest_over_fastest"],
+            "%d" % r["minor_faults_per_step"] if "minor_faults_per_step" in r else "",
+            " | ".join(ratios)))
+    lines.append("")
+    return min(torch_names, key=lambda n: paths[n]["median_ms"]) if torch_names else None
+
+
+def copies_table(c, intro, binding, without, lines):
+    """A `copies` result: the table, then ``binding``'s rows against kolo.numpy's
+    out-of-place allreduce of the same buffer (``without``: the framework's name)."""
+    lines += [intro, "", "| path | ms | memcpys | minor page faults per call |",
+              "| --- | --- | --- | --- |"]
+    for name, r in c["rows"].items():
+        lines.append("| %s | %.2f | %.2f | %d |" % (name, r["median_ms"], r["memcpy_units"],
+                                                r["minor_faults_per_call"]))
+    ref = c["rows"].get("kolo.numpy allreduce (new output)")
+    if ref:
+        lines += ["", "The binding's own copies, from the same job: %s over kolo.numpy's "
+                  "allreduce (the same out-of-place call without %s): " % (binding, without)
+                  + ", ".join("%s %+.2f memcpys" % (name.split(", ")[-1], r["memcpy_units"]
+                                                     - ref["memcpy_units"])
+                              for name, r in c["rows"].items() if name.startswith(binding))]
+    lines.append("")
+
+
+def _ratio_target(paths, name, torch_best, title, run, targets):
+    ratio = paths[name]["median_ms"] / paths[torch_best]["median_ms"]
+    targets.append(("%s ≤ 1.15 × kolo.torch (its faster path, %s)" % (
+        title, torch_best.split(" ")[1]), "%.2f × over %d jobs" % (ratio, run["jobs"]),
+        ratio <= 1.15))
+
+
 def tensorflow_section(run, lines, targets):
     paths = run["paths"]
-    torch_names = [n for n in paths if n.startswith("torch ")]
     lines += ["## 7. kolo.tensorflow against kolo.torch: ResNet-50's gradients (np=%d%s)"
               % (run["np"], ", kolo %s" % run["commit"] if run.get("commit") else ""), "",
               "`bench/tf_bench.py jobs`: each path in a job of its own, %d rounds of jobs with "
@@ -278,52 +321,25 @@ def tensorflow_section(run, lines, targets):
               "`tf.function`) and `grouped_allreduce`; PyTorch through `allreduce_async_` per "
               "tensor (DistributedOptimizer's path) and `grouped_allreduce_async_`. "
               "`plain_tape` is TensorFlow's own tape with no allreduce, for scale."
-              % (run["jobs"], run["steps"]), "",
-              "| path | jobs | median of jobs | fastest job | slowest job | slowest / fastest | "
-              "minor page faults per step | " + " | ".join("/ %s" % n for n in torch_names) + " |",
-              "| --- " * (7 + len(torch_names)) + "|"]
-    for name, r in paths.items():
-        med = r["job_median_ms"]
-        ratios = ["%.2f" % (r["median_ms"] / paths[t]["median_ms"]) if name.startswith(
-            "tensorflow ") and "plain_tape" not in name else "" for t in torch_names]
-        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
-            name, len(med), r["median_ms"], min(med), max(med), r["slowest_over_fastest"],
-            "%d" % r["minor_faults_per_step"] if "minor_faults_per_step" in r else "",
-            " | ".join(ratios)))
-    torch_best = min(torch_names, key=lambda n: paths[n]["median_ms"]) if torch_names else None
+              % (run["jobs"], run["steps"]), ""]
+    torch_best = framework_paths_table(paths, "tensorflow", {"plain_tape"}, lines)
     for name in paths:
         if torch_best and name.startswith("tensorflow ") and "plain_tape" not in name:
-            ratio = paths[name]["median_ms"] / paths[torch_best]["median_ms"]
-            targets.append(("%s ≤ 1.15 × kolo.torch (its faster path, %s)" % (
-                name.replace("tensorflow ", "kolo.tensorflow "), torch_best.split(" ")[1]),
-                "%.2f × over %d jobs" % (ratio, run["jobs"]), ratio <= 1.15))
-    lines.append("")
+            _ratio_target(paths, name, torch_best,
+                          name.replace("tensorflow ", "kolo.tensorflow "), run, targets)
     for framework, c in run.get("copies", {}).items():
-        lines += ["Copies, %s: one allreduce of %s against a memcpy of the same bytes, every "
-                  "rank at once; median of %d jobs' medians (%d calls each, slowest rank). "
-                  "At np=2 an allreduce moves the bytes a few times by itself; a staging copy "
-                  "would add one memcpy to a path over its zero-copy reference in the same "
-                  "job." % (framework, human(c["bytes"]), c["jobs"], c["calls_per_job"]), "",
-                  "| path | ms | memcpys | minor page faults per call |",
-                  "| --- | --- | --- | --- |"]
-        for name, r in c["rows"].items():
-            lines.append("| %s | %.2f | %.2f | %d |" % (name, r["median_ms"], r["memcpy_units"],
-                                                    r["minor_faults_per_call"]))
-        ref = c["rows"].get("kolo.numpy allreduce (new output)")
-        if ref:
-            lines += ["", "The binding's own copies, from the same job: kolo.tensorflow over "
-                      "kolo.numpy's allreduce (the same out-of-place call without TensorFlow): "
-                      + ", ".join("%s %+.2f memcpys" % (name.split(", ")[-1], r["memcpy_units"]
-                                                         - ref["memcpy_units"])
-                                  for name, r in c["rows"].items()
-                                  if name.startswith("kolo.tensorflow"))]
-        lines.append("")
+        copies_table(c, "Copies, %s: one allreduce of %s against a memcpy of the same bytes, "
+                     "every rank at once; median of %d jobs' medians (%d calls each, slowest "
+                     "rank). At np=2 an allreduce moves the bytes a few times by itself; a "
+                     "staging copy would add one memcpy to a path over its zero-copy reference "
+                     "in the same job." % (framework, human(c["bytes"]), c["jobs"],
+                                            c["calls_per_job"]),
+                     "kolo.tensorflow", "TensorFlow", lines)
 
 
 def jax_section(run, lines, targets):
     """Section 8: kolo.jax (jitted and eager) and JAX's own psum against kolo.torch."""
     paths = run["paths"]
-    torch_names = [n for n in paths if n.startswith("torch ")]
     versions = run.get("versions", {})
     lines += ["## 8. kolo.jax against kolo.torch and JAX's psum: ResNet-50's gradients (np=%d%s)"
               % (run["np"], ", kolo %s" % run["commit"] if run.get("commit") else ""), "",
@@ -340,47 +356,20 @@ def jax_section(run, lines, targets):
               "for scale. PyTorch through `allreduce_async_` per tensor (DistributedOptimizer's "
               "path) and `grouped_allreduce_async_`."
               % (run["jobs"], run["steps"], versions.get("jax", "?"),
-                 versions.get("jax_cpu_collectives", "?")), "",
-              "| path | jobs | median of jobs | fastest job | slowest job | slowest / fastest | "
-              "minor page faults per step | " + " | ".join("/ %s" % n for n in torch_names) + " |",
-              "| --- " * (7 + len(torch_names)) + "|"]
-    for name, r in paths.items():
-        med = r["job_median_ms"]
-        ratios = ["%.2f" % (r["median_ms"] / paths[t]["median_ms"]) if name.startswith(
-            "jax ") and "plain_jit" not in name else "" for t in torch_names]
-        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
-            name, len(med), r["median_ms"], min(med), max(med), r["slowest_over_fastest"],
-            "%d" % r["minor_faults_per_step"] if "minor_faults_per_step" in r else "",
-            " | ".join(ratios)))
-    torch_best = min(torch_names, key=lambda n: paths[n]["median_ms"]) if torch_names else None
+                 versions.get("jax_cpu_collectives", "?")), ""]
+    torch_best = framework_paths_table(paths, "jax", {"plain_jit"}, lines)
     for name in ("jax jit_optimizer", "jax eager"):
         if torch_best and name in paths:
-            ratio = paths[name]["median_ms"] / paths[torch_best]["median_ms"]
-            targets.append(("kolo.jax %s ≤ 1.15 × kolo.torch (its faster path, %s)" % (
-                name.split(" ")[1], torch_best.split(" ")[1]),
-                "%.2f × over %d jobs" % (ratio, run["jobs"]), ratio <= 1.15))
-    lines.append("")
+            _ratio_target(paths, name, torch_best, "kolo.jax %s" % name.split(" ")[1], run,
+                          targets)
     c = run.get("copies", {}).get("jax")
     if c:
-        lines += ["Copies, kolo.jax: one allreduce of %s against a memcpy of the same bytes, "
-                  "every rank at once; median of %d jobs' medians (%d calls each, slowest "
-                  "rank). Fresh output memory costs page faults (the kernel zeroes every "
-                  "page) as well as the copy." % (human(c["bytes"]), c["jobs"],
-                                                  c["calls_per_job"]), "",
-                  "| path | ms | memcpys | minor page faults per call |",
-                  "| --- | --- | --- | --- |"]
-        for name, r in c["rows"].items():
-            lines.append("| %s | %.2f | %.2f | %d |" % (name, r["median_ms"], r["memcpy_units"],
-                                                    r["minor_faults_per_call"]))
-        ref = c["rows"].get("kolo.numpy allreduce (new output)")
-        if ref:
-            lines += ["", "The binding's own cost, from the same job: kolo.jax over kolo.numpy's "
-                      "allreduce (the same out-of-place call without JAX): "
-                      + ", ".join("%s %+.2f memcpys" % (name.split(", ")[-1], r["memcpy_units"]
-                                                         - ref["memcpy_units"])
-                                  for name, r in c["rows"].items()
-                                  if name.startswith("kolo.jax"))]
-        lines.append("")
+        copies_table(c, "Copies, kolo.jax: one allreduce of %s against a memcpy of the same "
+                     "bytes, every rank at once; median of %d jobs' medians (%d calls each, "
+                     "slowest rank). Fresh output memory costs page faults (the kernel zeroes "
+                     "every page) as well as the copy." % (human(c["bytes"]), c["jobs"],
+                                                           c["calls_per_job"]),
+                     "kolo.jax", "JAX", lines)
 
 
 def main():
