@@ -149,8 +149,11 @@ def _structured(kernel, signature, what, set_id, name):
         except KoloInternalError as e:
             if "ismatch" not in str(e):
                 raise
-            every = _allgather_object_in_set(signature, set_id)
-            raise KoloInternalError("%s: %s%s" % (what, e, _first_difference(every))) from None
+            difference = _first_difference(_allgather_object_in_set(signature, set_id))
+            if not difference:
+                raise
+            raise KoloInternalError("%s: mismatched trees across the ranks: %s" % (
+                what, difference)) from None
         return kernel(arrays)
     return run
 
@@ -162,8 +165,7 @@ def _first_difference(every):
             details = "; ".join("rank %d: %s" % (r, "%s %s %s" % s[i] if i < len(s)
                                                   else "(no leaf)")
                                 for r, s in enumerate(every))
-            return (" (the trees differ between the ranks; the first leaf that differs is "
-                    "number %d: %s)" % (i, details))
+            return "the first leaf that differs is number %d: %s" % (i, details)
     return ""
 
 
