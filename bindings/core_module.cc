@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "kolo/runtime.h"
+#ifdef KOLO_HAVE_XLA_FFI
+#include "jax_ffi.h"
+#endif
 
 namespace py = pybind11;
 
@@ -34,6 +37,9 @@ namespace {
 class ModuleState {
  public:
   bool running() const { return runtime_ && runtime_->is_running(); }
+  // The runtime unless this process has not made it or shut it down; no GIL
+  // needed (for threads that XLA runs).
+  Runtime* runtime_or_null() const { return shut_down_here_ ? nullptr : runtime_.get(); }
 
   // Makes the runtime, unless one is running (like Horovod's, init() is
   // idempotent).
@@ -244,6 +250,9 @@ Output Wait(Handle h) {
 }
 
 }  // namespace
+
+Runtime* RunningRuntime() { return State().runtime_or_null(); }
+
 }  // namespace kolo
 
 // Long, and left so: it is the module's table of contents, one short m.def
@@ -372,6 +381,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("cuda_built", [] { return BuiltWithCuda(); });
   m.def("gpu_count", [] { return GpuCount(); });
   m.def("nccl_version", [] { return NcclVersion(); });
+  // The Python line that called an unnamed collective (kolo.jax records it
+  // when tracing, for the collectives XLA runs later).
+  m.def("call_site", &CallSite);
+#ifdef KOLO_HAVE_XLA_FFI
+  // XLA FFI handlers for kolo.jax inside jit (jax.ffi.register_ffi_target).
+  m.attr("xla_ffi_handlers") =
+      py::dict(py::arg("kolo_allreduce") = py::capsule(JaxAllreduceHandler()));
+#endif
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
 
   py::class_<Output>(m, "Output")

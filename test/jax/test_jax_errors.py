@@ -138,6 +138,17 @@ def test_mismatch_inside_jit_raises_on_every_rank():
     assert np.array_equal(np.asarray(f(jnp.ones(3))), np.full(3, float(N)))
 
 
+def test_mismatched_ops_inside_jit_raise_on_every_rank():
+    # The same tree, so the tree check passes: the collective itself fails (in XLA's FFI
+    # handler where kolo has one) and every rank gets the coordinator's error.
+    f = jax.jit(lambda x: kj.allreduce(x, op=kj.Sum if R == 0 else kj.Max, name="err.op"))
+    err, every = _outcome(lambda: f(jnp.ones(3)))
+    _raised_the_same_everywhere(err, every, JIT_ERRORS)
+    assert "mismatch" in str(err).lower() and "err.op" in str(err), str(err)
+    after = kj.allreduce(jnp.ones(2), op=kj.Sum)  # the ranks are still in step
+    assert np.array_equal(np.asarray(after), np.full(2, float(N)))
+
+
 def test_allgather_of_different_first_dims_inside_jit_is_all_or_nothing():
     # The contract lets first dims differ; inside jit the result's shape must be known when
     # tracing. Either it works (the right rows) or every rank gets an error: never some

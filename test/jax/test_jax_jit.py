@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 
 import kolo.jax as kj
+from kolo import _core
+from kolo.jax import _xla
 
 from jax_common import (N, NUMERIC, R, WITH_BOOL, assert_array, assert_equal, const, expect,
                         ids, reducescatter_rows, val)
@@ -177,3 +179,27 @@ def test_collective_in_a_fori_loop_inside_jit():
     v = v + 1  # iteration 1: mean of equal values + 1
     v = v + 2
     assert_equal(f(x), [v])
+
+
+def test_a_build_with_xla_ffi_headers_uses_them():
+    # kolo._core carries the FFI handler when it was built against XLA's FFI headers; then
+    # this JAX must take it (else kolo.jax would quietly fall back to the io_callback).
+    if not hasattr(_core, "xla_ffi_handlers"):
+        pytest.skip("kolo was built without XLA's FFI headers: allreduce in jit uses an "
+                    "io_callback")
+    assert _xla.available
+    text = jax.jit(lambda t: kj.allreduce(t, op=kj.Sum)).lower(
+        {"a": jnp.ones(3), "b": jnp.ones((2, 2), jnp.int32)}).as_text()
+    assert "custom_call @kolo_allreduce" in text
+    assert text.count("output_operand_alias<") == 2  # each result is its leaf's buffer
+
+
+@pytest.mark.skipif(not _xla.available, reason="allreduce in jit uses an io_callback here")
+def test_allreduce_in_jit_runs_in_place_on_a_donated_buffer():
+    f = jax.jit(lambda x: kj.allreduce(x, op=kj.Sum), donate_argnums=0)
+    for step in range(3):
+        x = jnp.full((1000,), float(R + step))
+        where = x.unsafe_buffer_pointer()
+        out = f(x)
+        assert out.unsafe_buffer_pointer() == where  # no copy in or out
+        assert_equal(out, [float(sum(r + step for r in range(N)))] * 1000)

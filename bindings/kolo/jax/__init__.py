@@ -6,12 +6,15 @@ with gradients, and an Optax transformation that averages gradients over the ran
     params = kj.broadcast_parameters(params, root_rank=0)
     tx = kj.DistributedOptimizer(optax.adam(1e-3))
 
-Pure Python over ``kolo._core``; nothing is compiled against jaxlib.
+Python over ``kolo._core``; nothing is linked against jaxlib.
 - Eagerly, a leaf reaches the runtime as a NumPy view of its host buffer, and a result is
   written into a 64-byte-aligned NumPy buffer that JAX adopts through DLPack.
-- Inside ``jax.jit`` (any tracing: jit, grad) a collective is one ordered
-  ``jax.experimental.io_callback``: XLA runs it in program order with the computation and
-  the other collectives, hands it host copies of the leaves and copies its results back.
+- Inside ``jax.jit`` (any tracing: jit, grad) allreduce is an XLA FFI call to kolo._core's
+  handler (``_xla.py``), in place on XLA's buffers, after a data-free ordered
+  ``jax.experimental.io_callback`` that checks the trees. The other collectives are one
+  ordered io_callback each, which hands them host copies of the leaves and copies their
+  results back (and so is allreduce where kolo was built without XLA's FFI headers). All
+  carry the same ordered effect: XLA runs them in program order on every rank.
 - All leaves of one call form one grouped operation: one negotiation, fused.
 docs/api-jax.md documents every name.
 """
@@ -27,6 +30,7 @@ from jax.experimental import io_callback
 from kolo import _core
 from kolo._core import KoloInternalError  # noqa: F401
 from kolo.common import host as _host
+from kolo.jax import _xla
 from kolo.common.basics import (  # noqa: F401
     cross_rank, cross_size, cuda_built, init, is_initialized, local_rank, local_size,
     mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
@@ -186,11 +190,24 @@ def _shape(x, shape=None):
 
 # --- the collectives, differentiable over the flat list of leaves -------------------------
 
+def _in_place_in_jit(leaves):
+    """Whether traced leaves go to XLA's FFI handler (in place, no copies) rather than an
+    io_callback: on the CPU, when kolo was built with XLA's FFI headers."""
+    return _traced(leaves) and _xla.available and jax.default_backend() == "cpu"
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _allreduce_leaves(cfg, *leaves):
     name, op, pre, post, set_id, paths = cfg
+    signature = _signature(leaves, paths, False)
+    if _in_place_in_jit(leaves):
+        # The tree check (a callback without data), then the leaves in place; both carry
+        # the ordered effect, so they run in this order.
+        check = _structured(lambda arrays: [], signature, "allreduce", set_id, name)
+        io_callback(lambda: check([]), [], ordered=True)
+        return tuple(_xla.allreduce(leaves, name, op, pre, post, set_id))
     kernel = _structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
-                         _signature(leaves, paths, False), "allreduce", set_id, name)
+                         signature, "allreduce", set_id, name)
     return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
 
 
