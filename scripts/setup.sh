@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every dependency from Debian's apt, makes the project's Python
-# environment .venv (TensorFlow/Keras, JAX with Optax and Flax, scikit-learn,
-# pytest from PyPI), and builds kolo into build/.
+# environment .venv (TensorFlow/Keras, JAX with Optax and Flax, PyTorch 2.x with
+# Lightning and DeepSpeed, scikit-learn, pytest from PyPI), and builds kolo into build/.
 # Idempotent: packages already present are not reinstalled, .venv is left as it
 # is when it imports what it needs, the build is incremental.
 set -euo pipefail
@@ -28,17 +28,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The project's Python environment for kolo.tensorflow / kolo.keras and
-# kolo.jax (PyPI's jax brings the CPU jaxlib). No --system-site-packages:
+# The project's Python environment for kolo.tensorflow / kolo.keras, kolo.jax
+# (PyPI's jax brings the CPU jaxlib), and kolo.torch / kolo.lightning on
+# current PyTorch 2.x with Lightning and DeepSpeed. No --system-site-packages:
 # TensorFlow and JAX bring NumPy 2, which Debian's compiled packages
-# (python3-torch, python3-sklearn) are not built for. kolo.torch stays on
-# /usr/bin/python3 with Debian's PyTorch. kolo._core, built for
-# /usr/bin/python3, imports in .venv too (the same interpreter).
+# (python3-torch, python3-sklearn) are not built for. kolo.torch is also
+# tested on /usr/bin/python3 with Debian's PyTorch 1.13: one kolo build, two
+# PyTorch versions. kolo._core, built for /usr/bin/python3, imports in .venv
+# too (the same interpreter).
 # (find_spec, not import: importing TensorFlow or JAX takes seconds.)
-venv_packages=(tensorflow-cpu jax optax flax scikit-learn pytest)
+venv_packages=(tensorflow-cpu jax optax flax torch lightning pytorch-lightning deepspeed
+  scikit-learn pytest)
 if ! .venv/bin/python -c "import importlib.util as u, sys
 sys.exit(any(u.find_spec(m) is None
-             for m in ('tensorflow', 'keras', 'jax', 'optax', 'flax', 'sklearn', 'pytest')))" \
+             for m in ('tensorflow', 'keras', 'jax', 'optax', 'flax', 'torch', 'lightning',
+                       'pytorch_lightning', 'deepspeed', 'sklearn', 'pytest')))" \
     >/dev/null 2>&1; then
   echo "setup: making .venv (pip install ${venv_packages[*]})"
   [ -x .venv/bin/pip ] || /usr/bin/python3 -m venv .venv
