@@ -10,9 +10,14 @@ target), against JAX's own cross-process psum, and the copies each path makes.
 
 Paths (`alone`), all on ResNet-50's gradients (torchvision's 161 parameter shapes, 97.5 MiB,
 backward order), float32, op Sum:
-  jit_optimizer   a jax.jit step: kj.DistributedOptimizer(optax.identity(), op=Sum).update,
-                  kolo.jax's ordered io_callback inside the jitted computation
-  jit_allreduce   a jax.jit step: kj.allreduce(grads, op=Sum)
+  jit_donated     a jax.jit step: kj.DistributedOptimizer(optax.identity(), op=Sum).update
+                  with the gradients donated (donate_argnums), each step's result being the
+                  next step's gradients: the allreduce runs in place on XLA's buffers, as it
+                  does on gradients that a jitted train step computes itself
+  jit_optimizer   the same step without donation: the gradients are the computation's
+                  arguments, which XLA keeps intact, so it copies them into fresh buffers
+                  for the in-place allreduce (the copies of a benchmark, not of a train step)
+  jit_allreduce   a jax.jit step: kj.allreduce(grads, op=Sum), not donated
   eager           kj.allreduce(grads, op=Sum), eagerly (NumPy views in, DLPack out)
   psum            JAX's own collective: jax.distributed.initialize() (JAX finds Open MPI's
                   environment that kolorun sets up), then a jitted shard_map of
@@ -33,7 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tf_bench import MODELS, compare_with_torch, measure_copies, time_steps  # noqa: E402
 
-JAX_PATHS = ("jit_optimizer", "jit_allreduce", "eager", "psum", "plain_jit")
+JAX_PATHS = ("jit_donated", "jit_optimizer", "jit_allreduce", "eager", "psum", "plain_jit")
 TORCH_STRATEGIES = ("kolo", "kolo_grouped")
 
 
@@ -71,11 +76,18 @@ def alone(args):
     grads = [jnp.ones(s, jnp.float32) for s in shapes]
     if args.path == "psum":
         step = psum_step(jax, shapes)
-    elif args.path == "jit_optimizer":
+    elif args.path in ("jit_optimizer", "jit_donated"):
         tx = kj.DistributedOptimizer(optax.identity(), op=kj.Sum)
         state = tx.init(grads)
-        update = jax.jit(lambda g: tx.update(g, state)[0])
-        step = lambda: update(grads)  # noqa: E731
+        donated = args.path == "jit_donated"
+        update = jax.jit(lambda g: tx.update(g, state)[0], donate_argnums=0 if donated else ())
+        inputs = [grads]
+
+        def step():
+            out = update(inputs[0])
+            if donated:  # the next step reduces this step's result, in place again
+                inputs[0] = out
+            return out
     elif args.path == "jit_allreduce":
         reduce = jax.jit(lambda g: kj.allreduce(g, op=kj.Sum))
         step = lambda: reduce(grads)  # noqa: E731

@@ -346,9 +346,12 @@ def jax_section(run, lines, targets):
               "`bench/jax_bench.py jobs`: each path in a job of its own, %d rounds of jobs with "
               "the paths alternated; a job's figure is its median over %d steps (slowest rank, "
               "each step ends with `jax.block_until_ready`), ms. The same 161 float32 tensors "
-              "(97.5 MiB, backward order, op Sum) on every path: `jit_optimizer` is "
+              "(97.5 MiB, backward order, op Sum) on every path: `jit_donated` is "
               "`kj.DistributedOptimizer(optax.identity(), op=Sum).update` inside `jax.jit` "
-              "(kolo.jax's ordered `io_callback`), `jit_allreduce` `kj.allreduce` inside "
+              "with the gradients donated, so that kolo's XLA FFI handler reduces XLA's "
+              "buffers in place, as on gradients a jitted train step computes itself; "
+              "`jit_optimizer` the same step without donation (XLA first copies the "
+              "arguments it must keep), `jit_allreduce` `kj.allreduce` inside "
               "`jax.jit`, `eager` `kj.allreduce` eagerly; `psum` is JAX's own collective "
               "(`jax.distributed.initialize()` under kolorun, a jitted `shard_map` of "
               "`jax.lax.psum` over the processes' CPU devices, JAX %s, CPU collectives: %s); "
@@ -358,7 +361,7 @@ def jax_section(run, lines, targets):
               % (run["jobs"], run["steps"], versions.get("jax", "?"),
                  versions.get("jax_cpu_collectives", "?")), ""]
     torch_best = framework_paths_table(paths, "jax", {"plain_jit"}, lines)
-    for name in ("jax jit_optimizer", "jax eager"):
+    for name in ("jax jit_donated", "jax jit_optimizer", "jax eager"):
         if torch_best and name in paths:
             _ratio_target(paths, name, torch_best, "kolo.jax %s" % name.split(" ")[1], run,
                           targets)
