@@ -203,3 +203,20 @@ def test_allreduce_in_jit_runs_in_place_on_a_donated_buffer():
         out = f(x)
         assert out.unsafe_buffer_pointer() == where  # no copy in or out
         assert_equal(out, [float(sum(r + step for r in range(N)))] * 1000)
+
+
+def test_an_eager_collective_waits_for_the_jitted_ones_dispatched_before_it():
+    # JAX may dispatch a jitted function asynchronously (0.10 runs computations with
+    # host callbacks synchronously on the CPU; kolo.jax does not rely on it): its
+    # collectives may still wait for the computation before them when Python goes on to
+    # an eager collective. Rank 0's allreduce in jit comes late (a long loop first);
+    # every rank must still submit the jitted allreduce before the eager one.
+    @jax.jit
+    def f(x, n):
+        x = jax.lax.fori_loop(0, n, lambda i, v: v * 1.0000001, x)
+        return kj.allreduce(x, op=kj.Sum)
+
+    late = f(jnp.ones(4), jnp.int32(3_000_000 if R == 0 else 0))
+    eager = kj.allreduce(jnp.full((4,), float(R)), op=kj.Sum)
+    assert_equal(eager, [float(sum(range(N)))] * 4)
+    assert np.all(np.asarray(late) >= N)

@@ -173,10 +173,19 @@ def _first_difference(every):
     return ""
 
 
+def _after_dispatched_collectives():
+    """Waits until the jitted computations dispatched so far have run their collectives
+    (they carry JAX's ordered effect), so that an eager collective is submitted after them
+    on every rank, whichever rank's computation runs late. Not for kernels that run inside
+    a callback: the computation calling them is one of those waited for."""
+    jax.effects_barrier()
+
+
 def _run(kernel, leaves, result_shapes):
     """``kernel(list of NumPy arrays) -> list of aligned arrays`` on the leaves: directly
     when they are concrete, else as one ordered io_callback with the results' shapes."""
     if not _traced(leaves):
+        _after_dispatched_collectives()
         return [_adopt(a) for a in kernel([_host_view(x) for x in leaves])]
 
     def callback(*arrays):
@@ -466,12 +475,14 @@ def _allgather_object_in_set(obj, set_id):
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    _after_dispatched_collectives()
     return _allgather_object_in_set(obj, _set_id(process_set))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Global rank ``root_rank``'s ``obj`` on every rank of the set (pickled; the size
     travels first). The root gets its own object back."""
+    _after_dispatched_collectives()
     set_id = _set_id(process_set)
     root = _root_in_set(root_rank, set_id)
     is_root = _core.rank() == int(root_rank)
@@ -486,11 +497,13 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
     others' allreduces with zeros. Returns the global rank that joined last."""
+    _after_dispatched_collectives()
     return int(_core.wait(_core.join_async(0)).value)
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
+    _after_dispatched_collectives()
     _core.wait(_core.barrier_async(_set_id(process_set)))
 
 
