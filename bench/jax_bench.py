@@ -128,13 +128,21 @@ def copies(args):
     dst = np.zeros_like(src)
     x = jnp.ones(count, jnp.float32)
     in_jit = jax.jit(lambda v: kj.allreduce(v, op=kj.Sum, name="copies_jit"))
+    donated_jit = jax.jit(lambda v: kj.allreduce(v, op=kj.Sum, name="copies_donated"),
+                          donate_argnums=0)
+    donated = [jnp.ones(count, jnp.float32)]
+
+    def in_place():  # each call reduces the previous call's result in place (powers of np)
+        donated[0] = jax.block_until_ready(donated_jit(donated[0]))
+        return donated[0]
     paths = {"memcpy into a reused buffer": lambda: np.copyto(dst, src),
              "memcpy into fresh memory (np.copy)": lambda: src.copy(),
              "kolo.numpy allreduce (new output)": lambda: kn.allreduce(src, op=kn.Sum,
                                                                        name="copies_numpy"),
              "kolo.jax allreduce, eager": lambda: jax.block_until_ready(
                  kj.allreduce(x, op=kj.Sum, name="copies")),
-             "kolo.jax allreduce, jit": lambda: jax.block_until_ready(in_jit(x))}
+             "kolo.jax allreduce, jit": lambda: jax.block_until_ready(in_jit(x)),
+             "kolo.jax allreduce, jit, donated (in place)": in_place}
     rows = measure_copies(paths, kj, args)
     return kj, {"benchmark": "allreduce_copies", "framework": "jax", "np": kj.size(),
                 "bytes": count * 4, "calls": args.rounds * args.repeats, "rows": rows,
