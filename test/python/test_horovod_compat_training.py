@@ -451,6 +451,23 @@ def test_broadcast_and_allgather_objects():
     assert hvd.allgather_object((R, "r%d" % R)) == [(r, "r%d" % r) for r in range(N)]
 
 
+class Point:
+    """A user's class: broadcast_object takes any picklable object, as Horovod's."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and other.x == self.x
+
+
+def test_broadcast_object_takes_any_picklable_object():
+    import numpy as np
+    got = hvd.broadcast_object([Point(R), np.arange(3) * R, {R, -1}], root_rank=N - 1)
+    assert got[0] == Point(N - 1)
+    assert np.array_equal(got[1], np.arange(3) * (N - 1)) and got[2] == {N - 1, -1}
+
+
 def test_sync_batch_norm_signature():
     bn = hvd.SyncBatchNorm(3, eps=1e-3, momentum=0.2, affine=False, track_running_stats=True)
     assert isinstance(bn, torch.nn.modules.batchnorm._BatchNorm)

@@ -63,7 +63,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     _ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
     if is_root:
         return obj
-    return torch.load(io.BytesIO(payload.numpy().tobytes()))
+    # Any picklable object, as Horovod's: torch >= 2.6 loads only tensors and plain
+    # containers unless told otherwise (weights_only, a keyword since torch 1.13). The bytes
+    # come from a rank of this job, as allgather_object's do.
+    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
