@@ -28,6 +28,16 @@ HorovodInternalError = KoloInternalError  # one class: except either name catche
 _DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()
            if isinstance(getattr(torch, name, None), torch.dtype)}
 
+# torch >= 2.0 warns, once per process, when a sparse tensor is built without saying whether
+# its invariants are checked. kolo builds them from indices that valid sparse tensors had and
+# skips the check (torch 1.13 never checked, and has no such keyword).
+_UNCHECKED = ({"check_invariants": False}
+              if hasattr(torch.sparse, "check_sparse_tensor_invariants") else {})
+
+
+def _sparse_coo(indices, values, size):
+    return torch.sparse_coo_tensor(indices, values, size, **_UNCHECKED)
+
 # handle -> finisher: turns the finished operation's output into synchronize()'s result
 # (and keeps the tensors it needs alive until then). An entry leaves only when the wait
 # ended with the operation's result or error, never when a signal interrupted it.
@@ -268,7 +278,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
             v = v / _set_size(process_set)
         if i.dim() == 0 or v.dim() == 0:
             return torch.sparse_coo_tensor(size=t.size(), dtype=t.dtype, device=t.device)
-        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
+        return _sparse_coo(i.transpose(0, 1), v, t.size())
     return handle
 
 

@@ -168,7 +168,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if sparse_dim is None or self.sparse_as_dense:
                 p.grad = torch.zeros_like(p)
             else:
-                p.grad = torch.sparse_coo_tensor(
+                p.grad = _ops._sparse_coo(
                     torch.empty((sparse_dim, 0), dtype=torch.int64, device=p.device),
                     p.new_empty((0,) + tuple(p.shape[sparse_dim:])), p.shape)
         name = self._parameter_names[p]
