@@ -118,6 +118,47 @@ def test_zero_grad_refuses_while_allreduces_are_pending_and_clipping_works():
     opt.zero_grad()
 
 
+@pytest.mark.skipif(not hasattr(torch.optim.Optimizer, "register_step_pre_hook"),
+                    reason="torch %s has no optimizer step hooks (PyTorch 2.0 added them)"
+                    % torch.__version__)
+def test_step_hooks_run_once_per_step_and_see_reduced_gradients():
+    model = make_model(0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    seen = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: seen.append(model[0].bias.grad.clone()))
+    opt.register_step_post_hook(lambda o, args, kwargs: seen.append("post"))
+    for _ in range(2):
+        opt.zero_grad()
+        (model(torch.ones(2, 5)).sum() * (R + 1)).backward()
+        opt.step()
+    assert [x if isinstance(x, str) else "pre" for x in seen] == ["pre", "post"] * 2, seen
+    gathered = hvd.allgather(seen[0].unsqueeze(0))  # the average, the same on every rank
+    assert all(torch.equal(gathered[r], gathered[0]) for r in range(N)), gathered
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"),
+                    reason="torch %s has no torch.compile (PyTorch 2.0 added it)"
+                    % torch.__version__)
+def test_compiled_model_trains_like_one_process():
+    # aot_eager: AOTAutograd's joint graph, as inductor builds it, without a C++ compiler.
+    model, reference = make_model(0), make_model(0)
+    compiled = torch.compile(model, backend="aot_eager")
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in batches(3):
+        shard = slice(R * B // N, (R + 1) * B // N)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(compiled(x[shard]), y[shard]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4), (p - q).abs().max()
+
+
 def test_fp16_compression_averages_gradients():
     model = make_model(0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),

@@ -260,6 +260,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
+    # torch wraps each optimizer class's step() once, at its first instance, with the
+    # profiler's label and (from 2.0) the step pre/post hooks. The wrapped optimizer's class
+    # is wrapped already and its step() runs inside this one: marked as wrapped, this step()
+    # stays as it is, so every hook runs once per step, after the gradients are reduced
+    # (unmarked, torch 2.x ran each hook twice).
+    step.hooked = True
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
