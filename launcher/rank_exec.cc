@@ -1,9 +1,10 @@
 // kolo-rank: the first program of every rank under kolorun. It gives the
 // rank the environment that other libraries expect (RANK, LOCAL_RANK,
-// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, ...) from Open MPI's
-// OMPI_COMM_WORLD_* values, runs the user's command as its child, forwards
-// SIGINT/SIGTERM to it, and when the command fails it prints one marker line
-// that kolorun turns into "rank R on host H exited with code C".
+// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, TORCHELASTIC_RUN_ID,
+// ...) from Open MPI's OMPI_COMM_WORLD_* values, runs the user's command as
+// its child, forwards SIGINT/SIGTERM to it, and when the command fails it
+// prints one marker line that kolorun turns into "rank R on host H exited
+// with code C".
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +57,10 @@ void SetRankEnvironment() {
   Set("GROUP_RANK", node);
   Set("ROLE_RANK", rank);
   Set("ROLE_WORLD_SIZE", size);
+  // torchrun's mark. Lightning then takes the ranks above (its TorchElastic environment)
+  // before it looks at Slurm's variables, which inside an sbatch script are the batch
+  // step's (SLURM_PROCID=0 on every rank: every process would be global rank 0).
+  if (Get("TORCHELASTIC_RUN_ID").empty()) Set("TORCHELASTIC_RUN_ID", "kolorun");
 }
 
 // kolorun --pin-gpus: this rank sees only its own GPU (as cuda:0). JAX is
