@@ -9,6 +9,8 @@ R, N = hvd.rank(), hvd.size()
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.bool]
+if hasattr(torch, "uint16"):  # PyTorch 2.3 added it; kolo.torch takes it where torch has it
+    DTYPES.insert(1, torch.uint16)
 OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
 
 
