@@ -1,6 +1,7 @@
 // kolo-rank: the first program of every rank under kolorun. It gives the
 // rank the environment that other libraries expect (RANK, LOCAL_RANK,
-// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, TORCHELASTIC_RUN_ID,
+// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, GROUP_WORLD_SIZE,
+// TORCHELASTIC_RUN_ID,
 // ...) from Open MPI's OMPI_COMM_WORLD_* values, runs the user's command as
 // its child, forwards SIGINT/SIGTERM to it, and when the command fails it
 // prints one marker line that kolorun turns into "rank R on host H exited
@@ -43,6 +44,14 @@ int NodeRank(int rank) {
   return map.empty() ? 0 : map.back();
 }
 
+// The number of hosts that `size` ranks fill slot by slot (torchrun's groups).
+int NodeCount(int size) {
+  auto hosts = kolo::launcher::ParseHostSpec(Get(kolo::env::kLaunchHosts));
+  if (!hosts.ok() || size < 1) return 1;
+  std::vector<int> map = kolo::launcher::MapBySlot(hosts.value(), size);
+  return map.empty() ? 1 : map.back() + 1;
+}
+
 void SetRankEnvironment() {
   const std::string rank = Get("OMPI_COMM_WORLD_RANK", Get("PMI_RANK", "0").c_str());
   const std::string size = Get("OMPI_COMM_WORLD_SIZE", Get("PMI_SIZE", "1").c_str());
@@ -55,6 +64,7 @@ void SetRankEnvironment() {
   Set("LOCAL_WORLD_SIZE", local_size);
   Set("NODE_RANK", node);
   Set("GROUP_RANK", node);
+  Set("GROUP_WORLD_SIZE", std::to_string(NodeCount(std::atoi(size.c_str()))));
   Set("ROLE_RANK", rank);
   Set("ROLE_WORLD_SIZE", size);
   // torchrun's mark. Lightning then takes the ranks above (its TorchElastic environment)

@@ -35,7 +35,7 @@ def script(tmp_path, body):
 ENV_SCRIPT = """
 import os
 keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "MY_SETTING", "KOLO_CYCLE_TIME"]
+        "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "MY_SETTING", "KOLO_CYCLE_TIME"]
 # Unbuffered fragments: several write() calls per line.
 print("ENV", *[k + "=" + os.environ.get(k, "-") for k in keys])
 """
@@ -62,6 +62,7 @@ def test_every_rank_gets_the_environment_other_libraries_expect(tmp_path):
         assert env["LOCAL_RANK"] == str(rank)
         assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
         assert env["NODE_RANK"] == "0" == env["GROUP_RANK"]
+        assert env["GROUP_WORLD_SIZE"] == "1" and env["TORCHELASTIC_RUN_ID"] == "kolorun"
         assert env["MASTER_ADDR"] == "127.0.0.1"
         assert env["MY_SETTING"] == "hello"
         assert env["KOLO_CYCLE_TIME"] == "2"
@@ -83,13 +84,15 @@ def test_two_hosts_over_loopback_give_right_local_node_and_cross_ranks():
 
 
 def test_two_hosts_node_rank_and_hostname(tmp_path):
-    body = "import os, socket\nprint('N', os.environ['NODE_RANK'], os.environ['LOCAL_RANK'], socket.gethostname())\n"
+    body = ("import os, socket\nprint('N', os.environ['NODE_RANK'], os.environ['LOCAL_RANK'], "
+            "os.environ['GROUP_WORLD_SIZE'], socket.gethostname())\n")
     r = kolorun("-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2", "--mpi-args",
                 "--mca plm_rsh_agent " + FAKE_SSH, PYTHON, script(tmp_path, body), timeout=90)
     assert r.returncode == 0, r.stderr
     lines = dict(re.match(r"\[(\d+)\]<stdout>:N (.*)$", l).groups() for l in r.stdout.splitlines())
-    assert lines["2"].startswith("1 0 kolo-127.0.0.2") and lines["3"].startswith("1 1 kolo-127.0.0.2")
-    assert lines["0"].startswith("0 0 ") and lines["1"].startswith("0 1 ")
+    assert lines["2"].startswith("1 0 2 kolo-127.0.0.2")
+    assert lines["3"].startswith("1 1 2 kolo-127.0.0.2")
+    assert lines["0"].startswith("0 0 2 ") and lines["1"].startswith("0 1 2 ")
 
 
 def test_the_cpp_main_job_runs_under_kolorun():
