@@ -118,6 +118,24 @@ def test_zero_grad_refuses_while_allreduces_are_pending_and_clipping_works():
     opt.zero_grad()
 
 
+def test_a_subclass_of_the_wrapped_optimizer_steps_and_zeroes():
+    # Lightning's LightningOptimizer subclasses the optimizer's class; the wrapper's
+    # methods must reach torch's, not themselves again (Horovod's super(self.__class__)
+    # recursed forever there).
+    model = make_model(0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    opt.__class__ = type("Sub" + type(opt).__name__, (type(opt),), {})
+    x, y = batches(1)[0]
+    torch.nn.functional.mse_loss(model(x[R::N]), y[R::N]).backward()
+    opt.step()
+    opt.zero_grad()
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    again = [p.detach().clone() for p in model.parameters()]
+    for p, q in zip(again, hvd.allgather_object(again)[0]):
+        assert torch.equal(p, q)  # the same step on every rank
+
+
 @pytest.mark.skipif(not hasattr(torch.optim.Optimizer, "register_step_pre_hook"),
                     reason="torch %s has no optimizer step hooks (PyTorch 2.0 added them)"
                     % torch.__version__)

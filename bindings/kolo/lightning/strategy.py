@@ -294,10 +294,10 @@ class StrategyMixin:
     @optimizers.setter
     def optimizers(self, optimizers):
         super(StrategyMixin, type(self)).optimizers.fset(self, optimizers)
-        # Lightning's LightningOptimizer subclasses the optimizer's class, so a method of
-        # DistributedOptimizer called through it runs with the wrapper as `self`: its
-        # super(self.__class__, self) (Horovod's pattern) then finds itself again, and
-        # zero_grad() in manual optimization recurses. Such calls go to the optimizer itself.
+        # Lightning's LightningOptimizer subclasses the optimizer's class and copies its
+        # __dict__, so a method of DistributedOptimizer called through it would run with
+        # the wrapper as `self` and keep its bookkeeping (pending handles, flags) on the
+        # copy. Such calls go to the optimizer itself.
         for lightning_optimizer in self._lightning_optimizers:
             real = lightning_optimizer._optimizer
             if any(real is opt for opt in getattr(self, "_distributed", ())):

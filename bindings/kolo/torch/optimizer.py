@@ -85,7 +85,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=_ops.Average, gradient_predivide_factor=1.0, groups=None,
                  sparse_as_dense=False, process_set=global_process_set):
-        super(self.__class__, self).__init__(params)
+        super(self._kolo_wrapper, self).__init__(params)
         self._compression = compression
         self._parameter_names = _named(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
@@ -258,7 +258,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        return super(self._kolo_wrapper, self).step(closure)
 
     # torch wraps each optimizer class's step() once, at its first instance, with the
     # profiler's label and (from 2.0) the step pre/post hooks. The wrapped optimizer's class
@@ -272,7 +272,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+        return super(self._kolo_wrapper, self).zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -284,7 +284,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self.set_backward_passes_per_step(self.backward_passes_per_step)
-        return super(self.__class__, self).load_state_dict(*args, **kwargs)
+        return super(self._kolo_wrapper, self).load_state_dict(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -313,5 +313,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("backward_passes_per_step must be > 0")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
+    # The methods reach the user's optimizer class through super(cls): not through
+    # self.__class__, which is a subclass when something subclasses the wrapped optimizer
+    # (Lightning's LightningOptimizer does), and would call these methods again forever.
+    cls._kolo_wrapper = cls
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
