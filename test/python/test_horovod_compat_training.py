@@ -451,6 +451,14 @@ def test_broadcast_and_allgather_objects():
     assert hvd.allgather_object((R, "r%d" % R)) == [(r, "r%d" % r) for r in range(N)]
 
 
+def test_objects_of_different_types_on_different_ranks_without_names():
+    # The common pattern: only the root has the object, the others pass None. (Named by
+    # type, as in Horovod, the ranks' requests would never pair and the job would hang.)
+    state = {"epoch": 3} if R == 0 else None
+    assert hvd.broadcast_object(state) == {"epoch": 3}
+    assert hvd.allgather_object("r0" if R == 0 else R) == ["r0"] + list(range(1, N))
+
+
 class Point:
     """A user's class: broadcast_object takes any picklable object, as Horovod's."""
 

@@ -458,6 +458,12 @@ def test_allgather_object():
     assert hvd.allgather_object(R * 10, name="tf.objs") == [r * 10 for r in range(N)]
 
 
+def test_objects_of_different_types_on_different_ranks_without_names():
+    # Named by type, as in Horovod, the ranks' requests would never pair (a hang).
+    assert hvd.broadcast_object({"epoch": 3} if R == 0 else None) == {"epoch": 3}
+    assert hvd.allgather_object("r0" if R == 0 else R) == ["r0"] + list(range(1, N))
+
+
 def test_join_returns_the_last_rank_to_join():
     for last in range(N):
         if R == last:

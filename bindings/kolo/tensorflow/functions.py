@@ -27,7 +27,9 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     _eager("broadcast_object")
     if session is not None:
         raise ValueError("broadcast_object(session=...) is TensorFlow 1 only; kolo runs eagerly")
-    name = type(obj).__name__ if name is None else name
+    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
+    # None where they have no object yet, and differing names would never pair.
+    name = "broadcast_object" if name is None else name
     is_root = _ops.rank() == int(root_rank)
     payload = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
     size = _ops.broadcast(tf.constant([payload.size if is_root else 0], tf.int64), root_rank,
@@ -49,7 +51,9 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     _eager("allgather_object")
     if session is not None:
         raise ValueError("allgather_object(session=...) is TensorFlow 1 only; kolo runs eagerly")
-    name = type(obj).__name__ if name is None else name
+    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
+    # None where they have no object yet, and differing names would never pair.
+    name = "allgather_object" if name is None else name
     data = np.frombuffer(pickle.dumps(obj), np.uint8)
     sizes = _ops.allgather(tf.constant([data.size], tf.int64), name=name + ".sz",
                            process_set=process_set).numpy()

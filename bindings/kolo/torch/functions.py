@@ -48,7 +48,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled with
     ``torch.save``: the size is broadcast first, then the bytes). The root gets its own
     object back."""
-    name = type(obj).__name__ if name is None else name
+    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
+    # None where they have no object yet, and differing names would never pair.
+    name = "broadcast_object" if name is None else name
     is_root = _ops.rank() == root_rank
     if is_root:
         buf = io.BytesIO()
@@ -71,7 +73,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's ``obj`` (pickled), in rank order of the set."""
-    name = type(obj).__name__ if name is None else name
+    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
+    # None where they have no object yet, and differing names would never pair.
+    name = "allgather_object" if name is None else name
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     sizes = _ops.allgather(torch.tensor([len(data)], dtype=torch.int64), name=name + ".sz",
