@@ -144,35 +144,88 @@ def _copy_result(out, dest):
 
 # --- Work and completion -----------------------------------------------------------------
 
+# Names of operations started inside a future's callbacks come from the operation whose
+# future it is (its `label`, then ".then<j>"): the same on every rank whichever thread runs
+# the callback, and stable from step to step when the parent's name is.
+_context = threading.local()
+
+
+def _parent():
+    stack = getattr(_context, "stack", None)
+    return stack[-1] if stack else None
+
+
+def _in_context(work, callback):
+    def run(fut):
+        stack = _context.__dict__.setdefault("stack", [])
+        stack.append(work)
+        try:
+            return callback(fut)
+        finally:
+            stack.pop()
+    return run
+
+
+class _KoloFuture(torch.futures.Future):
+    """The future of a KoloWork: its callbacks run with the work as the parent of the
+    operations they start, and wait() completes it in the waiting thread when kolo has
+    finished but the completion thread is busy (e.g. in another callback that waits)."""
+
+    def __init__(self, work):
+        super().__init__()
+        self._work = work
+
+    def then(self, callback):
+        return super().then(_in_context(self._work, callback))
+
+    def add_done_callback(self, callback):
+        return super().add_done_callback(_in_context(self._work, callback))
+
+    def wait(self):
+        self._work._kolo_done.wait()
+        self._work._complete_future()
+        return super().wait()
+
+
 class KoloWork(dist._Work):
     """One operation: ``wait()`` blocks until kolo finished it (and raises its error, the
-    coordinator's text naming ranks), ``get_future()`` is completed with its output tensors
-    by the completion thread."""
+    coordinator's text naming ranks); ``get_future()`` is completed with its output tensors
+    by the completion thread, or by the first thread that waits for it."""
 
-    def __init__(self, what):
+    def __init__(self, what, label):
         super().__init__()
         self._what = what
-        self._future = torch.futures.Future()
-        self._event = threading.Event()
+        self.label = label  # the parent name of operations its callbacks start
+        self.children = 0
+        self._future = _KoloFuture(self)
+        self._kolo_done = threading.Event()
+        self._lock = threading.Lock()
+        self._future_claimed = False
         self._error = None
         self._result = None
 
     def _finish(self, result, error):
+        """Called by the thread that waited on kolo; the future is completed later."""
         self._result, self._error = result, error
-        try:  # the future first: wait() returning means get_future() is done too
-            if error is None:
-                self._future.set_result(result)
-            else:
-                self._future.set_exception(error)
-        finally:
-            self._event.set()
+        self._kolo_done.set()
+
+    def _complete_future(self):
+        with self._lock:
+            if self._future_claimed:
+                return
+            self._future_claimed = True
+        if self._error is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(self._error)
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
-        if not self._event.wait(seconds if seconds > 0 else None):
+        if not self._kolo_done.wait(seconds if seconds > 0 else None):
             raise RuntimeError("kolo's torch.distributed backend: %s did not finish within "
                                "%s (kolo's stall inspector reports which ranks are missing)"
                                % (self._what, timeout))
+        self._complete_future()
         if self._error is not None:
             raise self._error
         return True
@@ -181,10 +234,10 @@ class KoloWork(dist._Work):
         return self._future
 
     def is_completed(self):
-        return self._event.is_set()
+        return self._kolo_done.is_set()
 
     def is_success(self):
-        return self._event.is_set() and self._error is None
+        return self._kolo_done.is_set() and self._error is None
 
     def exception(self):
         return self._error
@@ -195,35 +248,43 @@ class KoloWork(dist._Work):
 
 
 class _Completer:
-    """The thread that waits on kolo's handles, in the order they were started (the
-    order every rank executes them in), and completes their Work."""
+    """Two threads: one waits on kolo's handles in the order they were started (the order
+    every rank executes them in) and marks each Work done; the other then completes the
+    Works' futures, running their callbacks, so that a callback that blocks does not stop
+    kolo's completions from being seen."""
 
     def __init__(self):
-        self._queue = queue.SimpleQueue()
-        self._thread = None
+        self._handles = queue.SimpleQueue()
+        self._futures = queue.SimpleQueue()
+        self._threads = []
         self._lock = threading.Lock()
 
     def submit(self, handle, finish, work):
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="kolo-c10d-completion",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put((handle, finish, work))
+            if not all(t.is_alive() for t in self._threads) or not self._threads:
+                self._threads = [
+                    threading.Thread(target=self._wait_kolo, name="kolo-c10d-wait",
+                                     daemon=True),
+                    threading.Thread(target=self._complete, name="kolo-c10d-futures",
+                                     daemon=True)]
+                for t in self._threads:
+                    t.start()
+        self._handles.put((handle, finish, work))
 
-    def on_thread(self):
-        return threading.current_thread() is self._thread
-
-    def _run(self):
+    def _wait_kolo(self):
         while True:
-            handle, finish, work = self._queue.get()
+            handle, finish, work = self._handles.get()
             try:
                 result = finish(_core.wait(handle))
             except BaseException as e:  # noqa: B902  (every error belongs to the Work)
-                error = e if isinstance(e, Exception) else RuntimeError(str(e))
-                work._finish(None, error)
+                work._finish(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
             else:
                 work._finish(result, None)
+            self._futures.put(work)
+
+    def _complete(self):
+        while True:
+            self._futures.get()._complete_future()
 
 
 _completer = _Completer()
@@ -262,10 +323,10 @@ class KoloProcessGroup(dist.ProcessGroup):
         self._set_id = set_id
         tag = "" if set_id == 0 else "g%s." % group_name
         self._bucket_prefix = "ddp." + tag
-        self._callback_prefix = "c10d.%scb." % tag
+        self._label_prefix = "c10d.%s" % tag
         self._graph_task = -1
         self._in_backward = 0
-        self._in_callbacks = 0
+        self._unnamed = 0
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -277,22 +338,33 @@ class KoloProcessGroup(dist.ProcessGroup):
     # names ----------------------------------------------------------------------------
 
     def _name(self, op, tensor=None):
-        """The kolo name of the next operation (see the module's docstring)."""
-        if _completer.on_thread():
-            self._in_callbacks += 1
-            return "%s%s.%d" % (self._callback_prefix, op, self._in_callbacks)
+        """The kolo name of the next operation (see the module's docstring); an empty name
+        leaves the numbering to kolo. Its label, for the operations that its future's
+        callbacks start, is kept for _start() (per thread)."""
+        name, _context.label = self._name_and_label(op, tensor)
+        return name
+
+    def _name_and_label(self, op, tensor):
+        parent = _parent()
+        if parent is not None:
+            name = "%s.then%d" % (parent.label, parent.children)
+            parent.children += 1
+            return name, name
         task = torch._C._current_graph_task_id()
-        if task == -1 or op != "allreduce":
-            return ""  # kolo numbers it and records the caller's line
-        if task != self._graph_task:
-            self._graph_task, self._in_backward = task, 0
-        k = self._in_backward
-        self._in_backward += 1
-        size = "" if tensor is None else ".%sx%d" % (str(tensor.dtype)[6:], tensor.numel())
-        return "%sbucket%d%s" % (self._bucket_prefix, k, size)
+        if task != -1 and op == "allreduce":
+            if task != self._graph_task:
+                self._graph_task, self._in_backward = task, 0
+            k = self._in_backward
+            self._in_backward += 1
+            size = "" if tensor is None else ".%sx%d" % (str(tensor.dtype)[6:], tensor.numel())
+            name = "%sbucket%d%s" % (self._bucket_prefix, k, size)
+            return name, name
+        # kolo numbers it and records the caller's line for its errors
+        self._unnamed += 1
+        return "", "%s%s.%d" % (self._label_prefix, op, self._unnamed)
 
     def _start(self, what, handle, finish):
-        work = KoloWork(what)
+        work = KoloWork(what, getattr(_context, "label", what))
         _completer.submit(handle, finish, work)
         return work
 
@@ -338,7 +410,7 @@ class KoloProcessGroup(dist.ProcessGroup):
     def _chain(self, what, handles, result):
         """One Work for several kolo handles (finished in order)."""
         for h in handles[:-1]:
-            _completer.submit(h, lambda out: None, KoloWork(what))
+            _completer.submit(h, lambda out: None, KoloWork(what, what))
         return self._start(what, handles[-1], lambda out: result)
 
     # allgather ------------------------------------------------------------------------
@@ -376,7 +448,8 @@ class KoloProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         hs = [self._allgather_handle(i) for i in inputs]
         for h, o in zip(hs[:-1], outputs[:-1]):
-            _completer.submit(h, lambda out, o=o: _copy_result(out, o), KoloWork("allgather"))
+            _completer.submit(h, lambda out, o=o: _copy_result(out, o),
+                              KoloWork("allgather", "allgather"))
         last = outputs[-1]
         return self._start("allgather_into_tensor_coalesced", hs[-1],
                            lambda out: [_copy_result(out, last), outputs][1])
@@ -533,6 +606,7 @@ class KoloProcessGroup(dist.ProcessGroup):
     # barrier, point to point ----------------------------------------------------------
 
     def barrier(self, opts=None):
+        self._name("barrier")  # kolo names barriers itself; this sets the label
         return self._start("barrier", _core.barrier_async(self._set_id), lambda out: [])
 
     def _no_p2p(self, op):

@@ -1,0 +1,185 @@
+"""Every torch.distributed collective on backend "kolo", per dtype and reduce op, against
+the values computed locally from what every rank contributed."""
+import pytest
+import torch
+import torch.distributed as dist
+
+INT_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64]
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+OPS = {
+    "SUM": (dist.ReduceOp.SUM, lambda xs: sum(xs[1:], xs[0].clone())),
+    "AVG": (dist.ReduceOp.AVG, lambda xs: sum(xs[1:], xs[0].clone()) / len(xs)),
+    "MIN": (dist.ReduceOp.MIN, lambda xs: torch.stack(xs).min(0).values),
+    "MAX": (dist.ReduceOp.MAX, lambda xs: torch.stack(xs).max(0).values),
+    "PRODUCT": (dist.ReduceOp.PRODUCT, lambda xs: torch.stack(xs).prod(0)),
+}
+
+
+def values(r, dtype, n=6):
+    """Rank r's input: small numbers, so that products of 3 ranks fit in int8."""
+    return ((torch.arange(n) % 3) + 1 + (r % 2)).to(dtype)
+
+
+def reference(op, size, dtype):
+    xs = [values(r, torch.float64) for r in range(size)]
+    return OPS[op][1](xs)
+
+
+def check(got, want, dtype, what):
+    tol = {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(dtype, 1e-6)
+    assert got.dtype == dtype, what
+    torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol,
+                               msg=lambda m: "rank %d %s: %s" % (dist.get_rank(), what, m))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES + FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("op", list(OPS))
+def test_allreduce(rank, size, dtype, op):
+    if op == "AVG" and not dtype.is_floating_point:
+        return  # AVG of integers is not defined by torch.distributed (gloo refuses it)
+    t = values(rank, dtype)
+    dist.all_reduce(t, op=OPS[op][0])
+    check(t, reference(op, size, dtype).to(dtype), dtype, "all_reduce %s" % op)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.bfloat16], ids=str)
+def test_allreduce_async_future(rank, size, dtype):
+    t = values(rank, dtype)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future().then(lambda f: f.value()[0] * 2)
+    work.wait()
+    assert work.is_completed() and work.is_success()
+    want = reference("SUM", size, dtype).to(dtype)
+    check(t, want, dtype, "async all_reduce")
+    check(fut.wait(), want * 2, dtype, "the future's callback")
+
+
+def test_allreduce_scalar_and_many(rank, size):
+    s = torch.tensor(float(rank))
+    dist.all_reduce(s)
+    assert s.item() == sum(range(size))
+    works = [dist.all_reduce(torch.full((100 + i,), float(rank)), async_op=True)
+             for i in range(20)]
+    for w in works:
+        w.wait()
+        assert w.get_future().value()[0][0].item() == sum(range(size))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.float16, torch.float32,
+                                   torch.float64], ids=str)
+def test_broadcast(rank, size, dtype):
+    for root in range(size):
+        t = values(rank, dtype) + rank
+        dist.broadcast(t, src=root)
+        check(t, values(root, dtype) + root, dtype, "broadcast from %d" % root)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.bfloat16, torch.float32],
+                         ids=str)
+def test_all_gather(rank, size, dtype):
+    out = [torch.empty(2, 3, dtype=dtype) for _ in range(size)]
+    dist.all_gather(out, values(rank, dtype).view(2, 3))
+    for r in range(size):
+        check(out[r], values(r, dtype).view(2, 3), dtype, "all_gather part %d" % r)
+    flat = torch.empty(size * 6, dtype=dtype)
+    dist.all_gather_into_tensor(flat, values(rank, dtype))
+    check(flat, torch.cat([values(r, dtype) for r in range(size)]), dtype,
+          "all_gather_into_tensor")
+    stacked = torch.empty(size, 6, dtype=dtype)
+    dist.all_gather_into_tensor(stacked, values(rank, dtype))
+    check(stacked, torch.stack([values(r, dtype) for r in range(size)]), dtype,
+          "all_gather_into_tensor (stacked)")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", ["SUM", "AVG", "MAX"])
+def test_reduce_scatter(rank, size, dtype, op):
+    if op == "AVG" and not dtype.is_floating_point:
+        return
+    full = [values(r, torch.float64, 4 * size) * (1 + torch.arange(4 * size) % 2)
+            for r in range(size)]
+    want = OPS[op][1](full).view(size, 4)[rank].to(dtype)
+    mine = full[rank].to(dtype)
+    out = torch.empty(4, dtype=dtype)
+    dist.reduce_scatter_tensor(out, mine, op=OPS[op][0])
+    check(out, want, dtype, "reduce_scatter_tensor %s" % op)
+    assert torch.equal(mine, full[rank].to(dtype)), "the input changed"
+    out2 = torch.empty(4, dtype=dtype)
+    dist.reduce_scatter(out2, list(mine.view(size, 4).unbind(0)), op=OPS[op][0])
+    check(out2, want, dtype, "reduce_scatter %s" % op)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32], ids=str)
+def test_all_to_all(rank, size, dtype):
+    # Even: row block j goes to rank j.
+    inp = (torch.arange(size * 2) + 100 * rank).to(dtype)
+    out = torch.empty(size * 2, dtype=dtype)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([(torch.arange(size * 2) + 100 * r)[2 * rank:2 * rank + 2]
+                      for r in range(size)]).to(dtype)
+    check(out, want, dtype, "all_to_all_single")
+    # Uneven: rank r sends j + 1 rows to rank j.
+    send = [j + 1 for j in range(size)]
+    inp = torch.full((sum(send), 2), float(rank)).to(dtype)
+    out = torch.empty((size * (rank + 1), 2), dtype=dtype)
+    dist.all_to_all_single(out, inp, output_split_sizes=[rank + 1] * size,
+                           input_split_sizes=send)
+    want = torch.cat([torch.full((rank + 1, 2), float(r)) for r in range(size)]).to(dtype)
+    check(out, want, dtype, "all_to_all_single, uneven")
+    # The list form: a tensor of rank + j + 1 elements for rank j.
+    ins = [torch.full((rank + j + 1,), float(10 * rank + j)).to(dtype) for j in range(size)]
+    outs = [torch.empty(r + rank + 1, dtype=dtype) for r in range(size)]
+    dist.all_to_all(outs, ins)
+    for r in range(size):
+        check(outs[r], torch.full((r + rank + 1,), float(10 * r + rank)).to(dtype), dtype,
+              "all_to_all from %d" % r)
+
+
+def test_rooted(rank, size):
+    root = size - 1
+    t = torch.full((3,), float(rank + 1))
+    dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+    assert t.tolist() == ([float(size)] * 3 if rank == root else [float(rank + 1)] * 3)
+    gathered = [torch.empty(2) for _ in range(size)] if rank == root else None
+    dist.gather(torch.full((2,), float(rank)), gathered, dst=root)
+    if rank == root:
+        assert [g.tolist() for g in gathered] == [[float(r)] * 2 for r in range(size)]
+    out = torch.empty(2)
+    dist.scatter(out, [torch.full((2,), float(10 + r)) for r in range(size)]
+                 if rank == root else None, src=root)
+    assert out.tolist() == [10.0 + rank] * 2
+
+
+def test_barrier_and_objects(rank, size):
+    dist.barrier()
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": r} for r in range(size)]
+    box = [{"from": rank}]
+    dist.broadcast_object_list(box, src=0)
+    assert box == [{"from": 0}]
+
+
+def test_point_to_point_is_refused(rank, size):
+    with pytest.raises(NotImplementedError, match="does not implement send"):
+        dist.send(torch.ones(1), dst=(rank + 1) % size)
+    with pytest.raises(NotImplementedError, match="does not implement recv"):
+        dist.recv(torch.ones(1), src=(rank + 1) % size)
+
+
+def test_unsupported_op_is_refused(rank):
+    with pytest.raises(NotImplementedError, match="BAND"):
+        dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND)
+
+
+def test_mismatch_raises_on_every_rank(rank, size):
+    # Every rank calls it from the same line, with another shape on rank 1.
+    t = torch.ones(3 if rank != 1 else 4)
+    with pytest.raises(RuntimeError) as err:
+        dist.all_reduce(t)
+    text = str(err.value)
+    assert "shape" in text and "rank 1" in text, text
+    dist.barrier()  # the ranks go on together
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(size)] * 2
