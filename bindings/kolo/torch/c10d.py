@@ -26,6 +26,7 @@ How it fits together:
 import datetime
 import os
 import queue
+import sys
 import threading
 
 import torch
@@ -77,6 +78,7 @@ _check_torch()
 from kolo.torch.mpi_ops import _DTYPES, _stream  # noqa: E402  (after the version check)
 
 _c10d = dist.distributed_c10d
+_TORCH_DISTRIBUTED_DIR = os.path.dirname(_c10d.__file__) + os.sep
 # PyTorch asks the default process group for new groups on every rank (members or not)
 # when it has a `new_group` method; older PyTorch calls the backend on members only, and
 # kolo registers a set with every rank taking part.
@@ -187,6 +189,20 @@ class _KoloFuture(torch.futures.Future):
         return super().wait()
 
 
+def _value(fut):
+    return fut.value()  # raises the operation's error
+
+
+def _called_from_cpp():
+    """Whether this module's collective method was called by PyTorch's C++ (DDP's reducer,
+    through the ProcessGroup trampoline) rather than by torch.distributed's Python
+    functions, which hand our Work to Python code."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is None or not frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED_DIR)
+
+
 class KoloWork(dist._Work):
     """One operation: ``wait()`` blocks until kolo finished it (and raises its error, the
     coordinator's text naming ranks); ``get_future()`` is completed with its output tensors
@@ -203,6 +219,8 @@ class KoloWork(dist._Work):
         self._future_claimed = False
         self._error = None
         self._result = None
+        self.from_cpp = False
+        self._cpp_future = None
 
     def _finish(self, result, error):
         """Called by the thread that waited on kolo; the future is completed later."""
@@ -231,6 +249,13 @@ class KoloWork(dist._Work):
         return True
 
     def get_future(self):
+        if self.from_cpp:
+            # PyTorch's C++ (DDP's reducer) reads the future's value as a C++ IValue, and an
+            # error set from Python is only a value there: a future chained by then() holds
+            # a real error (its callback raises it).
+            if self._cpp_future is None:
+                self._cpp_future = self._future.then(_value)
+            return self._cpp_future
         return self._future
 
     def is_completed(self):
@@ -365,6 +390,7 @@ class KoloProcessGroup(dist.ProcessGroup):
 
     def _start(self, what, handle, finish):
         work = KoloWork(what, getattr(_context, "label", what))
+        work.from_cpp = _called_from_cpp()
         _completer.submit(handle, finish, work)
         return work
 
