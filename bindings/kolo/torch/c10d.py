@@ -696,9 +696,9 @@ def _start_kolo(timeout):
             and "KOLO_STALL_SHUTDOWN_TIME_SECONDS" not in os.environ):
         seconds = max(timeout.total_seconds(), 1.0)
         os.environ["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = "%g" % seconds
-        check = float(os.environ.get("KOLO_STALL_CHECK_TIME_SECONDS", "60"))
-        if check > seconds:
-            os.environ["KOLO_STALL_CHECK_TIME_SECONDS"] = "%g" % max(seconds / 2, 0.5)
+        # The warning naming the missing ranks comes half-way, unless set earlier.
+        if float(os.environ.get("KOLO_STALL_CHECK_TIME_SECONDS", "60")) > seconds:
+            os.environ["KOLO_STALL_CHECK_TIME_SECONDS"] = "%g" % (seconds / 2)
     _basics.init()
 
 
@@ -740,3 +740,9 @@ def _register():
 
 
 _register()
+
+
+def autoload():
+    """PyTorch's out-of-tree backend autoload (the ``torch.backends`` entry point of a
+    pip-installed kolo) calls this during ``import torch``; importing this module has
+    already registered the backend."""
