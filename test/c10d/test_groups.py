@@ -73,3 +73,16 @@ def test_ddp_on_a_subgroup(rank, size):
         want = torch.full((2, 4), 3.0 * sum(r + 1 for r in ranks) / len(ranks))
         torch.testing.assert_close(grad, want)
     dist.barrier()
+
+
+def test_local_synchronization_is_refused(rank, size):
+    """Non-members of such a group never reach the backend, so kolo cannot register it:
+    its members are told at once instead of waiting for the stall timeout."""
+    import pytest
+    if rank == 0:
+        with pytest.raises(NotImplementedError, match="use_local_synchronization"):
+            dist.new_group([0], use_local_synchronization=True)
+    else:
+        assert dist.new_group([0], use_local_synchronization=True) is (
+            dist.GroupMember.NON_GROUP_MEMBER)
+    dist.barrier()

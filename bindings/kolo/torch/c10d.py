@@ -36,7 +36,7 @@ from kolo import _core
 from kolo.common import basics as _basics
 
 # The oldest PyTorch this backend runs on; see _check_torch() for what it needs.
-_MIN_TORCH = (2, 0)
+_MIN_TORCH = (2, 1)
 BACKEND_NAME = "kolo"
 
 
@@ -66,6 +66,8 @@ def _check_torch():
         for p in ("extended_api", "devices"):
             if p not in params:
                 missing.append("Backend.register_backend(%s=...)" % p)
+        if not hasattr(torch._C, "_current_graph_task_id"):
+            missing.append("torch._C._current_graph_task_id (to name DDP's buckets)")
     if missing:
         raise ImportError(
             "kolo's torch.distributed backend needs %s; this is PyTorch %s. Use kolo.torch "
@@ -82,7 +84,8 @@ _TORCH_DISTRIBUTED_DIR = os.path.dirname(_c10d.__file__) + os.sep
 # PyTorch asks the default process group for new groups on every rank (members or not)
 # when it has a `new_group` method; older PyTorch calls the backend on members only, and
 # kolo registers a set with every rank taking part.
-_HAS_NEW_GROUP_HOOK = "new_group" in _c10d._new_group_with_tag.__code__.co_names
+_HAS_NEW_GROUP_HOOK = "new_group" in getattr(
+    getattr(_c10d, "_new_group_with_tag", None), "__code__", compile("", "", "exec")).co_names
 
 _R = _core.REDUCE_OPS
 _OPS = {
@@ -661,6 +664,13 @@ class KoloProcessGroup(dist.ProcessGroup):
         me = _core.rank()
         backend = str(dist.Backend(backend)) if backend else BACKEND_NAME
         if backend == BACKEND_NAME:
+            if ranks != list(range(_core.size())) and not str(group_name).isdigit():
+                # PyTorch names a group by a hash of its ranks only with
+                # use_local_synchronization=True, where non-members never come here.
+                raise NotImplementedError(
+                    "kolo's torch.distributed backend: dist.new_group(%s, "
+                    "use_local_synchronization=True) is not supported: kolo registers a "
+                    "group with every rank taking part; leave the option out" % ranks)
             set_id = _register_set(ranks)
             if me not in ranks:
                 return None
@@ -723,12 +733,15 @@ def _create(opts, backend_options=None):
     elif tuple(ranks) in _sets:
         set_id = _sets[tuple(ranks)]
     else:
+        why = ("this PyTorch (%s) creates groups on their members only; use a PyTorch whose "
+               "new_group() asks the default group on every rank (2.15 does)"
+               % torch.__version__ if not _HAS_NEW_GROUP_HOOK else
+               "it was made with use_local_synchronization=True, or the default group's "
+               "backend is not kolo")
         raise NotImplementedError(
             "kolo's torch.distributed backend: dist.new_group(%s) needs every rank to take "
-            "part in registering the group with kolo, and this PyTorch (%s) creates groups "
-            "on their members only (also with use_local_synchronization=True); use a "
-            "PyTorch whose new_group() asks the default group (2.15 does), or "
-            "backend=\"gloo\" for this group" % (ranks, torch.__version__))
+            "part in registering the group with kolo, but %s; or use backend=\"gloo\" for "
+            "this group" % (ranks, why))
     return KoloProcessGroup(opts.group_rank, opts.group_size, set_id, group_name)
 
 
