@@ -1,7 +1,8 @@
 """A hang, run under kolorun: rank 1 skips an allreduce that every other rank enters and
 goes on to a barrier (with --ddp: skips a DDP backward pass, whose bucket allreduce the
-others then wait for, and the error names the bucket). With init_process_group(timeout=4 s), kolo's stall shutdown ends
-both, on every rank, with an error naming the missing ranks, instead of a silent hang.
+others then wait for, and the error names the bucket). With
+init_process_group(timeout=4 s), kolo's stall shutdown ends both, on every rank, with an
+error naming the missing ranks, instead of a silent hang.
 Every rank checks its own message and prints "rank R: hang reported"; exits 1 otherwise."""
 import datetime
 import re

@@ -10,15 +10,16 @@ so one kolo build serves every PyTorch that has the extension points used here
 
 How it fits together:
  - every operation is enqueued on kolo's background thread at once and returns a ``Work``;
-   one completion thread per process waits on kolo's handles in the order they were
-   started and completes the Work's future (DDP's reducer and its comm hooks wait on
-   futures, never on the Work);
+   one thread per process waits on kolo's handles in the order they were started and
+   marks each Work done, a second completes the Works' futures (DDP's reducer and its
+   comm hooks wait on futures, never on the Work), see _Completer;
  - names: kolo pairs operations across ranks by name. The k-th allreduce of a backward
    pass is ``ddp.bucket<k>.<dtype>x<numel>`` (DDP launches its buckets in bucket order, on
    every rank the same), stable from step to step so that kolo's response cache serves
-   it, and what the stall inspector and the timeline show; operations started by future
-   callbacks are numbered in the completion order; everything else is left to kolo's
-   own numbering of unnamed operations, which records the user's line for its errors;
+   it, and what the stall inspector and the timeline show; an operation started in a
+   future's callback is named after that future's operation (``<name>.then<j>``),
+   whichever thread runs the callback; everything else is left to kolo's own numbering
+   of unnamed operations, which records the user's line for its errors;
  - ``dist.new_group(ranks)`` becomes a kolo process set. kolo registers a set with every
    rank taking part, and PyTorch (where it has the hook) asks the default process group
    for new groups on every rank, members or not; there the set is registered.
