@@ -10,9 +10,9 @@ so one kolo build serves every PyTorch that has the extension points used here
 
 How it fits together:
  - every operation is enqueued on kolo's background thread at once and returns a ``Work``;
-   one thread per process waits on kolo's handles in the order they were started and
-   marks each Work done, a second completes the Works' futures (DDP's reducer and its
-   comm hooks wait on futures, never on the Work), see _Completer;
+   a pool of threads waits on kolo's handles, marks each Work done and completes its
+   future (DDP's reducer and its comm hooks wait on futures, never on the Work), see
+   _Completer;
  - names: kolo pairs operations across ranks by name. The k-th allreduce of a backward
    pass is ``ddp.bucket<k>.<dtype>x<numel>`` (DDP launches its buckets in bucket order, on
    every rank the same), stable from step to step so that kolo's response cache serves
@@ -24,11 +24,13 @@ How it fits together:
    rank taking part, and PyTorch (where it has the hook) asks the default process group
    for new groups on every rank, members or not; there the set is registered.
 """
+import concurrent.futures
 import datetime
 import os
 import queue
 import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -173,16 +175,29 @@ def _in_context(work, callback):
 
 
 class _KoloFuture(torch.futures.Future):
-    """The future of a KoloWork: its callbacks run with the work as the parent of the
-    operations they start, and wait() completes it in the waiting thread when kolo has
-    finished but the completion thread is busy (e.g. in another callback that waits)."""
+    """The future of a KoloWork, and of every then() chained on it. Callbacks run with the
+    work as the parent of the operations they start, whichever thread runs them (the
+    futures thread, or the caller's when the future is already done), so those operations
+    get the same names on every rank. wait() completes the work's future in the waiting
+    thread when kolo has finished but the futures thread is busy (e.g. in a callback
+    that waits)."""
 
     def __init__(self, work):
         super().__init__()
         self._work = work
 
     def then(self, callback):
-        return super().then(_in_context(self._work, callback))
+        child = _KoloFuture(self._work)
+
+        def run(fut):
+            try:
+                result = callback(fut)
+            except Exception as e:  # noqa: B902  (the chained future carries it)
+                child.set_exception(e)
+            else:
+                child.set_result(result)
+        super().add_done_callback(_in_context(self._work, run))
+        return child
 
     def add_done_callback(self, callback):
         return super().add_done_callback(_in_context(self._work, callback))
@@ -232,10 +247,14 @@ class KoloWork(dist._Work):
         self._kolo_done.set()
 
     def _complete_future(self):
+        """Completes the future once, in whichever thread comes first; returns once it is
+        done (PyTorch marks a future done before it runs its callbacks)."""
         with self._lock:
-            if self._future_claimed:
-                return
-            self._future_claimed = True
+            claimed, self._future_claimed = self._future_claimed, True
+        if claimed:
+            while not self._future.done():  # another thread is completing it right now
+                time.sleep(0.0001)
+            return
         if self._error is None:
             self._future.set_result(self._result)
         else:
@@ -258,7 +277,7 @@ class KoloWork(dist._Work):
             # error set from Python is only a value there: a future chained by then() holds
             # a real error (its callback raises it).
             if self._cpp_future is None:
-                self._cpp_future = self._future.then(_value)
+                self._cpp_future = torch.futures.Future.then(self._future, _value)
             return self._cpp_future
         return self._future
 
@@ -277,43 +296,36 @@ class KoloWork(dist._Work):
 
 
 class _Completer:
-    """Two threads: one waits on kolo's handles in the order they were started (the order
-    every rank executes them in) and marks each Work done; the other then completes the
-    Works' futures, running their callbacks, so that a callback that blocks does not stop
-    kolo's completions from being seen."""
+    """A pool of threads, each waiting on one kolo handle, then marking its Work done and
+    completing its future (running the future's callbacks). Not one thread in the order
+    the handles were started: operations started from callbacks (PowerSGD's) reach kolo in
+    different orders on different ranks, and a callback may block until another
+    collective finishes, so no handle may wait behind another. A thread is made only when
+    all are busy."""
+
+    # Handles waited on at once; past it, new ones wait for a free thread.
+    MAX_THREADS = 64
 
     def __init__(self):
-        self._handles = queue.SimpleQueue()
-        self._futures = queue.SimpleQueue()
-        self._threads = []
+        self._pool = None
         self._lock = threading.Lock()
 
     def submit(self, handle, finish, work):
         with self._lock:
-            if not all(t.is_alive() for t in self._threads) or not self._threads:
-                self._threads = [
-                    threading.Thread(target=self._wait_kolo, name="kolo-c10d-wait",
-                                     daemon=True),
-                    threading.Thread(target=self._complete, name="kolo-c10d-futures",
-                                     daemon=True)]
-                for t in self._threads:
-                    t.start()
-        self._handles.put((handle, finish, work))
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.MAX_THREADS, thread_name_prefix="kolo-c10d")
+        self._pool.submit(self._run, handle, finish, work)
 
-    def _wait_kolo(self):
-        while True:
-            handle, finish, work = self._handles.get()
-            try:
-                result = finish(_core.wait(handle))
-            except BaseException as e:  # noqa: B902  (every error belongs to the Work)
-                work._finish(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
-            else:
-                work._finish(result, None)
-            self._futures.put(work)
-
-    def _complete(self):
-        while True:
-            self._futures.get()._complete_future()
+    @staticmethod
+    def _run(handle, finish, work):
+        try:
+            result = finish(_core.wait(handle))
+        except BaseException as e:  # noqa: B902  (every error belongs to the Work)
+            work._finish(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
+        else:
+            work._finish(result, None)
+        work._complete_future()
 
 
 _completer = _Completer()
