@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kolo/status.h"
+#include "nccl_api.h"
 
 namespace kolo {
 
@@ -18,11 +19,12 @@ inline Status CudaStatus(cudaError_t e, const char* call) {
   return Status::Internal(std::string(call) + " failed: " + cudaGetErrorString(e));
 }
 
-// `comm`, when given, adds NCCL's last error message for it.
+// `comm`, when given, adds NCCL's last error message for it. NCCL is loaded
+// (nccl_api.h) before any call that can fail.
 inline Status NcclStatus(ncclResult_t r, const char* call, ncclComm_t comm = nullptr) {
   if (r == ncclSuccess) return Status::OK();
-  std::string m = std::string(call) + " failed: " + ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
+  std::string m = std::string(call) + " failed: " + Nccl().GetErrorString(r);
+  const char* last = Nccl().GetLastError(comm);
   if (last != nullptr && *last != '\0') m += " (" + std::string(last) + ")";
   return Status::Internal(m);
 }

@@ -14,20 +14,37 @@
 namespace kolo {
 namespace {
 
-// NCCL refuses two ranks of one communicator on one GPU; say so first,
-// naming them, on every rank (the check's data is the same everywhere).
-Status CheckOneGpuPerRank(MPI_Comm mpi, int device, int size) {
+// Whether every rank of `mpi` can make its communicator, said on every rank
+// (the check's data is the same everywhere, so no rank goes on to wait in
+// ncclCommInitRank for one that stopped): each loaded NCCL (`nccl`) and knows
+// its GPU, and no two ranks share a GPU, which NCCL refuses; the message
+// names them.
+Status CheckEveryRankReady(MPI_Comm mpi, int device, int size, const Status& nccl) {
   struct Who {
     char host[64];
     char bus[32];
+    int ok;  // NCCL loaded and the GPU's bus id known
   };
   Who me{};
   gethostname(me.host, sizeof(me.host) - 1);
-  KOLO_CUDA(cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), device));
+  Status mine = nccl;
+  if (mine.ok()) {
+    mine =
+        CudaStatus(cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), device), "cudaDeviceGetPCIBusId");
+  }
+  me.ok = mine.ok() ? 1 : 0;
   std::vector<Who> all(size);
   KOLO_RETURN_IF_ERROR(
       MpiStatus(MPI_Allgather(&me, sizeof(Who), MPI_BYTE, all.data(), sizeof(Who), MPI_BYTE, mpi),
                 "MPI_Allgather"));
+  KOLO_RETURN_IF_ERROR(mine);
+  for (int i = 0; i < size; ++i) {
+    if (!all[i].ok) {
+      return Status::PreconditionFailed("rank " + std::to_string(i) +
+                                        " of this process set (host " + all[i].host +
+                                        ") cannot use NCCL or its GPU; its error names why");
+    }
+  }
   for (int i = 0; i < size; ++i) {
     for (int j = i + 1; j < size; ++j) {
       if (std::strcmp(all[i].host, all[j].host) != 0 || std::strcmp(all[i].bus, all[j].bus) != 0) {
@@ -53,12 +70,12 @@ Status InitComm(MPI_Comm mpi, int device, NcclComm* out) {
     int ok;
     ncclUniqueId id;
   } msg{};
-  if (rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
+  if (rank == 0) msg.ok = Nccl().GetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
   KOLO_RETURN_IF_ERROR(
       MpiStatus(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi), "MPI_Bcast(ncclUniqueId)"));
   if (!msg.ok) return Status::Internal("ncclGetUniqueId failed on the set's rank 0");
   DeviceGuard guard(device);
-  return NcclStatus(ncclCommInitRank(out->out(), size, msg.id, rank), "ncclCommInitRank");
+  return NcclStatus(Nccl().CommInitRank(out->out(), size, msg.id, rank), "ncclCommInitRank");
 }
 
 }  // namespace
@@ -66,17 +83,17 @@ Status InitComm(MPI_Comm mpi, int device, NcclComm* out) {
 NcclComm::~NcclComm() {
   if (comm_ == nullptr) return;
   if (broken_) {
-    ncclCommAbort(comm_);
+    Nccl().CommAbort(comm_);
   } else {
     // Flush what was issued (blocking communicator: returns when quiescent),
     // then free the local resources.
-    ncclCommFinalize(comm_);
-    ncclCommDestroy(comm_);
+    Nccl().CommFinalize(comm_);
+    Nccl().CommDestroy(comm_);
   }
 }
 
 void NcclComm::Abort() {
-  if (comm_ != nullptr && !broken_) ncclCommAbort(comm_);
+  if (comm_ != nullptr && !broken_) Nccl().CommAbort(comm_);
   comm_ = nullptr;
   broken_ = true;
 }
@@ -86,7 +103,7 @@ Status CommState::CheckAsyncErrors() {
   for (NcclComm* comm : {&flat, &local, &cross}) {
     if (!*comm) continue;
     ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm->get(), &async);
+    ncclResult_t r = Nccl().CommGetAsyncError(comm->get(), &async);
     if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
     Status why = NcclStatus(r != ncclSuccess ? r : async, "NCCL (asynchronous error)", comm->get());
     broken = why.message() + "; the NCCL communicator was aborted, restart the job";
@@ -108,7 +125,8 @@ Result<std::shared_ptr<CommState>> NcclComms::Get(MPI_Comm mpi, int device) {
   auto c = std::make_shared<CommState>();
   MPI_Comm_rank(mpi, &c->rank);
   MPI_Comm_size(mpi, &c->size);
-  KOLO_RETURN_IF_ERROR(CheckOneGpuPerRank(mpi, device, c->size));
+  // NCCL is loaded by the first communicator (nccl_api.h), on every rank.
+  KOLO_RETURN_IF_ERROR(CheckEveryRankReady(mpi, device, c->size, LoadNccl().status()));
   KOLO_RETURN_IF_ERROR(InitComm(mpi, device, &c->flat));
   if (hierarchical_) {
     std::string why_not;
