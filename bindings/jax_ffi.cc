@@ -8,8 +8,18 @@
 // allreduce normally runs in place on XLA's buffer. The handler blocks until
 // the collective finishes: kolo.jax threads JAX's ordered-effect token
 // through every collective, so every rank runs them in program order.
+//
+// Before the leaves, the handler checks that the ranks' trees agree, as
+// kolo.jax does for every collective (_structured in kolo/jax/__init__.py):
+// a zero-size allreduce whose shape carries a digest of the tree's signature
+// (each leaf's path, dtype and shape), and on a mismatch an allgather of the
+// signatures, so the error names the first leaf that differs. Done here
+// rather than in a Python callback before the call, it costs one small
+// negotiation instead of ~3 ms of callback per step (ResNet-50, np=2).
 #include "jax_ffi.h"
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,9 +79,94 @@ Result<TensorView> View(const ffi::AnyBuffer& buffer, size_t index) {
                     kCpuDevice};
 }
 
+std::vector<std::string_view> Lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    size_t end = text.find('\n');
+    lines.push_back(text.substr(0, end));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return lines;
+}
+
+// The first leaf whose signature line is not the same on every rank, in
+// words (kolo.jax's _first_difference), or "" when all agree.
+std::string FirstDifference(const std::vector<std::vector<std::string_view>>& every) {
+  size_t leaves = 0;
+  for (const auto& lines : every) leaves = std::max(leaves, lines.size());
+  for (size_t i = 0; i < leaves; ++i) {
+    bool same = true;
+    for (const auto& lines : every) {
+      same &= i < lines.size() && i < every[0].size() && lines[i] == every[0][i];
+    }
+    if (same) continue;
+    std::string details;
+    for (size_t r = 0; r < every.size(); ++r) {
+      if (r > 0) details += "; ";
+      details += "rank " + std::to_string(r) + ": " +
+                 (i < every[r].size() ? std::string(every[r][i]) : "(no leaf)");
+    }
+    return "the first leaf that differs is number " + std::to_string(i) + ": " + details;
+  }
+  return "";
+}
+
+// Every rank's signature text, in rank order of the set.
+Result<std::vector<std::string>> GatherSignatures(Runtime& runtime, std::string_view signature,
+                                                  int32_t process_set) {
+  int64_t size = static_cast<int64_t>(signature.size());
+  std::vector<uint8_t> bytes(signature.begin(), signature.end());
+  bytes.resize(std::max<size_t>(bytes.size(), 1));
+  CollectiveOptions options;
+  options.process_set = process_set;
+  Result<Handle> handle = runtime.EnqueueGroupedAllgather(
+      {TensorView{&size, DataType::kInt64, {1}, kCpuDevice},
+       TensorView{bytes.data(), DataType::kUInt8, {size}, kCpuDevice}},
+      options);
+  if (!handle.ok()) return handle.status();
+  WorkResult result;
+  KOLO_RETURN_IF_ERROR(runtime.Wait(handle.value(), &result));
+  const WorkResult& sizes = result.parts.at(0);
+  const WorkResult& text = result.parts.at(1);
+  std::vector<std::string> every;
+  size_t offset = 0;
+  for (size_t r = 0; r * sizeof(int64_t) < sizes.data.size(); ++r) {
+    int64_t n = 0;
+    std::memcpy(&n, sizes.data.data() + r * sizeof(int64_t), sizeof(n));
+    every.emplace_back(reinterpret_cast<const char*>(text.data.data()) + offset,
+                       static_cast<size_t>(n));
+    offset += static_cast<size_t>(n);
+  }
+  return every;
+}
+
+// OK when every rank of the set sent a tree with the same signature.
+Status CheckTrees(Runtime& runtime, const AllreduceOptions& group, int32_t digest,
+                  std::string_view signature) {
+  AllreduceOptions options = group;
+  if (!options.name.empty()) options.name += ".tree";
+  options.op = ReduceOp::kSum;
+  options.prescale_factor = options.postscale_factor = 1.0;
+  uint8_t unused = 0;
+  TensorView sentinel{&unused, DataType::kUInt8, {0, digest}, kCpuDevice};
+  Result<Handle> handle = runtime.EnqueueAllreduce(sentinel, sentinel, options);
+  if (!handle.ok()) return handle.status();
+  Status checked = runtime.Wait(handle.value());
+  if (checked.ok() || checked.message().find("ismatch") == std::string::npos) return checked;
+  Result<std::vector<std::string>> every = GatherSignatures(runtime, signature, group.process_set);
+  if (!every.ok()) return checked;
+  std::vector<std::vector<std::string_view>> lines;
+  for (const std::string& text : every.value()) lines.push_back(Lines(text));
+  std::string difference = FirstDifference(lines);
+  if (difference.empty()) return checked;
+  return Status(checked.code(), "allreduce: mismatched trees across the ranks: " + difference);
+}
+
 ffi::Error Allreduce(ffi::Token, ffi::RemainingArgs args, ffi::Result<ffi::Token>,
                      ffi::RemainingRets rets, std::string_view name, std::string_view call_site,
-                     int32_t op, double prescale, double postscale, int32_t process_set) {
+                     int32_t op, double prescale, double postscale, int32_t process_set,
+                     int32_t tree_digest, std::string_view tree) {
   Runtime* runtime = RunningRuntime();
   if (runtime == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
@@ -101,6 +196,8 @@ ffi::Error Allreduce(ffi::Token, ffi::RemainingArgs args, ffi::Result<ffi::Token
   options.prescale_factor = prescale;
   options.postscale_factor = postscale;
   options.process_set = process_set;
+  Status trees = CheckTrees(*runtime, options, tree_digest, tree);
+  if (!trees.ok()) return ToFfi(trees);
   Result<Handle> handle = runtime->EnqueueGroupedAllreduce(in, out, options);
   if (!handle.ok()) return ToFfi(handle.status());
   Status done = runtime->Wait(handle.value());
@@ -121,7 +218,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KoloJaxAllreduce, Allreduce,
                                   .Attr<int32_t>("op")
                                   .Attr<double>("prescale")
                                   .Attr<double>("postscale")
-                                  .Attr<int32_t>("process_set"));
+                                  .Attr<int32_t>("process_set")
+                                  .Attr<int32_t>("tree_digest")
+                                  .Attr<std::string_view>("tree"));
 
 void* JaxAllreduceHandler() { return reinterpret_cast<void*>(KoloJaxAllreduce); }
 

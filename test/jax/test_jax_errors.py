@@ -79,6 +79,17 @@ def test_mismatched_tree_structure_inside_jit_raises_on_every_rank():
     assert _names_a_differing_path(str(err)), str(err)
 
 
+def test_mismatched_leaf_count_inside_jit_raises_on_every_rank():
+    # The in-place path checks the trees in XLA's FFI handler: one leaf more on the last
+    # rank fails every rank, naming it, instead of a group member the others never send.
+    f = jax.jit(lambda t: kj.allreduce(t, op=kj.Sum))
+    tree = {"a": jnp.ones(2), "b": [jnp.ones(3)] * (2 if R == N - 1 else 1)}
+    err, every = _outcome(lambda: f(tree))
+    _raised_the_same_everywhere(err, every, JIT_ERRORS + STRUCTURE_ERRORS)
+    assert "mismatched trees" in str(err) and "['b'][1]" in str(err), str(err)
+    assert "(no leaf)" in str(err), str(err)
+
+
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_a_string_leaf_is_a_type_error_naming_its_path(jit):
     tree = {"a": jnp.ones(2), "b": {"c": [jnp.ones(1), "hello"]}}

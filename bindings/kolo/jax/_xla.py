@@ -44,7 +44,8 @@ def _abstract_eval(*avals, **params):
     return avals, {_OrderedIOEffect}
 
 
-def _lowering(ctx, *leaves, name, call_site, op, prescale, postscale, process_set):
+def _lowering(ctx, *leaves, name, call_site, op, prescale, postscale, process_set, tree_digest,
+              tree):
     token = ctx.tokens_in.get(_OrderedIOEffect)
     with_token = dataclasses.replace(ctx, avals_in=[_jcore.abstract_token, *ctx.avals_in],
                                      avals_out=[_jcore.abstract_token, *ctx.avals_out])
@@ -53,7 +54,7 @@ def _lowering(ctx, *leaves, name, call_site, op, prescale, postscale, process_se
         "kolo_allreduce", has_side_effect=True, operand_output_aliases=aliases)(
             with_token, token, *leaves, name=name, call_site=call_site, op=np.int32(op),
             prescale=np.float64(prescale), postscale=np.float64(postscale),
-            process_set=np.int32(process_set))
+            process_set=np.int32(process_set), tree_digest=np.int32(tree_digest), tree=tree)
     token, *results = call.results
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(_mlir.TokenSet({_OrderedIOEffect: token})))
     return results
@@ -67,8 +68,11 @@ if available:
     _mlir.register_lowering(allreduce_p, _lowering, platform="cpu")
 
 
-def allreduce(leaves, name, op, prescale, postscale, set_id):
-    """The allreduce of traced leaves on the CPU, in place on XLA's buffers."""
+def allreduce(leaves, name, op, prescale, postscale, set_id, tree_digest, tree):
+    """The allreduce of traced leaves on the CPU, in place on XLA's buffers. First the
+    handler checks that the ranks' trees agree: ``tree_digest`` (1..65521) goes out as the
+    shape of a zero-size allreduce, and on a mismatch ``tree``, one line per leaf ("path
+    dtype shape"), names the first leaf that differs."""
     return allreduce_p.bind(*leaves, name=name or "", call_site="" if name else _core.call_site(),
                             op=int(op), prescale=float(prescale), postscale=float(postscale),
-                            process_set=int(set_id))
+                            process_set=int(set_id), tree_digest=int(tree_digest), tree=tree)
