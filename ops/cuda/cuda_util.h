@@ -30,7 +30,11 @@ inline Status NcclStatus(ncclResult_t r, const char* call, ncclComm_t comm = nul
 }
 
 #define KOLO_CUDA(call) KOLO_RETURN_IF_ERROR(::kolo::CudaStatus((call), #call))
-#define KOLO_NCCL(call, comm) KOLO_RETURN_IF_ERROR(::kolo::NcclStatus((call), #call, comm))
+// KOLO_NCCL(comm, AllReduce, args...) calls ncclAllReduce(args...) through
+// the loaded library and returns "ncclAllReduce failed: ..." on an error.
+#define KOLO_NCCL(comm, function, ...) \
+  KOLO_RETURN_IF_ERROR(                \
+      ::kolo::NcclStatus(::kolo::Nccl().function(__VA_ARGS__), "nccl" #function, comm))
 
 // Makes `device` current for a scope and restores the caller's device.
 class DeviceGuard {

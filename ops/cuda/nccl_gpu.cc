@@ -150,14 +150,14 @@ Result<AllreduceBuffer> StageAllreduce(DeviceState& d, const CommState& c,
 Status AllreduceInPlace(const CommState& c, char* buffer, int64_t count, ncclDataType_t type,
                         ncclRedOp_t op, size_t elem, cudaStream_t s) {
   if (!c.hierarchical()) {
-    KOLO_NCCL(Nccl().AllReduce(buffer, buffer, count, type, op, c.flat.get(), s), c.flat.get());
+    KOLO_NCCL(c.flat.get(), AllReduce, buffer, buffer, count, type, op, c.flat.get(), s);
     return Status::OK();
   }
   const int64_t block = count / c.local_size;
   char* mine = buffer + c.local_rank * block * elem;
-  KOLO_NCCL(Nccl().ReduceScatter(buffer, mine, block, type, op, c.local.get(), s), c.local.get());
-  KOLO_NCCL(Nccl().AllReduce(mine, mine, block, type, op, c.cross.get(), s), c.cross.get());
-  KOLO_NCCL(Nccl().AllGather(mine, buffer, block, type, c.local.get(), s), c.local.get());
+  KOLO_NCCL(c.local.get(), ReduceScatter, buffer, mine, block, type, op, c.local.get(), s);
+  KOLO_NCCL(c.cross.get(), AllReduce, mine, mine, block, type, op, c.cross.get(), s);
+  KOLO_NCCL(c.local.get(), AllGather, mine, buffer, block, type, c.local.get(), s);
   return Status::OK();
 }
 
@@ -230,9 +230,8 @@ class NcclGpu : public Gpu {
     DeviceGuard guard(device);
     KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
     auto& [d, c, s] = l;
-    KOLO_NCCL(
-        Nccl().Broadcast(tensor.output, tensor.output, bytes, ncclUint8, root, c->flat.get(), s),
-        c->flat.get());
+    KOLO_NCCL(c->flat.get(), Broadcast, tensor.output, tensor.output, bytes, ncclUint8, root,
+              c->flat.get(), s);
     return Finish(*d, std::move(c));
   }
 
@@ -246,12 +245,12 @@ class NcclGpu : public Gpu {
     const bool even = std::all_of(recv_bytes.begin(), recv_bytes.end(),
                                   [&](int64_t b) { return b == recv_bytes[0]; });
     if (even) {
-      KOLO_NCCL(Nccl().AllGather(tensor.input, dst, send_bytes, ncclUint8, c->flat.get(), s),
-                c->flat.get());
+      KOLO_NCCL(c->flat.get(), AllGather, tensor.input, dst, send_bytes, ncclUint8, c->flat.get(),
+                s);
     } else {
       // Different first dimensions: one broadcast per rank, in one group.
       const std::vector<int64_t> off = Offsets(recv_bytes);
-      KOLO_NCCL(Nccl().GroupStart(), nullptr);
+      KOLO_NCCL(nullptr, GroupStart);
       for (int r = 0; r < c->size; ++r) {
         if (recv_bytes[r] == 0) continue;
         const void* src = r == c->rank ? tensor.input : dst + off[r];
@@ -262,7 +261,7 @@ class NcclGpu : public Gpu {
           return NcclStatus(res, "ncclBroadcast", c->flat.get());
         }
       }
-      KOLO_NCCL(Nccl().GroupEnd(), c->flat.get());
+      KOLO_NCCL(c->flat.get(), GroupEnd);
     }
     return Finish(*d, std::move(c));
   }
@@ -277,7 +276,7 @@ class NcclGpu : public Gpu {
     const char* src = static_cast<const char*>(tensor.input);
     char* dst = static_cast<char*>(out->data.get());
     const std::vector<int64_t> soff = Offsets(send_bytes), roff = Offsets(recv_bytes);
-    KOLO_NCCL(Nccl().GroupStart(), nullptr);
+    KOLO_NCCL(nullptr, GroupStart);
     for (int p = 0; p < c->size; ++p) {
       ncclResult_t res = ncclSuccess;
       if (send_bytes[p] > 0) {
@@ -291,7 +290,7 @@ class NcclGpu : public Gpu {
         return NcclStatus(res, "ncclSend/ncclRecv", c->flat.get());
       }
     }
-    KOLO_NCCL(Nccl().GroupEnd(), c->flat.get());
+    KOLO_NCCL(c->flat.get(), GroupEnd);
     return Finish(*d, std::move(c));
   }
 
@@ -314,12 +313,11 @@ class NcclGpu : public Gpu {
     const bool even =
         std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts[0]; });
     if (even) {
-      KOLO_NCCL(Nccl().ReduceScatter(send, dst, mine, type, nccl_op, c->flat.get(), s),
-                c->flat.get());
+      KOLO_NCCL(c->flat.get(), ReduceScatter, send, dst, mine, type, nccl_op, c->flat.get(), s);
     } else {
       // Uneven blocks: one reduce per block to its owner, in one group.
       const std::vector<int64_t> off = Offsets(counts);
-      KOLO_NCCL(Nccl().GroupStart(), nullptr);
+      KOLO_NCCL(nullptr, GroupStart);
       for (int r = 0; r < c->size; ++r) {
         if (counts[r] == 0) continue;
         char* block = send + off[r] * elem;
@@ -330,7 +328,7 @@ class NcclGpu : public Gpu {
           return NcclStatus(res, "ncclReduce", c->flat.get());
         }
       }
-      KOLO_NCCL(Nccl().GroupEnd(), c->flat.get());
+      KOLO_NCCL(c->flat.get(), GroupEnd);
     }
     if (postscale != 1.0) KOLO_CUDA(BatchedCopy({CopyJob{dst, dst, mine}}, dtype, postscale, s));
     return Finish(*d, std::move(c));

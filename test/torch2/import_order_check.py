@@ -6,6 +6,8 @@ failed with "undefined symbol: ncclCommResume" after `import kolo.tensorflow`.
 
 Run under kolorun at np=2; prints "import order: OK" on every rank.
 """
+import os
+
 import numpy as np
 
 
@@ -29,8 +31,10 @@ import kolo.torch as kt  # noqa: E402
 x = torch.full((3,), float(kt.rank()))
 assert kt.allreduce(x, op=kt.Sum, name="after_torch").tolist() == [1.0] * 3
 nccl = nccl_mapped()
-# Whatever NCCL the process has now is PyTorch's own (its CUDA wheels bring one), never kolo's.
-assert all("site-packages" in path for path in nccl), nccl
+# Whatever NCCL the process has now is PyTorch's own (its CUDA wheels bring one, beside torch
+# in the same site-packages), never the one kolo was built against.
+site = os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__)))
+assert all(os.path.realpath(path).startswith(site) for path in nccl), (site, nccl)
 print("import order: OK rank %d torch %s nccl %s" % (kt.rank(), torch.__version__, nccl or "-"),
       flush=True)
 kn.shutdown()
