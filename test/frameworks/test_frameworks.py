@@ -18,6 +18,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import warnings
 
 import pytest
 
@@ -79,6 +80,27 @@ def reports(stdout, tag):
     return seen
 
 
+# What libstdc++ prints when torch's gloo teardown aborts a rank (see run_to_the_end).
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_to_the_end(argv, timeout, tag, env=None):
+    """run(), once more when the first run failed only in PyTorch's gloo teardown.
+
+    Seen once in CI on torch 2.15 (and never in 40 runs here, with and without kolorun):
+    every rank had printed its report after training, then one rank aborted in
+    destroy_process_group() or at exit with TEARDOWN_ABORT, which is no part of kolo's
+    launch. That run is reported as a warning and the script is run again; the second
+    run must pass, and any other failure fails at once."""
+    r = run(argv, timeout, env=env)
+    if r.returncode != 0 and len(reports(r.stdout, tag)) == NP and TEARDOWN_ABORT in r.stdout + r.stderr:
+        warnings.warn("every rank finished and reported, then a rank aborted in PyTorch's "
+                      "gloo teardown (%r); running the script again:\n%s"
+                      % (TEARDOWN_ABORT, r.stderr[-2000:]))
+        r = run(argv, timeout, env=env)
+    return r
+
+
 def one_process_reference(python, script, tag, timeout, env=None):
     """The script as one process on the whole batch (RANK=0, WORLD_SIZE=1)."""
     one = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
@@ -127,8 +149,9 @@ DDP_SCRIPT = os.path.join(HERE, "ddp_train.py")
 @pytest.mark.parametrize("which", ["venv", "debian"])
 def test_ddp_script_unchanged_on_two_hosts(which):
     python = require(VENV_PYTHON if which == "venv" else DEBIAN_PYTHON, "torch")
-    r = run([KOLORUN, "-np", str(NP), "-H", "127.0.0.1:2,127.0.0.2:2",
-             "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, python, DDP_SCRIPT], timeout=120)
+    r = run_to_the_end([KOLORUN, "-np", str(NP), "-H", "127.0.0.1:2,127.0.0.2:2",
+                        "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, python, DDP_SCRIPT],
+                       timeout=120, tag="DDP")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     seen = reports(r.stdout, "DDP")
     check_two_host_ranks(seen, r.stdout)
@@ -191,10 +214,10 @@ def test_deepspeed_init_distributed_and_zero1_on_two_hosts(tmp_path):
     ssh_log = tmp_path / "ssh.log"
     # -p 2222 as in a GPT-NeoX container; the ssh stand-in records what it was given.
     # The first run on a machine also builds DeepSpeed's shared-memory op (about 45 s).
-    r = run([KOLORUN, "--hostfile", str(hostfile), "-p", "2222",
-             "--mpi-args", "--mca plm_rsh_agent " + RECORDING_SSH,
-             "-x", "DS_ACCELERATOR=cpu", python, DEEPSPEED_SCRIPT], timeout=240,
-            env={"KOLO_SSH_LOG": str(ssh_log)})
+    r = run_to_the_end([KOLORUN, "--hostfile", str(hostfile), "-p", "2222",
+                        "--mpi-args", "--mca plm_rsh_agent " + RECORDING_SSH,
+                        "-x", "DS_ACCELERATOR=cpu", python, DEEPSPEED_SCRIPT], timeout=240,
+                       tag="DEEPSPEED", env={"KOLO_SSH_LOG": str(ssh_log)})
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     calls = ssh_log.read_text().splitlines()
     assert calls and all(c.startswith("-p 2222 127.0.0.2 ") for c in calls), calls
