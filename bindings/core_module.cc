@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kolo/runtime.h"
+#include "tree_signature.h"
 #ifdef KOLO_HAVE_XLA_FFI
 #include "jax_ffi.h"
 #endif
@@ -384,6 +385,9 @@ PYBIND11_MODULE(_core, m) {
   // The Python line that called an unnamed collective (kolo.jax records it
   // when tracing, for the collectives XLA runs later).
   m.def("call_site", &CallSite);
+  // kolo.jax's tree check: every rank's signature text in, the first
+  // differing leaf in words out (tree_signature.h).
+  m.def("first_difference", &FirstDifference);
 #ifdef KOLO_HAVE_XLA_FFI
   // XLA FFI handlers for kolo.jax inside jit (jax.ffi.register_ffi_target).
   m.attr("xla_ffi_handlers") =

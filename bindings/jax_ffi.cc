@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kolo/runtime.h"
+#include "tree_signature.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace kolo {
@@ -79,39 +80,6 @@ Result<TensorView> View(const ffi::AnyBuffer& buffer, size_t index) {
                     kCpuDevice};
 }
 
-std::vector<std::string_view> Lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    size_t end = text.find('\n');
-    lines.push_back(text.substr(0, end));
-    if (end == std::string_view::npos) break;
-    text.remove_prefix(end + 1);
-  }
-  return lines;
-}
-
-// The first leaf whose signature line is not the same on every rank, in
-// words (kolo.jax's _first_difference), or "" when all agree.
-std::string FirstDifference(const std::vector<std::vector<std::string_view>>& every) {
-  size_t leaves = 0;
-  for (const auto& lines : every) leaves = std::max(leaves, lines.size());
-  for (size_t i = 0; i < leaves; ++i) {
-    bool same = true;
-    for (const auto& lines : every) {
-      same &= i < lines.size() && i < every[0].size() && lines[i] == every[0][i];
-    }
-    if (same) continue;
-    std::string details;
-    for (size_t r = 0; r < every.size(); ++r) {
-      if (r > 0) details += "; ";
-      details += "rank " + std::to_string(r) + ": " +
-                 (i < every[r].size() ? std::string(every[r][i]) : "(no leaf)");
-    }
-    return "the first leaf that differs is number " + std::to_string(i) + ": " + details;
-  }
-  return "";
-}
-
 // Every rank's signature text, in rank order of the set.
 Result<std::vector<std::string>> GatherSignatures(Runtime& runtime, std::string_view signature,
                                                   int32_t process_set) {
@@ -156,9 +124,7 @@ Status CheckTrees(Runtime& runtime, const AllreduceOptions& group, int32_t diges
   if (checked.ok() || checked.message().find("ismatch") == std::string::npos) return checked;
   Result<std::vector<std::string>> every = GatherSignatures(runtime, signature, group.process_set);
   if (!every.ok()) return checked;
-  std::vector<std::vector<std::string_view>> lines;
-  for (const std::string& text : every.value()) lines.push_back(Lines(text));
-  std::string difference = FirstDifference(lines);
+  std::string difference = FirstDifference(every.value());
   if (difference.empty()) return checked;
   return Status(checked.code(), "allreduce: mismatched trees across the ranks: " + difference);
 }

@@ -130,6 +130,12 @@ def _signature(leaves, paths, gathered):
             for p, x in zip(paths, leaves)]
 
 
+def _signature_text(signature):
+    """The signature as one line per leaf, "path dtype shape": what ranks exchange when
+    their trees differ, for _core.first_difference."""
+    return "\n".join("%s %s %s" % leaf for leaf in signature)
+
+
 def _sentinel(signature):
     """A zero-size array whose shape carries a digest of the tree's signature."""
     digest = zlib.crc32(repr(signature).encode()) % 65521 + 1
@@ -153,24 +159,14 @@ def _structured(kernel, signature, what, set_id, name):
         except KoloInternalError as e:
             if "ismatch" not in str(e):
                 raise
-            difference = _first_difference(_allgather_object_in_set(signature, set_id))
+            difference = _core.first_difference(
+                _allgather_object_in_set(_signature_text(signature), set_id))
             if not difference:
                 raise
             raise KoloInternalError("%s: mismatched trees across the ranks: %s" % (
                 what, difference)) from None
         return kernel(arrays)
     return run
-
-
-def _first_difference(every):
-    for i in range(max(len(s) for s in every)):
-        seen = {s[i] if i < len(s) else None for s in every}
-        if len(seen) > 1:
-            details = "; ".join("rank %d: %s" % (r, "%s %s %s" % s[i] if i < len(s)
-                                                  else "(no leaf)")
-                                for r, s in enumerate(every))
-            return "the first leaf that differs is number %d: %s" % (i, details)
-    return ""
 
 
 def _after_dispatched_collectives():
@@ -214,7 +210,7 @@ def _allreduce_leaves(cfg, *leaves):
         # reduces the leaves in place.
         return tuple(_xla.allreduce(leaves, name, op, pre, post, set_id,
                                     _sentinel(signature).shape[1],
-                                    "\n".join("%s %s %s" % leaf for leaf in signature)))
+                                    _signature_text(signature)))
     kernel = _structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
                          signature, "allreduce", set_id, name)
     return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
