@@ -28,12 +28,9 @@ Status Resolve(void* handle, NcclApi* api) {
   KOLO_NCCL_FUNCTIONS(KOLO_NCCL_RESOLVE)
 #undef KOLO_NCCL_RESOLVE
   if (missing.empty()) return Status::OK();
-  return Status::PreconditionFailed(
-      "the NCCL library " + api->path + " lacks " + missing + ", which kolo (built against NCCL " +
-      std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
-      std::to_string(NCCL_PATCH) +
-      ") calls: it is too old. Install a newer NCCL, or put a newer libnccl.so.2 first on "
-      "LD_LIBRARY_PATH");
+  return Status::PreconditionFailed("it lacks " + missing + ", which kolo (built against NCCL " +
+                                    std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) +
+                                    "." + std::to_string(NCCL_PATCH) + ") calls: too old");
 }
 
 // NCCL once loaded (or why not). Process-wide like the library it holds:
@@ -44,9 +41,10 @@ struct Loaded {
 };
 
 Loaded Load() {
-  Loaded out;
   // The soname first: the NCCL already in the process (the framework's) or
-  // the dynamic linker's; then the library kolo was built against.
+  // the dynamic linker's; then the library kolo was built against, also when
+  // the first lacks a function kolo calls (loaded by its path, it is a
+  // library of its own beside an older one of the same soname).
   std::vector<std::string> candidates = {"libnccl.so.2"};
 #ifdef KOLO_NCCL_BUILD_PATH
   candidates.push_back(KOLO_NCCL_BUILD_PATH);
@@ -59,17 +57,23 @@ Loaded Load() {
       tried += "\n  " + name + ": " + (why != nullptr ? why : "not found");
       continue;
     }
+    Loaded out;
     out.api.path = PathOf(handle, name);
     out.status = Resolve(handle, &out.api);
-    if (out.status.ok() && out.api.GetVersion(&out.api.version) != ncclSuccess) {
-      out.api.version = 0;
+    if (!out.status.ok()) {
+      tried += "\n  " + out.api.path + ": " + out.status.message();
+      dlclose(handle);
+      continue;
     }
+    if (out.api.GetVersion(&out.api.version) != ncclSuccess) out.api.version = 0;
     return out;
   }
+  Loaded out;
   out.status = Status::PreconditionFailed(
-      "kolo found no NCCL library for a collective on the GPU; it tried:" + tried +
-      "\nInstall NCCL (it comes with PyTorch's CUDA wheels and with the CUDA toolkit's NCCL "
-      "package), or put the directory of libnccl.so.2 on LD_LIBRARY_PATH");
+      "kolo found no NCCL library it can use for a collective on the GPU; it tried:" + tried +
+      "\nInstall NCCL 2.14 or newer (it comes with PyTorch's CUDA wheels and with the CUDA "
+      "toolkit's NCCL package), or put the directory of such a libnccl.so.2 first on "
+      "LD_LIBRARY_PATH");
   return out;
 }
 
