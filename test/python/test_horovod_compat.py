@@ -86,7 +86,7 @@ HOROVOD_SIGNATURES = {
     "init": "comm=None, process_sets=None",
     "start_timeline": "file_path, mark_cycles=False",
     "broadcast_parameters": "params, root_rank",
-    "broadcast_optimizer_state": "optimizer, root_rank",
+    "broadcast_optimizer_state": "optimizer, root_rank, model=None",
     "broadcast_object": "obj, root_rank=0, name=None, " + _GPS,
     "add_process_set": "process_set",
     "remove_process_set": "process_set",
@@ -301,24 +301,18 @@ def test_join_returns_the_last_rank_to_join_on_every_rank():
         assert hvd.allgather(torch.tensor([got])).tolist() == [last] * N
 
 
-def test_join_accepts_the_cpu_and_checks_a_cuda_device_before_joining():
-    for device in (-1, "cpu", torch.device("cpu")):
+def test_join_accepts_any_device_and_refuses_what_is_not_one_before_joining():
+    # A CUDA device needs no GPU: kolo's zeros follow each allreduce's device, and Horovod's
+    # tests call join(hvd.local_rank()) on machines without one.
+    for device in (-1, "cpu", torch.device("cpu"), 0, R, "cuda:99"):
         assert type(hvd.join(device=device)) is int
     # Refused on every rank before it joins, so no rank is left waiting in a join.
     with pytest.raises(ValueError, match=r"join\(device=-2\): device must be -1"):
         hvd.join(device=-2)
-    with pytest.raises(ValueError, match=r"join\(device='cuda:99'\)"):
-        hvd.join(device="cuda:99")
     with pytest.raises(ValueError, match=r"join\(device='tpu'\): not a device"):
         hvd.join(device="tpu")
     with pytest.raises(TypeError, match="device must be"):
         hvd.join(device=1.5)
-    if _core.gpu_count() == 0:  # this machine (or build) cannot serve CUDA device 0
-        with pytest.raises(ValueError, match=r"join\(device=0\): this (kolo build has no GPU "
-                                             r"support|process sees 0 CUDA device)"):
-            hvd.join(device=0)
-    else:
-        assert type(hvd.join(device=0)) is int
     assert hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item() == N  # all still in step
 
 

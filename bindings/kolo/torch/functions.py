@@ -30,14 +30,40 @@ def broadcast_parameters(params, root_rank):
         _ops.synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def _initialize_state(optimizer, model):
+    """Horovod's set-up of an optimizer that has not stepped yet: every parameter that
+    requires a gradient gets a zero gradient (sparse for SparseAdam, and for SGD on a sparse
+    embedding of ``model``) and the wrapped optimizer steps once, without any collective, so
+    that its state (momentum buffers, step counts) exists on every rank and can be
+    broadcast. The zero gradients stay, as in Horovod."""
+    sparse = set()
+    if model is not None:
+        sparse = {id(p) for m in model.modules()
+                  if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = p.data.new(p.size()).zero_()
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    wrapper = getattr(optimizer, "_kolo_wrapper", None)  # a DistributedOptimizer
+    if wrapper is not None:
+        super(wrapper, optimizer).step()  # the user's optimizer, without the allreduces
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Makes every rank's optimizer state equal to ``root_rank``'s: its whole
     ``state_dict()`` (tensors, scalars such as ``step``, None entries, hyperparameters of
-    every param group) is broadcast as one object and loaded on the other ranks. Parameters
-    without state on the root (frozen, unused, never stepped) end without state
-    everywhere."""
+    every param group) is broadcast as one object and loaded on the other ranks. An
+    optimizer without any state yet is first stepped once with zero gradients, as Horovod
+    does (``model``, optional, names the sparse embeddings whose gradients are sparse)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if len(optimizer.state_dict()["state"]) == 0:
+        _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict(), root_rank,
                              name="broadcast_optimizer_state")
     if _ops.rank() != root_rank:

@@ -366,9 +366,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _check_tensor(tensor, "alltoall input")
     if splits is None:
         split_list = []
+    elif isinstance(splits, torch.Tensor):
+        # As Horovod: a tensor of splits must hold int32 (a float tensor's values would be
+        # truncated differently on each rank, pairing one rank's valid call with another's
+        # error); a list is converted.
+        if splits.dtype != torch.int32 or splits.dim() > 1:
+            raise ValueError("alltoall expects splits to be a 1-D tensor of 32-bit integers "
+                             "(torch.int32), got a %d-D %s tensor" % (splits.dim(), splits.dtype))
+        split_list = splits.tolist()
     else:
-        raw = splits.tolist() if isinstance(splits, torch.Tensor) else splits
-        split_list = [int(s) for s in raw]
+        split_list = [int(s) for s in splits]
     data, dtype, shape, device = _view(tensor)
     h = _core.alltoall_async(data, dtype, shape, device, split_list, name or "",
                              _set_id(process_set), _stream(tensor))
