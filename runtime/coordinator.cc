@@ -156,22 +156,28 @@ void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
 }
 
 void Coordinator::Add(const Request& request, Clock::time_point now) {
-  if (request.process_set != process_set_ && table_.count(request.name) == 0) {
+  const std::string key = PairingKey(request);
+  if (request.process_set != process_set_ && table_.count(key) == 0) {
     return;  // an answer to a MISSING response for a tensor decided since
   }
-  auto [it, inserted] = table_.try_emplace(request.name);
-  Entry& entry = it->second;
+  auto [it, inserted] = table_.try_emplace(key);
+  if (inserted) arrival_order_.push_back(key);
+  AddTo(it->second, request, inserted, now, arrivals_++);
+}
+
+void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted,
+                        Clock::time_point now, uint64_t order) {
   if (inserted) {
     entry.first = request;
     entry.submitted = RankBits(size_);
     entry.first_seen = now;
     if (request.op == OpType::kAllgather) entry.dim0.assign(size_, 0);
-    arrival_order_.push_back(request.name);
   } else if (entry.submitted.Test(request.rank)) {
     return;  // a rank never has one name pending twice; ignore a duplicate
   } else {
     Compare(entry, request);
   }
+  if (request.unnamed()) entry.arrivals.push_back({request, order, now});
   entry.submitted.Set(request.rank);
   ++entry.count;
   if (request.op == OpType::kAllgather && !request.shape.empty() &&
@@ -197,12 +203,13 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
       if ((bits[i / 64] >> (i % 64)) & 1u) holders.Or(ranks);
     }
     if (holders.Empty()) continue;
-    auto it = table_.find(q.name);
+    auto it = table_.find(PairingKey(q));
     Request as_first = q;
     if (it != table_.end()) as_first.rank = it->second.first.rank;
-    if (it == table_.end() || !(it->second.first == as_first)) {
+    if (it == table_.end() || q.unnamed() || !(it->second.first == as_first)) {
       // Not the common case (rank 0's request is not the entry's first, or
-      // differs from it): add request by request, which compares each.
+      // differs from it, or it is unnamed and every request of it is kept):
+      // add request by request, which compares each.
       for (int r = 0; r < size_; ++r) {
         if (!holders.Test(r)) continue;
         Request copy = q;
@@ -224,22 +231,15 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
 // Records the first way `r` disagrees with the entry's first request.
 void Coordinator::Compare(Entry& entry, const Request& r) {
   const Request& f = entry.first;
-  std::string what = Disagreement(f, r);
-  // Unnamed collectives pair up by call order; a pair of calls from different
-  // places is two different collectives of ranks that are out of step, even
-  // when they agree otherwise (they would mix up data).
+  // Unnamed collectives pair up by call order; a call from another place is
+  // another collective of a rank that is out of step, even when it agrees
+  // otherwise (pairing them would mix up data): Resync sorts them out.
   if (f.unnamed() && r.unnamed() && !f.call_site.empty() && !r.call_site.empty() &&
       f.call_site != r.call_site) {
-    if (entry.other_site_rank < 0) {
-      entry.other_site_rank = r.rank;
-      entry.other_site = r.call_site;
-    }
-    if (what.empty()) {
-      what = "Mismatched call sites for unnamed " + Describe(f) + ": rank " +
-             std::to_string(f.rank) + " called it at " + f.call_site + " but rank " +
-             std::to_string(r.rank) + " at " + r.call_site + ".";
-    }
+    entry.sites_differ = true;
+    return;
   }
+  std::string what = Disagreement(f, r);
   if (what.empty()) return;
   if (entry.mismatch.empty()) entry.mismatch = what;
   entry.disagreeing.push_back(r.rank);
@@ -253,14 +253,6 @@ std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
   return JoinInts(ranks);
 }
 
-std::string Coordinator::OutOfStepNote() const {
-  return "the ranks' unnamed collectives are out of step (did an exception on one rank skip a "
-         "collective?): kolo cancels the unnamed collectives pending on process set " +
-         std::to_string(process_set_) +
-         " and refuses new ones until every rank calls barrier(). Name your collectives "
-         "(name=...) so that they pair by name.";
-}
-
 Response Coordinator::Decide(const std::string& name, Entry& entry) {
   const Request& f = entry.first;
   Response resp;
@@ -268,22 +260,15 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
   if (!entry.mismatch.empty()) {
     resp.op = OpType::kError;
     resp.error = entry.mismatch;
+    if (f.unnamed()) {  // ranks that disagree may have named it differently
+      resp.unnamed_epoch = f.unnamed_epoch;
+      resp.unnamed_from = f.unnamed_index;
+    }
     if (entry.disagreeing.size() > 1) {
       std::vector<int> d = entry.disagreeing;
       std::sort(d.begin(), d.end());
       resp.error +=
           " Ranks that differ from rank " + std::to_string(f.rank) + ": " + JoinInts(d) + ".";
-    }
-    if (entry.other_site_rank >= 0) {
-      // The call-site mismatch message names the sites already.
-      const bool said = entry.mismatch.rfind("Mismatched call sites", 0) == 0;
-      resp.error += " Unnamed collectives pair up by the order in which each rank calls them, " +
-                    (said ? std::string("so these are different collectives: ")
-                          : "and rank " + std::to_string(f.rank) + " called it at " + f.call_site +
-                                " but rank " + std::to_string(entry.other_site_rank) + " at " +
-                                entry.other_site + ": ") +
-                    OutOfStepNote();
-      resp.cancel_unnamed_epoch = f.unnamed_epoch;
     }
     return resp;
   }
@@ -320,16 +305,13 @@ void Coordinator::Emit(Response response, const Request& request, std::vector<Re
   }
   Group& g = groups_[request.group];
   g.size = request.group_size;
-  g.unnamed_epoch = request.unnamed_epoch;
   if (response.op == OpType::kError && g.error.empty()) g.error = response.error;
-  g.cancel_unnamed_epoch = std::max(g.cancel_unnamed_epoch, response.cancel_unnamed_epoch);
   g.decided.push_back(std::move(response));
   if (static_cast<int>(g.decided.size()) < g.size) return;
   for (Response& r : g.decided) {
     if (!g.error.empty()) {
       r.op = OpType::kError;
       r.error = "Group '" + request.group + "' failed: " + g.error;
-      r.cancel_unnamed_epoch = g.cancel_unnamed_epoch;
     }
     out->push_back(std::move(r));
   }
@@ -338,27 +320,29 @@ void Coordinator::Emit(Response response, const Request& request, std::vector<Re
 
 CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
   CoordinatorOutcome outcome;
-  std::vector<std::string> still_pending;
-  still_pending.reserve(arrival_order_.size());
-  for (const std::string& name : arrival_order_) {
-    auto it = table_.find(name);
+  bool barrier = false;
+  // Resync may take requests out of entries later in this order, or erase them.
+  const std::vector<std::string> order = arrival_order_;
+  for (const std::string& key : order) {
+    auto it = table_.find(key);
+    if (it == table_.end()) continue;
     Entry& entry = it->second;
     // Joined ranks count as present (they reduce zeros).
     const int present =
         entry.count + (joined_count_ > 0 ? entry.submitted.CountMissing(joined_) : 0);
-    if (present < size_) {
-      still_pending.push_back(name);
+    if (present < size_) continue;
+    if (entry.sites_differ) {
+      Resync(entry, &outcome);
       continue;
     }
+    if (entry.first.unnamed()) left_.clear();  // the ranks are in step again
     Request first = entry.first;
-    Emit(Decide(name, entry), first, &outcome.responses);
+    Response response = Decide(first.name, entry);
+    barrier |= response.op == OpType::kBarrier;
+    Emit(std::move(response), first, &outcome.responses);
     table_.erase(it);
   }
-  arrival_order_ = std::move(still_pending);
   CheckStalls(now, &outcome);
-  int64_t cancel = -1;
-  for (const Response& r : outcome.responses) cancel = std::max(cancel, r.cancel_unnamed_epoch);
-  if (cancel >= 0) ForgetUnnamed(cancel);
   if (joined_count_ == size_) {
     Response join;
     join.op = OpType::kJoin;
@@ -368,15 +352,24 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
     joined_.Clear();
     joined_count_ = 0;
     last_joined_ = -1;
+    barrier = true;
   }
+  if (barrier) ResyncAfterBarrier(&outcome.responses);
+  std::vector<std::string> still_pending;
+  still_pending.reserve(arrival_order_.size());
+  for (const std::string& key : arrival_order_) {
+    if (table_.count(key)) still_pending.push_back(key);
+  }
+  arrival_order_ = std::move(still_pending);
   return outcome;
 }
 
 void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome) {
   if (stall_.check_seconds <= 0 && stall_.shutdown_seconds <= 0) return;
-  std::vector<std::string> still_pending;
-  for (const std::string& name : arrival_order_) {
-    auto it = table_.find(name);
+  const std::vector<std::string> order = arrival_order_;
+  for (const std::string& key : order) {
+    auto it = table_.find(key);
+    if (it == table_.end()) continue;
     Entry& e = it->second;
     const double age = std::chrono::duration<double>(now - e.first_seen).count();
     const bool shutdown_due = stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds;
@@ -384,7 +377,6 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
         stall_.check_seconds > 0 && age >= stall_.check_seconds &&
         (!e.warned ||
          std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
-    if (!shutdown_due) still_pending.push_back(name);
     if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
     const std::string detail =
         Describe(e.first) +
@@ -393,16 +385,25 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
         RanksWhere(e, false);
     const std::string waited = Num(std::round(age * 10) / 10);
     if (shutdown_due) {
+      std::string error = "Stalled for " + waited + " s: " + detail +
+                          "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
+                          " ended it. All ranks must submit the same tensors.";
+      if (e.first.unnamed()) {
+        // Those ranks called a collective that the others skipped: they number
+        // their next unnamed one like this one, which the others still await.
+        error += " It was unnamed: rank(s) " + RanksWhere(e, true) +
+                 " number their next unnamed collective like this one, so that it pairs with "
+                 "the other ranks' next one. Name your collectives (name=...) to pair them by "
+                 "name.";
+        Request first = e.first;
+        RankBits ranks = e.submitted;
+        EmitResync(first, ranks, std::move(error), &outcome->responses);
+        continue;
+      }
       Response err;
       err.op = OpType::kError;
-      err.names = {name};
-      err.error = "Stalled for " + waited + " s: " + detail +
-                  "; KOLO_STALL_SHUTDOWN_TIME_SECONDS=" + Num(stall_.shutdown_seconds) +
-                  " ended it. All ranks must submit the same tensors.";
-      if (e.first.unnamed()) {
-        err.error += " It was unnamed, so " + OutOfStepNote();
-        err.cancel_unnamed_epoch = e.first.unnamed_epoch;
-      }
+      err.names = {e.first.name};
+      err.error = std::move(error);
       Request first = e.first;
       Emit(std::move(err), first, &outcome->responses);
       table_.erase(it);
@@ -411,7 +412,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
     if (!e.warned) {
       Response missing;
       missing.op = OpType::kMissing;
-      missing.names = {name};
+      missing.names = {e.first.name};
       for (int r = 0; r < size_; ++r) {
         if (!e.submitted.Test(r)) missing.ranks.push_back(r);
       }
@@ -423,23 +424,137 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
                                 " s). Those ranks may be slower, stuck, or taking a "
                                 "different code path.");
   }
-  arrival_order_ = std::move(still_pending);
 }
 
-void Coordinator::ForgetUnnamed(int64_t epoch) {
-  auto doomed = [epoch](int64_t e) { return e >= 0 && e <= epoch; };
-  std::vector<std::string> kept;
-  for (const std::string& name : arrival_order_) {
-    auto it = table_.find(name);
-    if (doomed(it->second.first.unnamed_epoch)) {
-      table_.erase(it);
-    } else {
-      kept.push_back(name);
-    }
+namespace {
+
+// The ranks of `bits`, as "0, 2".
+std::string RankList(const RankBits& bits, int size) {
+  std::vector<int> ranks;
+  for (int r = 0; r < size; ++r) {
+    if (bits.Test(r)) ranks.push_back(r);
   }
-  arrival_order_ = std::move(kept);
-  for (auto it = groups_.begin(); it != groups_.end();) {
-    it = doomed(it->second.unnamed_epoch) ? groups_.erase(it) : std::next(it);
+  return JoinInts(ranks);
+}
+
+}  // namespace
+
+void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
+  // The places the ranks called number n from (a request without a place
+  // counts as from the first one), their ranks, and when each was last called.
+  struct Place {
+    const Request* first;
+    RankBits ranks;
+    uint64_t last = 0;
+  };
+  std::vector<Place> places;
+  for (const Entry::Arrival& a : entry.arrivals) {
+    const std::string& site =
+        a.request.call_site.empty() ? entry.first.call_site : a.request.call_site;
+    auto p = std::find_if(places.begin(), places.end(),
+                          [&](const Place& q) { return q.first->call_site == site; });
+    if (p == places.end()) p = places.insert(places.end(), {&a.request, RankBits(size_), 0});
+    p->ranks.Set(a.request.rank);
+    p->last = std::max(p->last, a.order);
+  }
+  // Behind: a place that another rank already left. Of the others, the place
+  // called last is the ranks' current one.
+  auto behind = [&](const Place& p) {
+    auto it = left_.find(p.first->call_site);
+    return it != left_.end() && p.ranks.CountMissing(it->second) > 0;
+  };
+  const bool known = std::any_of(places.begin(), places.end(), [&](const Place& p) {
+    return !behind(p);
+  });
+  const Place* kept = nullptr;
+  for (const Place& p : places) {
+    if (known && behind(p)) continue;
+    if (kept == nullptr || p.last > kept->last) kept = &p;
+  }
+  RankBits stale(size_);
+  std::string where;
+  for (const Place& p : places) {
+    if (&p == kept) continue;
+    stale.Or(p.ranks);
+    left_.try_emplace(p.first->call_site, size_).first->second.Or(p.ranks);
+    where += std::string(where.empty() ? "" : "; ") + "rank(s) " + RankList(p.ranks, size_) +
+             " called " + Describe(*p.first) + " at " + p.first->call_site;
+  }
+  const Request& k = *kept->first;
+  const Place& behind_first = kept == &places.front() ? places[1] : places.front();
+  const Request resync_for = *behind_first.first;  // copied: EmitResync rebuilds the entry
+  std::string error =
+      "Unnamed collectives out of step on process set " + std::to_string(process_set_) + ": " +
+      where + ", but rank(s) " + RankList(kept->ranks, size_) + " called their unnamed collective " +
+      "of that number (" + Describe(k) + ") at " + k.call_site +
+      ". Unnamed collectives pair up by the order in which each rank calls them, so an "
+      "exception on some rank skipped a collective that the others called. kolo cancelled it "
+      "(nothing was exchanged) on rank(s) " +
+      RankList(stale, size_) + ", which number their next unnamed collective like it, so that it " +
+      "pairs with the collective rank(s) " + RankList(kept->ranks, size_) +
+      " wait in. Name your collectives (name=...) to pair them by name.";
+  outcome->warnings.push_back(error);
+  EmitResync(resync_for, stale, std::move(error), &outcome->responses);
+}
+
+void Coordinator::EmitResync(const Request& first, const RankBits& ranks, std::string error,
+                             std::vector<Response>* out) {
+  Response resync;
+  resync.op = OpType::kResync;
+  resync.names = {first.name};
+  resync.error = std::move(error);
+  resync.unnamed_epoch = first.unnamed_epoch;
+  resync.unnamed_from = first.unnamed_index;
+  for (int r = 0; r < size_; ++r) {
+    if (ranks.Test(r)) resync.ranks.push_back(r);
+  }
+  out->push_back(std::move(resync));
+  // Those ranks drop their collectives numbered from here on: so do their
+  // requests here. What the other ranks sent stays, as if the dropped
+  // requests had never come.
+  for (auto it = table_.begin(); it != table_.end();) {
+    const Request& f = it->second.first;
+    if (!f.unnamed() || f.unnamed_epoch != first.unnamed_epoch ||
+        f.unnamed_index < first.unnamed_index) {
+      ++it;
+      continue;
+    }
+    std::vector<Entry::Arrival> kept;
+    for (Entry::Arrival& a : it->second.arrivals) {
+      if (!ranks.Test(a.request.rank)) kept.push_back(std::move(a));
+    }
+    if (kept.empty()) {
+      groups_.erase(f.group);
+      it = table_.erase(it);
+      continue;
+    }
+    // Rebuilt from the requests that stay, as if the others had never come.
+    it->second = Entry();
+    for (size_t i = 0; i < kept.size(); ++i) {
+      AddTo(it->second, kept[i].request, i == 0, kept[i].at, kept[i].order);
+    }
+    ++it;
+  }
+}
+
+void Coordinator::ResyncAfterBarrier(std::vector<Response>* out) {
+  // Every rank numbers its unnamed collectives afresh after a barrier, so a
+  // pending one can never meet the ranks that have not called it.
+  left_.clear();
+  for (const std::string& key : arrival_order_) {
+    auto it = table_.find(key);
+    if (it == table_.end() || !it->second.first.unnamed()) continue;
+    const Entry& e = it->second;
+    std::string error = "Cancelled: every rank passed a barrier() or join() while unnamed " +
+                        Describe(e.first) +
+                        (e.first.call_site.empty() ? "" : " (called at " + e.first.call_site + ")") +
+                        " waited on rank(s) " + RanksWhere(e, true) + " for rank(s) " +
+                        RanksWhere(e, false) +
+                        ", which never called it (an exception there skipped it?). Unnamed "
+                        "collectives are numbered afresh after a barrier or join.";
+    Request first = e.first;
+    RankBits ranks = e.submitted;
+    EmitResync(first, ranks, std::move(error), out);
   }
 }
 

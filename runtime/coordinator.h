@@ -15,12 +15,19 @@
 //      names the ranks that have not sent it. A missing rank that holds the
 //      same name on another process set answers with a request naming that
 //      set, and the tensor then fails with a process-set mismatch.
-//   3. Unnamed collectives pair up by call order ("<op>.noname.<n>"). When
-//      ranks call one from different places, or one stalls past the shutdown
-//      time, the ranks are out of step: its ERROR
-//      carries cancel_unnamed_epoch, every rank cancels its pending unnamed
-//      collectives of that epoch and earlier, and the coordinator forgets
-//      theirs. Ranks count afresh from their next barrier or join.
+//   3. Unnamed collectives pair up by their number in each rank's call order
+//      (PairingKey: epoch and number, whatever the collective), and only when
+//      the ranks called them from the same place (call site). When the ranks
+//      called number n from different places, an exception on some rank
+//      skipped a collective that the others called, and the ranks are out of
+//      step. The ranks at the place that is behind get a RESYNC: they fail
+//      their unnamed collectives numbered n and later and number their next
+//      one n again, so it meets the others' waiting one. Behind: a place that
+//      another rank has already left by a RESYNC since the ranks were last in
+//      step; failing that, every place but the one called last. An unnamed
+//      tensor that stalls out is a RESYNC of the ranks that sent it; a barrier
+//      or join that completes is one for every unnamed tensor still pending
+//      (ranks number afresh after it, in a new epoch).
 #pragma once
 
 #include <algorithm>
@@ -96,39 +103,56 @@ class Coordinator {
     int count = 0;                 // ranks in `submitted`
     std::string mismatch;          // the first disagreement found, empty if none
     std::vector<int> disagreeing;  // ranks that differ from `first`
-    // Unnamed: the first rank that called it from another place than `first`.
-    int other_site_rank = -1;
-    std::string other_site;
     std::vector<int64_t> dim0;  // allgather: dim 0 of every rank
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;
+    // Unnamed only: every request, in arrival order (a RESYNC takes some
+    // ranks' out again), and whether they came from more than one place.
+    struct Arrival {
+      Request request;
+      uint64_t order = 0;  // arrivals_ when it came
+      Clock::time_point at;
+    };
+    std::vector<Arrival> arrivals;
+    bool sites_differ = false;
   };
   struct Group {
     int size = 0;
     std::vector<Response> decided;
     std::string error;
-    int64_t cancel_unnamed_epoch = -1;
-    int64_t unnamed_epoch = -1;  // of its members' automatic names
   };
 
   void Add(const Request& request, Clock::time_point now);
+  // Adds `request` to `entry` (`inserted`: it is the entry's first).
+  void AddTo(Entry& entry, const Request& request, bool inserted, Clock::time_point now,
+             uint64_t order);
   void Compare(Entry& entry, const Request& request);
   Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
-  // What an out-of-step verdict adds to an error: what happened, what kolo does.
-  std::string OutOfStepNote() const;
-  // Forgets the unnamed tensors of `epoch` and earlier (every rank cancels them).
-  void ForgetUnnamed(int64_t epoch);
+  // Unnamed collective number n, called from different places: RESYNCs the
+  // ranks that are behind (see the protocol above).
+  void Resync(Entry& entry, CoordinatorOutcome* outcome);
+  // A RESYNC of `ranks` for the unnamed tensors numbered `first.unnamed_index`
+  // and later of `first`'s epoch: the response, and those ranks' requests
+  // taken out of the table.
+  void EmitResync(const Request& first, const RankBits& ranks, std::string error,
+                  std::vector<Response>* out);
+  // A barrier or join completed: RESYNCs every unnamed tensor still pending.
+  void ResyncAfterBarrier(std::vector<Response>* out);
   // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
   std::string RanksWhere(const Entry& entry, bool submitted) const;
 
   int size_;
   StallSettings stall_;
   int process_set_;
-  std::unordered_map<std::string, Entry> table_;
-  std::vector<std::string> arrival_order_;  // names in table_, first arrival first
+  std::unordered_map<std::string, Entry> table_;  // by PairingKey
+  std::vector<std::string> arrival_order_;        // keys in table_, first arrival first
+  uint64_t arrivals_ = 0;                          // requests added so far
+  // Unnamed collectives: the places that ranks left by a RESYNC since the
+  // ranks last paired one (a place that another rank has left is behind).
+  std::unordered_map<std::string, RankBits> left_;
   std::unordered_map<std::string, Group> groups_;
   RankBits joined_;
   int joined_count_ = 0;

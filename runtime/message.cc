@@ -1,5 +1,6 @@
 #include "message.h"
 
+#include <charconv>
 #include <cstring>
 
 #include "wire_generated.h"
@@ -45,7 +46,7 @@ class AlignedBytes {
 std::string ToString(const fb::String* s) { return s == nullptr ? std::string() : s->str(); }
 
 bool ValidEnums(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
-  return op <= static_cast<uint8_t>(OpType::kMissing) && dtype < kNumDataTypes &&
+  return op <= static_cast<uint8_t>(OpType::kResync) && dtype < kNumDataTypes &&
          reduce_op <= static_cast<uint8_t>(ReduceOp::kProduct);
 }
 
@@ -56,14 +57,15 @@ bool Request::operator==(const Request& o) const {
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && group == o.group && group_size == o.group_size &&
          ranks == o.ranks && process_set == o.process_set && unnamed_epoch == o.unnamed_epoch &&
-         call_site == o.call_site;
+         unnamed_index == o.unnamed_index && call_site == o.call_site;
 }
 
 bool Response::operator==(const Response& o) const {
   return op == o.op && names == o.names && error == o.error && dtype == o.dtype &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && sizes == o.sizes && value == o.value &&
-         ranks == o.ranks && cancel_unnamed_epoch == o.cancel_unnamed_epoch;
+         ranks == o.ranks && unnamed_epoch == o.unnamed_epoch &&
+         unnamed_from == o.unnamed_from;
 }
 
 std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
@@ -77,7 +79,7 @@ std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
         r.prescale, r.postscale, r.root, r.device, b.CreateString(r.group), r.group_size,
         b.CreateVector(r.ranks), r.process_set,
         r.call_site.empty() ? fb::Offset<fb::String>() : b.CreateString(r.call_site),
-        r.unnamed_epoch));
+        r.unnamed_epoch, r.unnamed_index));
   }
   b.Finish(wire::CreateRequestList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -92,7 +94,7 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
         b, static_cast<uint8_t>(r.op), b.CreateVectorOfStrings(r.names), b.CreateString(r.error),
         static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(r.reduce_op), r.prescale, r.postscale,
         r.root, r.device, b.CreateVector(r.sizes), r.value, b.CreateVector(r.ranks),
-        r.cancel_unnamed_epoch));
+        r.unnamed_epoch, r.unnamed_from));
   }
   b.Finish(wire::CreateResponseList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -144,8 +146,22 @@ uint64_t RequestDigest(const Request& r) {
   h.Values(r.ranks);
   h.Value(r.process_set);
   h.Value(r.unnamed_epoch);
+  h.Value(r.unnamed_index);
   h.String(r.call_site);
   return h.digest();
+}
+
+std::string PairingKey(const Request& r) {
+  if (!r.unnamed()) return r.name;
+  // A group's members are "<group>.<i>"; a lone collective pairs like member 0,
+  // so that a group and a lone collective of the same number meet (and differ).
+  int64_t member = 0;
+  if (!r.group.empty() && r.name.size() > r.group.size() + 1) {
+    const char* first = r.name.data() + r.group.size() + 1;
+    std::from_chars(first, r.name.data() + r.name.size(), member);
+  }
+  return "\x01" + std::to_string(r.unnamed_epoch) + "." + std::to_string(r.unnamed_index) + "." +
+         std::to_string(member);
 }
 
 std::vector<uint8_t> EncodeRequestMessage(const RequestMessage& m) {
@@ -224,6 +240,7 @@ Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
     r.process_set = w->process_set();
     r.call_site = ToString(w->call_site());
     r.unnamed_epoch = w->unnamed_epoch();
+    r.unnamed_index = w->unnamed_index();
     out.push_back(std::move(r));
   }
   return out;
@@ -260,7 +277,8 @@ Result<std::vector<Response>> DecodeResponses(const uint8_t* raw, size_t size) {
     r.sizes = ToVector(w->sizes());
     r.value = w->value();
     r.ranks = ToVector(w->ranks());
-    r.cancel_unnamed_epoch = w->cancel_unnamed_epoch();
+    r.unnamed_epoch = w->unnamed_epoch();
+    r.unnamed_from = w->unnamed_from();
     out.push_back(std::move(r));
   }
   return out;
@@ -290,6 +308,8 @@ const char* OpTypeName(OpType op) {
       return "error";
     case OpType::kMissing:
       return "missing";
+    case OpType::kResync:
+      return "resync";
   }
   return "unknown";
 }

@@ -26,6 +26,7 @@ enum class OpType : uint8_t {
   kRemoveProcessSet = 8,
   kError = 9,     // responses only
   kMissing = 10,  // responses only: the coordinator asks the ranks missing a tensor
+  kResync = 11,   // responses only: ranks whose unnamed collectives are out of step drop some
 };
 const char* OpTypeName(OpType op);
 
@@ -47,8 +48,10 @@ struct Request {
   // set than the one it travels on says "I have this tensor, but on that set".
   int32_t process_set = 0;
   // Unnamed collectives: the naming epoch their automatic name was counted in
-  // (a barrier or join starts a new one); -1 for a collective the caller named.
+  // (a completed barrier or join starts a new one) and their number in it, in
+  // the rank's call order; -1 for a collective the caller named.
   int64_t unnamed_epoch = -1;
+  int64_t unnamed_index = -1;
   // Where the caller made the call ("train.py:57 in step"), if it said; for an
   // unnamed collective it tells ranks that are out of step from a plain mismatch.
   std::string call_site;
@@ -72,12 +75,19 @@ struct Response {
   std::vector<int64_t> sizes;
   int32_t value = -1;          // join: last rank to join
   std::vector<int32_t> ranks;  // add/remove process set; missing: the ranks missing it
-  // kError, >= 0: the ranks' unnamed collectives are out of step; every rank
-  // cancels its pending unnamed collectives of this epoch and earlier.
-  int64_t cancel_unnamed_epoch = -1;
+  // kResync: the ranks in `ranks` fail (with `error`) their pending unnamed
+  // collectives of epoch `unnamed_epoch` numbered `unnamed_from` or later, and
+  // number their next one `unnamed_from` again.
+  int64_t unnamed_epoch = -1;
+  int64_t unnamed_from = -1;
 
   bool operator==(const Response& o) const;
 };
+
+// What pairs an unnamed request with other ranks' requests: its epoch, its
+// number and its place in a group, whatever its collective ("\x01e.n.i", which
+// no name a caller gives can equal). Its name for a named request.
+std::string PairingKey(const Request& request);
 
 // A digest of everything in a request but its rank: two requests with equal
 // digests ask for the same collective (FNV-1a over the fields, 64 bits; the

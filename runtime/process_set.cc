@@ -449,8 +449,11 @@ std::vector<TensorEntry> ProcessSet::TakeAll() {
   return out;
 }
 
-std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
-  auto doomed = [epoch](const Request& r) { return r.unnamed() && r.unnamed_epoch <= epoch; };
+std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch, int64_t from, int64_t last) {
+  auto doomed = [&](const Request& r) {
+    return r.unnamed() && r.unnamed_epoch == epoch && r.unnamed_index >= from &&
+           r.unnamed_index <= last;
+  };
   uncached_.erase(std::remove_if(uncached_.begin(), uncached_.end(), doomed), uncached_.end());
   std::vector<TensorEntry> out;
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -462,7 +465,7 @@ std::vector<TensorEntry> ProcessSet::TakeUnnamed(int64_t epoch) {
       hit = hit->second == it->first ? cache_hits_.erase(hit) : std::next(hit);
     }
     delivered_.erase(it->first);
-    // A group's members share their epoch: the whole group goes.
+    // A group's members share their number: the whole group goes.
     if (!it->second.request.group.empty()) arriving_groups_.erase(it->second.request.group);
     out.push_back(std::move(it->second));
     it = pending_.erase(it);

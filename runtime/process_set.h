@@ -3,6 +3,7 @@
 // its rank 0), and the negotiation round that decides what is ready everywhere.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,8 +73,10 @@ class ProcessSet {
   void Publish(std::vector<uint8_t> message) { to_publish_ = std::move(message); }
   // Fails every pending entry with `status` and forgets them.
   std::vector<TensorEntry> TakeAll();
-  // Removes and returns the pending unnamed entries of `epoch` and earlier.
-  std::vector<TensorEntry> TakeUnnamed(int64_t epoch);
+  // Removes and returns the pending unnamed entries of `epoch` numbered `from`
+  // to `last`.
+  std::vector<TensorEntry> TakeUnnamed(int64_t epoch, int64_t from,
+                                       int64_t last = std::numeric_limits<int64_t>::max());
 
  private:
   void Classify(TensorEntry& entry);

@@ -124,20 +124,18 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
                               const std::vector<TensorView>& outputs,
                               const std::function<void(TensorEntry&, size_t)>& fill = nullptr) {
   const bool grouped = inputs.size() > 1;
-  RuntimeImpl::AutoName base{options.name, -1};
-  if (base.name.empty()) {
-    base = impl.NextAutoName((grouped ? "grouped_" : "") + std::string(OpTypeName(op)),
-                             options.process_set);
-  }
+  const bool unnamed = options.name.empty();  // RuntimeImpl::Enqueue numbers it
   std::vector<TensorEntry> entries(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     TensorEntry& e = entries[i];
-    e.request = MakeRequest(op, grouped ? base.name + "." + std::to_string(i) : base.name,
+    e.request = MakeRequest(op,
+                            unnamed  ? std::string()
+                            : grouped ? options.name + "." + std::to_string(i)
+                                      : options.name,
                             inputs[i], options.process_set, rank_in_set);
-    e.request.unnamed_epoch = base.epoch;
-    if (base.epoch >= 0) e.request.call_site = options.call_site;
+    if (unnamed) e.request.call_site = options.call_site;
     if (grouped) {
-      e.request.group = base.name;
+      e.request.group = options.name;
       e.request.group_size = static_cast<int32_t>(inputs.size());
     }
     e.input = inputs[i];
@@ -146,7 +144,9 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
     e.stream = options.cuda_stream;
     if (fill) fill(e, i);
   }
-  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, impl.Enqueue(std::move(entries)));
+  KOLO_ASSIGN_OR_RETURN(
+      std::shared_ptr<Work> work,
+      impl.Enqueue(std::move(entries), (grouped ? "grouped_" : "") + std::string(OpTypeName(op))));
   return handles.Add(std::move(work));
 }
 
@@ -327,14 +327,12 @@ Result<Handle> Runtime::EnqueueBarrier(const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
   // One name for every barrier (one per set at a time), so that barriers pair
-  // up even when the ranks' unnamed collectives are out of step; and every rank
-  // counts its unnamed collectives afresh from here.
+  // up even when the ranks' unnamed collectives are out of step; once it
+  // completes, every rank numbers its unnamed collectives afresh.
   CollectiveOptions named = options;
   if (named.name.empty()) named.name = "barrier";
-  auto handle = EnqueueOne(*impl_, *handles_, OpType::kBarrier, named, set.value()->rank_in_set,
-                           TensorView{});
-  if (handle.ok()) impl_->RestartUnnamed(options.process_set);
-  return handle;
+  return EnqueueOne(*impl_, *handles_, OpType::kBarrier, named, set.value()->rank_in_set,
+                    TensorView{});
 }
 
 Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
@@ -342,10 +340,8 @@ Result<Handle> Runtime::EnqueueJoin(const CollectiveOptions& options) {
   if (!set.ok()) return set.status();
   CollectiveOptions named = options;
   named.name = "join";  // one join per set at a time
-  auto handle =
-      EnqueueOne(*impl_, *handles_, OpType::kJoin, named, set.value()->rank_in_set, TensorView{});
-  if (handle.ok()) impl_->RestartUnnamed(options.process_set);
-  return handle;
+  return EnqueueOne(*impl_, *handles_, OpType::kJoin, named, set.value()->rank_in_set,
+                    TensorView{});
 }
 
 Result<Handle> Runtime::EnqueueAddProcessSet(const std::vector<int>& ranks) {
@@ -377,6 +373,7 @@ Status Runtime::Wait(Handle handle, WorkResult* result) {
   KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, handles_->Find(handle));
   Status s = work->Wait(result);
   handles_->Release(handle);
+  impl_->Release(*work);
   return s;
 }
 
@@ -388,6 +385,7 @@ std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, Wo
   Status s;
   if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
   handles_->Release(handle);
+  impl_->Release(*work.value());
   return s;
 }
 

@@ -11,83 +11,79 @@
 
 namespace kolo {
 
-namespace {
-
-Status OutOfStep(int set, const std::string& why) {
-  return Status::PreconditionFailed(
-      "Unnamed collectives on process set " + std::to_string(set) +
-      " are refused until every rank calls barrier() (or join()): the ranks' unnamed "
-      "collectives went out of step when " +
-      why + ". Name your collectives (name=...) so that they pair by name.");
-}
-
-// The first sentence of a coordinator's error: what went wrong, without the advice.
-std::string FirstSentence(const std::string& text) {
-  size_t end = text.find(". ");
-  if (end == std::string::npos) end = text.size() - (!text.empty() && text.back() == '.');
-  return text.substr(0, end);
-}
-
-}  // namespace
-
-RuntimeImpl::AutoName RuntimeImpl::NextAutoName(const std::string& prefix, int set) {
-  MutexLock lock(&queue_mutex_);
-  UnnamedState& state = unnamed_[set];
-  int64_t n = state.counters[prefix]++;
-  AutoName out;
-  out.epoch = state.epoch;
-  out.name = prefix + ".noname." +
-             (state.epoch > 0 ? "e" + std::to_string(state.epoch) + "." : std::string()) +
-             std::to_string(n);
-  return out;
-}
-
 void RuntimeImpl::RestartUnnamed(int set) {
   MutexLock lock(&queue_mutex_);
   UnnamedState& state = unnamed_[set];
   ++state.epoch;
-  state.counters.clear();
-  state.out_of_step.clear();
+  state.next = 0;
 }
 
-void RuntimeImpl::CancelUnnamed(ProcessSet& set, const std::vector<Response>& responses) {
-  const Response* verdict = nullptr;
-  for (const Response& r : responses) {
-    if (r.op != OpType::kError || r.cancel_unnamed_epoch < 0) continue;
-    if (verdict == nullptr || r.cancel_unnamed_epoch > verdict->cancel_unnamed_epoch) verdict = &r;
-  }
-  if (verdict == nullptr) return;
+void RuntimeImpl::Resync(ProcessSet& set, const Response& r) {
+  if (std::find(r.ranks.begin(), r.ranks.end(), set.rank()) == r.ranks.end()) return;
   const int id = set.info().id;
-  const int64_t epoch = verdict->cancel_unnamed_epoch;
-  const std::string why =
-      "'" + verdict->names[0] + "' failed (" + FirstSentence(verdict->error) + ")";
+  const auto doomed = [&](const Request& q) {
+    return q.process_set == id && q.unnamed() && q.unnamed_epoch == r.unnamed_epoch &&
+           q.unnamed_index >= r.unnamed_from;
+  };
   std::vector<TensorEntry> cancelled;
   {
     MutexLock lock(&queue_mutex_);
     UnnamedState& state = unnamed_[id];
-    // A rank that already passed a later barrier is in step again.
-    if (state.epoch <= epoch && state.out_of_step.empty()) state.out_of_step = why;
-    auto doomed = std::stable_partition(queue_.begin(), queue_.end(), [&](const TensorEntry& e) {
-      return e.request.process_set != id || !e.request.unnamed() || e.request.unnamed_epoch > epoch;
-    });
-    for (auto it = doomed; it != queue_.end(); ++it) cancelled.push_back(std::move(*it));
-    queue_.erase(doomed, queue_.end());
+    // After a barrier the old epoch's numbers are gone already.
+    if (state.epoch == r.unnamed_epoch) state.next = r.unnamed_from;
+    auto split = std::stable_partition(queue_.begin(), queue_.end(),
+                                       [&](const TensorEntry& e) { return !doomed(e.request); });
+    for (auto it = split; it != queue_.end(); ++it) cancelled.push_back(std::move(*it));
+    queue_.erase(split, queue_.end());
   }
-  for (TensorEntry& e : set.TakeUnnamed(epoch)) cancelled.push_back(std::move(e));
-  const Status status =
-      Status::PreconditionFailed("Cancelled: the ranks' unnamed collectives on process set " +
-                                 std::to_string(id) + " went out of step when " + why +
-                                 ". Every rank's barrier() counts them afresh; name your "
-                                 "collectives (name=...) so that they pair by name.");
+  for (TensorEntry& e : set.TakeUnnamed(r.unnamed_epoch, r.unnamed_from)) {
+    cancelled.push_back(std::move(e));
+  }
+  const Status status = Status::PreconditionFailed(r.error);
   for (TensorEntry& e : cancelled) executor_->Finish(std::move(e), status);
 }
 
-Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
+namespace {
+
+// Names an unnamed operation's entries (the set's next number) and says which
+// names a named collective holds until its handle is waited for (barrier, join
+// and the process-set operations have fixed names and hold none).
+std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, const std::string& prefix,
+                                  int64_t epoch, int64_t* next) {
+  std::vector<HeldName> held;
+  if (!entries[0].request.name.empty()) {
+    if (entries[0].request.op > OpType::kReducescatter) return held;
+    for (const TensorEntry& e : entries) {
+      held.push_back({e.request.process_set, e.request.op, e.request.name});
+    }
+    return held;
+  }
+  const int64_t n = (*next)++;
+  const std::string base = prefix + ".noname." +
+                           (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) +
+                           std::to_string(n);
+  const bool grouped = entries.size() > 1;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Request& q = entries[i].request;
+    q.name = grouped ? base + "." + std::to_string(i) : base;
+    if (grouped) q.group = base;
+    q.unnamed_epoch = epoch;
+    q.unnamed_index = n;
+  }
+  return held;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries,
+                                                   const std::string& auto_prefix) {
   // Device tensors: checked, and their readiness recorded on the caller's
   // stream, here on the caller's thread.
   for (TensorEntry& e : entries) {
     if (e.input.device == kCpuDevice) continue;
-    const std::string what = std::string(OpTypeName(e.request.op)) + " of '" + e.request.name + "'";
+    const std::string what =
+        std::string(OpTypeName(e.request.op)) +
+        (e.request.name.empty() ? std::string(" (unnamed)") : " of '" + e.request.name + "'");
     Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
     if (!usable.ok()) return Status::InvalidArgument(what + ": " + usable.message());
     auto ready = gpu_->MarkReady(e.input.device, e.stream);
@@ -98,7 +94,9 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     }
     e.ready = std::move(ready).value();
   }
-  auto work = std::make_shared<Work>(static_cast<int>(entries.size()));
+  const int set = entries[0].request.process_set;
+  const OpType op = entries[0].request.op;
+  std::shared_ptr<Work> work;
   auto now = Clock::now();
   {
     MutexLock lock(&queue_mutex_);
@@ -107,29 +105,30 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
                                                           ? std::string(" (shutdown() was called)")
                                                           : " (" + stop_reason_ + ")"));
     }
+    auto& names = pending_names_[set];
+    auto& unwaited = unwaited_names_[set][op];
     for (size_t i = 0; i < entries.size(); ++i) {
-      const Request& request = entries[i].request;
-      if (request.unnamed()) {
-        // Refused while the set's unnamed collectives are out of step (also
-        // when named just before this rank learned it).
-        const UnnamedState& state = unnamed_[request.process_set];
-        if (!state.out_of_step.empty() && request.unnamed_epoch <= state.epoch) {
-          return OutOfStep(request.process_set, state.out_of_step);
-        }
-      }
-      auto& names = pending_names_[entries[i].request.process_set];
       const std::string& name = entries[i].request.name;
+      if (name.empty()) continue;  // numbered below, never taken
       bool repeated = false;
       for (size_t j = 0; j < i; ++j) repeated |= entries[j].request.name == name;
-      if (names.count(name) || repeated) {
+      const bool in_flight = names.count(name) || repeated;
+      if (in_flight || unwaited.count(name)) {
         return Status::InvalidArgument(
-            "a collective named '" + name +
-            "' is already pending on this rank; names must be "
-            "unique among operations in flight (wait for the first one, or use another name)");
+            "a collective named '" + name + "' is already pending on this rank" +
+            (in_flight ? std::string()
+                       : " (it finished, but its handle has not been synchronized yet)") +
+            "; names must be unique among operations in flight (synchronize the first one, or "
+            "use another name)");
       }
     }
+    // Numbered only once valid: a call refused on one rank does not count.
+    UnnamedState& state = unnamed_[set];
+    std::vector<HeldName> held = NameEntries(entries, auto_prefix, state.epoch, &state.next);
+    for (const HeldName& h : held) unwaited.insert(h.name);
+    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held));
     for (TensorEntry& e : entries) {
-      pending_names_[e.request.process_set].insert(e.request.name);
+      names.insert(e.request.name);
       e.work = work;
       e.enqueued = now;
       queue_.push_back(std::move(e));
@@ -137,6 +136,12 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
   }
   queue_cv_.Signal();
   return work;
+}
+
+void RuntimeImpl::Release(const Work& work) {
+  if (work.held_names().empty()) return;
+  MutexLock lock(&queue_mutex_);
+  for (const HeldName& h : work.held_names()) unwaited_names_[h.process_set][h.op].erase(h.name);
 }
 
 void RuntimeImpl::ForgetName(const TensorEntry& entry) {
@@ -229,7 +234,6 @@ bool RuntimeImpl::RunCycle() {
     if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
     if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     Dispatch(set, outcome.responses);
-    if (sets_.count(id)) CancelUnnamed(set, outcome.responses);
   }
   executor_->PollGpu();
   timeline_.Flush();
@@ -268,6 +272,12 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
           executor_->Finish(std::move(*e), Status::PreconditionFailed(r.error));
         }
       }
+      // An unnamed collective pairs by number: this rank's may have another name.
+      if (r.unnamed_from >= 0) {
+        for (TensorEntry& e : set.TakeUnnamed(r.unnamed_epoch, r.unnamed_from, r.unnamed_from)) {
+          executor_->Finish(std::move(e), Status::PreconditionFailed(r.error));
+        }
+      }
       return;
     case OpType::kMissing: {
       // The coordinator waits for this rank. Holding the name on another set
@@ -283,11 +293,16 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
       }
       return;
     }
+    case OpType::kResync:
+      Resync(set, r);
+      return;
     case OpType::kBarrier:
       // Negotiation already proved that every rank reached the barrier.
+      RestartUnnamed(set.info().id);
       finish(Status::OK());
       return;
     case OpType::kJoin: {
+      RestartUnnamed(set.info().id);
       WorkResult result;
       result.value = r.value;
       finish(Status::OK(), &result);

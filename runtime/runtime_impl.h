@@ -42,22 +42,15 @@ class RuntimeImpl {
 
   Result<std::shared_ptr<const ProcessSetInfo>> SetInfo(int id) const EXCLUDES(sets_mutex_);
 
-  // Validates, names and queues one or more entries sharing one Work.
-  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
-
-  // The automatic name of an unnamed collective on a set.
-  struct AutoName {
-    std::string name;
-    int64_t epoch = 0;
-  };
-  // The next automatic name on a set: "<prefix>.noname.<n>" (from the second
-  // epoch on "<prefix>.noname.e<k>.<n>"), counted per prefix. Enqueue refuses
-  // unnamed entries while the set is out of step (see CancelUnnamed).
-  AutoName NextAutoName(const std::string& prefix, int set) EXCLUDES(queue_mutex_);
-  // A barrier or join on `set`: every rank reaches it at the same point of its
-  // program, so unnamed collectives are counted afresh from here (a new epoch),
-  // and a set that was out of step is in step again.
-  void RestartUnnamed(int set) EXCLUDES(queue_mutex_);
+  // Validates, names and queues one or more entries sharing one Work. Entries
+  // without a name are unnamed: they get the set's next automatic name here,
+  // once valid, "<auto_prefix>.noname.<n>" (after the set's first barrier or
+  // join "<auto_prefix>.noname.e<k>.<n>"), numbered in call order across all
+  // collectives of the set; a group's members "<name>.<i>".
+  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries,
+                                        const std::string& auto_prefix) EXCLUDES(queue_mutex_);
+  // The handle of `work` was waited for: the names it held are free again.
+  void Release(const Work& work) EXCLUDES(queue_mutex_);
 
   Timeline& timeline() { return timeline_; }
   TunedSettings tuned_settings() const EXCLUDES(tuned_mutex_);
@@ -84,12 +77,14 @@ class RuntimeImpl {
   const Request* HeldElsewhere(const std::string& name, int except) const;
   void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
   void ForgetName(const TensorEntry& entry) EXCLUDES(queue_mutex_);
-  // Applies `responses`' verdict that the unnamed collectives of `set` are out
-  // of step (a kError with cancel_unnamed_epoch): fails this rank's pending
-  // unnamed collectives of that epoch and earlier, and refuses new ones until
-  // the next barrier or join (unless this rank already passed one).
-  void CancelUnnamed(ProcessSet& set, const std::vector<Response>& responses)
-      EXCLUDES(queue_mutex_);
+  // A completed barrier or join on `set`: every rank reached it at the same
+  // point of its program, so its unnamed collectives are numbered afresh from
+  // here, in a new epoch.
+  void RestartUnnamed(int set) EXCLUDES(queue_mutex_);
+  // A RESYNC (the ranks' unnamed collectives are out of step): when this rank
+  // is among its ranks, fails its unnamed collectives of the response's epoch
+  // numbered unnamed_from or later, and numbers its next one unnamed_from.
+  void Resync(ProcessSet& set, const Response& r) EXCLUDES(queue_mutex_);
 
   // Autotune (runtime_autotune.cc). At Create, collective over the global
   // communicator and before the sets exist: reads KOLO_AUTOTUNE_FILE (rank 0
@@ -128,12 +123,18 @@ class RuntimeImpl {
   Mutex queue_mutex_;
   CondVar queue_cv_;
   std::vector<TensorEntry> queue_ GUARDED_BY(queue_mutex_);
+  // Per set: the names of the operations in flight, and of the named ones
+  // whose handle has not been waited for, by collective (a name may be used
+  // again by the same collective only once the first one's handle was waited
+  // for: otherwise whether it counts as pending would depend on how fast the
+  // first one completed).
   std::unordered_map<int, std::unordered_set<std::string>> pending_names_ GUARDED_BY(queue_mutex_);
-  // How one process set names its unnamed collectives.
+  std::unordered_map<int, std::map<OpType, std::unordered_set<std::string>>> unwaited_names_
+      GUARDED_BY(queue_mutex_);
+  // How one process set numbers its unnamed collectives.
   struct UnnamedState {
-    int64_t epoch = 0;                        // barriers and joins passed
-    std::map<std::string, int64_t> counters;  // per prefix, within the epoch
-    std::string out_of_step;                  // why new ones are refused; empty: in step
+    int64_t epoch = 0;  // barriers and joins completed
+    int64_t next = 0;   // the next number within the epoch
   };
   std::map<int, UnnamedState> unnamed_ GUARDED_BY(queue_mutex_);
   bool shutdown_requested_ GUARDED_BY(queue_mutex_) = false;

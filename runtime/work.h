@@ -16,11 +16,22 @@ namespace kolo {
 
 using Clock = std::chrono::steady_clock;
 
+// A name a named operation holds on this rank until its handle is waited for.
+struct HeldName {
+  int process_set = 0;
+  OpType op = OpType::kAllreduce;
+  std::string name;
+};
+
 // The completion state behind a Handle. A grouped operation has one Work for
 // all its tensors: it completes when the last one does, with the first error.
 class Work {
  public:
-  explicit Work(int parts) : remaining_(parts), results_(parts) {}
+  explicit Work(int parts, std::vector<HeldName> held = {})
+      : held_(std::move(held)), remaining_(parts), results_(parts) {}
+
+  // Set at creation, never changed: read by the thread that waits.
+  const std::vector<HeldName>& held_names() const { return held_; }
 
   // Called by the background thread once per part. `result` (may be null) is
   // moved in before waiters wake.
@@ -66,6 +77,7 @@ class Work {
   }
 
  private:
+  const std::vector<HeldName> held_;
   Mutex mu_;
   CondVar cv_;
   int remaining_ GUARDED_BY(mu_);

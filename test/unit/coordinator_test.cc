@@ -271,103 +271,152 @@ TEST_F(CoordinatorTest, StallShutdownFailsTheTensor) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
-// An unnamed collective of epoch `epoch`, called at `site`.
-Request Unnamed(const std::string& name, const std::string& site, int64_t epoch = 0,
-                std::vector<int64_t> shape = {4}, DataType dtype = DataType::kFloat32) {
-  Request r = Allreduce(name, std::move(shape), dtype);
+// Unnamed collective number `index` (of epoch `epoch`), an allreduce unless
+// `op` says otherwise, called at `site`; named as RuntimeImpl names it.
+Request Unnamed(int64_t index, const std::string& site, OpType op = OpType::kAllreduce,
+                int64_t epoch = 0, std::vector<int64_t> shape = {4},
+                DataType dtype = DataType::kFloat32) {
+  Request r = Op(op, std::string(OpTypeName(op)) + ".noname." +
+                         (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) +
+                         std::to_string(index),
+                 std::move(shape));
+  r.dtype = dtype;
   r.unnamed_epoch = epoch;
+  r.unnamed_index = index;
   r.call_site = site;
   return r;
 }
 
-TEST_F(CoordinatorTest, UnnamedMismatchFromDifferentPlacesIsOutOfStep) {
+std::vector<int> Ranks(const Response& r) { return {r.ranks.begin(), r.ranks.end()}; }
+
+TEST_F(CoordinatorTest, UnnamedCallsFromDifferentPlacesResyncTheRanksBehind) {
+  // Rank 0 raised before the allreduce at line 10, which rank 1 waits in, and
+  // called its next unnamed collective, an allgather at line 30.
   Coordinator c(2, no_stall);
-  c.AddRequests(0, {Unnamed("allreduce.noname.2", "a.py:10 in f", 0, {4}, DataType::kInt64)}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.2", "a.py:30 in g", 0, {4}, DataType::kUInt8)}, t0);
-  auto out = c.ComputeResponses(t0).responses;
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].op, OpType::kError);
-  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
-  const std::string& e = out[0].error;
-  EXPECT_EQ(e.find("Mismatched data types for allreduce tensor 'allreduce.noname.2': rank 0 sent "
-                   "int64 but rank 1 sent uint8."),
+  c.AddRequests(1, {Unnamed(2, "a.py:10 in f")}, t0);
+  c.AddRequests(0, {Unnamed(2, "a.py:30 in g", OpType::kAllgather)}, t0);
+  auto out = c.ComputeResponses(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  const Response& r = out.responses[0];
+  EXPECT_EQ(r.op, OpType::kResync);
+  EXPECT_EQ(Ranks(r), std::vector<int>{1});
+  EXPECT_EQ(r.unnamed_epoch, 0);
+  EXPECT_EQ(r.unnamed_from, 2);
+  EXPECT_EQ(r.error.find("Unnamed collectives out of step on process set 0: rank(s) 1 called "
+                         "allreduce tensor 'allreduce.noname.2' at a.py:10 in f, but rank(s) 0 "
+                         "called their unnamed collective of that number (allgather tensor "
+                         "'allgather.noname.2') at a.py:30 in g."),
             0u)
-      << e;
-  EXPECT_NE(e.find("rank 0 called it at a.py:10 in f but rank 1 at a.py:30 in g"),
-            std::string::npos)
-      << e;
-  EXPECT_NE(e.find("out of step"), std::string::npos) << e;
-  EXPECT_NE(e.find("barrier()"), std::string::npos) << e;
-  EXPECT_NE(e.find("name=..."), std::string::npos) << e;
+      << r.error;
+  EXPECT_NE(r.error.find("cancelled it (nothing was exchanged) on rank(s) 1"), std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("name=..."), std::string::npos) << r.error;
+  ASSERT_EQ(out.warnings.size(), 1u);  // rank 0 logs it too
+  // Rank 0's allgather still waits; rank 1's next unnamed collective is number
+  // 2 again, the same allgather: they pair.
+  EXPECT_EQ(c.pending(), 1u);
+  c.AddRequests(1, {Unnamed(2, "a.py:30 in g", OpType::kAllgather)}, t0);
+  auto next = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].op, OpType::kAllgather);
+  EXPECT_EQ(c.pending(), 0u);
 }
 
 TEST_F(CoordinatorTest, UnnamedMismatchFromOnePlaceIsAPlainMismatch) {
   // Every rank called it at the same line with rank-dependent shapes: the
   // ranks are in step, later unnamed collectives must keep working.
   Coordinator c(2, no_stall);
-  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:10 in f", 0, {2})}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f", 0, {3})}, t0);
+  c.AddRequests(0, {Unnamed(0, "a.py:10 in f", OpType::kAllreduce, 0, {2})}, t0);
+  c.AddRequests(1, {Unnamed(0, "a.py:10 in f", OpType::kAllreduce, 0, {3})}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kError);
-  EXPECT_EQ(out[0].cancel_unnamed_epoch, -1);
+  EXPECT_EQ(out[0].unnamed_from, 0);  // found on each rank by its number
   EXPECT_EQ(out[0].error.find("out of step"), std::string::npos) << out[0].error;
+  EXPECT_EQ(c.pending(), 0u);
 }
 
-TEST_F(CoordinatorTest, UnnamedAgreementFromDifferentPlacesIsOutOfStepToo) {
-  // Rank 0 skipped the collective at line 10 and called the next one, at line
-  // 12, with the same shape: pairing them would silently mix up data.
+TEST_F(CoordinatorTest, ResyncAlsoDropsTheRanksLaterUnnamedRequests) {
+  // Rank 1 started two unnamed collectives of the test rank 0 left early.
   Coordinator c(2, no_stall);
-  c.AddRequests(0, {Unnamed("allreduce.noname.0", "a.py:12 in f")}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);
+  c.AddRequests(1, {Unnamed(0, "a.py:10 in f"), Unnamed(1, "a.py:11 in f")}, t0);
+  c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].op, OpType::kError);
-  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
-  EXPECT_EQ(out[0].error.find("Mismatched call sites for unnamed allreduce tensor "
-                              "'allreduce.noname.0': rank 0 called it at a.py:12 in f but rank 1 "
-                              "at a.py:10 in f. Unnamed collectives pair up by the order in which "
-                              "each rank calls them, so these are different collectives: the "
-                              "ranks' unnamed collectives are out of step"),
-            0u)
-      << out[0].error;
+  EXPECT_EQ(out[0].op, OpType::kResync);
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});
+  EXPECT_EQ(out[0].unnamed_from, 0);
+  EXPECT_EQ(c.pending(), 1u);  // only rank 0's number 0
+  c.AddRequests(1, {Unnamed(0, "a.py:30 in g"), Unnamed(1, "a.py:31 in g")}, t0);
+  c.AddRequests(0, {Unnamed(1, "a.py:31 in g")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+  EXPECT_EQ(out[1].op, OpType::kAllreduce);
 }
 
-TEST_F(CoordinatorTest, StalledUnnamedTensorPutsRanksOutOfStep) {
+TEST_F(CoordinatorTest, APlaceThatAnotherRankLeftIsBehindWhateverArrivesLast) {
+  // Rank 0 left the test early and arrives first at the next one's line 30;
+  // rank 1, still in the test, arrives last at line 10: arrival order alone
+  // picks the wrong side once, and the places left tell the rest.
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
+  c.AddRequests(1, {Unnamed(0, "a.py:10 in f")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0});  // the last arrival is kept: wrong here
+  c.AddRequests(0, {Unnamed(0, "a.py:50 in h")}, t0);  // rank 0's next test
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});  // rank 1 leaves line 10
+  c.AddRequests(1, {Unnamed(0, "a.py:30 in g")}, t0);  // rank 1's next: rank 0 left it
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kResync);
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});  // behind, although it came last
+  c.AddRequests(1, {Unnamed(0, "a.py:50 in h")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);  // in step again
+}
+
+TEST_F(CoordinatorTest, StalledUnnamedTensorResyncsTheRanksThatSentIt) {
   Coordinator c(2, StallSettings{1, 3});
-  c.AddRequests(1, {Unnamed("allreduce.noname.e1.3", "a.py:10 in f", 1), Allreduce("named")}, t0);
+  c.AddRequests(1, {Unnamed(3, "a.py:10 in f", OpType::kAllreduce, 1), Allreduce("named")}, t0);
   auto out = c.ComputeResponses(t0 + std::chrono::seconds(4)).responses;
   ASSERT_EQ(out.size(), 2u);
   for (const Response& r : out) {
-    ASSERT_EQ(r.op, OpType::kError);
     const bool unnamed = r.names[0] == "allreduce.noname.e1.3";
-    EXPECT_EQ(r.cancel_unnamed_epoch, unnamed ? 1 : -1) << r.error;
-    EXPECT_EQ(r.error.find("It was unnamed, so the ranks' unnamed collectives are out of step") !=
-                  std::string::npos,
+    EXPECT_EQ(r.op, unnamed ? OpType::kResync : OpType::kError) << r.error;
+    EXPECT_EQ(r.error.find("It was unnamed: rank(s) 1 number their next unnamed collective like "
+                           "this one") != std::string::npos,
               unnamed)
         << r.error;
     if (unnamed) {
+      EXPECT_EQ(Ranks(r), std::vector<int>{1});
+      EXPECT_EQ(r.unnamed_epoch, 1);
+      EXPECT_EQ(r.unnamed_from, 3);
       EXPECT_NE(r.error.find("called at a.py:10 in f"), std::string::npos) << r.error;
     }
   }
   EXPECT_EQ(c.pending(), 0u);
 }
 
-TEST_F(CoordinatorTest, OutOfStepVerdictForgetsPendingUnnamedTensorsOfThatEpoch) {
+TEST_F(CoordinatorTest, ACompletedBarrierResyncsUnnamedTensorsStillPending) {
   Coordinator c(2, no_stall);
-  c.AddRequests(1, {Unnamed("allreduce.noname.0", "a.py:10 in f")}, t0);  // waits for rank 0
-  c.AddRequests(0, {Unnamed("allgather.noname.0", "a.py:20 in g", 0, {4}, DataType::kInt64)}, t0);
-  c.AddRequests(1, {Unnamed("allgather.noname.0", "a.py:11 in f", 0, {4}, DataType::kUInt8)}, t0);
-  c.AddRequests(1, {Unnamed("allreduce.noname.e1.0", "a.py:40 in h", 1)}, t0);
-  c.AddRequests(1, {Allreduce("named")}, t0);
+  c.AddRequests(1, {Unnamed(0, "a.py:10 in f"), Op(OpType::kBarrier, "barrier")}, t0);
+  c.AddRequests(0, {Op(OpType::kBarrier, "barrier")}, t0);
   auto out = c.ComputeResponses(t0).responses;
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].cancel_unnamed_epoch, 0);
-  // allreduce.noname.0 is forgotten (every rank cancels it); the epoch-1 one and
-  // the named one still wait.
-  EXPECT_EQ(c.pending(), 2u);
-  c.AddRequests(0, {Unnamed("allreduce.noname.e1.0", "a.py:40 in h", 1), Allreduce("named")}, t0);
-  EXPECT_EQ(c.ComputeResponses(t0).responses.size(), 2u);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].op, OpType::kBarrier);
+  EXPECT_EQ(out[1].op, OpType::kResync);
+  EXPECT_EQ(Ranks(out[1]), std::vector<int>{1});
+  EXPECT_EQ(out[1].error.find("Cancelled: every rank passed a barrier() or join() while unnamed "
+                              "allreduce tensor 'allreduce.noname.0' (called at a.py:10 in f) "
+                              "waited on rank(s) 1 for rank(s) 0"),
+            0u)
+      << out[1].error;
+  EXPECT_EQ(c.pending(), 0u);
 }
 
 TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {

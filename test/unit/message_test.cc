@@ -24,6 +24,7 @@ Request SampleRequest() {
   r.ranks = {0, 2};
   r.process_set = 3;
   r.unnamed_epoch = 2;
+  r.unnamed_index = 5;
   r.call_site = "train.py:57 in step";
   return r;
 }
@@ -54,7 +55,8 @@ TEST(Message, ResponsesRoundTrip) {
   r.sizes = {1, 2, 3};
   r.value = 7;
   r.ranks = {4};
-  r.cancel_unnamed_epoch = 3;
+  r.unnamed_epoch = 3;
+  r.unnamed_from = 9;
   std::vector<uint8_t> bytes = EncodeResponses({r});
   Result<std::vector<Response>> out = DecodeResponses(bytes.data(), bytes.size());
   ASSERT_TRUE(out.ok());
@@ -137,6 +139,9 @@ TEST(Message, DigestIgnoresTheRankAndSeesEveryOtherField) {
   Request epoch = base;
   epoch.unnamed_epoch = 3;
   EXPECT_NE(RequestDigest(epoch), RequestDigest(base));
+  Request index = base;
+  index.unnamed_index = 6;
+  EXPECT_NE(RequestDigest(index), RequestDigest(base));
   // Field boundaries count: ("ab", "c") is not ("a", "bc").
   Request a = base, b = base;
   a.name = "ab";
@@ -185,6 +190,30 @@ TEST(Message, MalformedRequestMessagesAreRejected) {
   // Requests cut short.
   EXPECT_FALSE(DecodeRequestMessage(bytes.data(), bytes.size() - 5, 70).ok());
   EXPECT_FALSE(DecodeRequestMessage(nullptr, 0, 0).ok());
+}
+
+TEST(Message, UnnamedRequestsPairByNumberWhateverTheirCollective) {
+  Request named;
+  named.name = "allreduce.noname.3";  // a caller's name, however it looks
+  EXPECT_EQ(PairingKey(named), "allreduce.noname.3");
+  Request lone = named;
+  lone.unnamed_epoch = 1;
+  lone.unnamed_index = 3;
+  Request other = lone;
+  other.op = OpType::kAllgather;
+  other.name = "allgather.noname.e1.3";
+  EXPECT_EQ(PairingKey(lone), PairingKey(other));
+  EXPECT_NE(PairingKey(lone), PairingKey(named));
+  // A group's member 0 meets a lone collective of the same number; member 1 does not.
+  Request member = lone;
+  member.group = "grouped_allreduce.noname.e1.3";
+  member.name = member.group + ".0";
+  EXPECT_EQ(PairingKey(member), PairingKey(lone));
+  member.name = member.group + ".1";
+  EXPECT_NE(PairingKey(member), PairingKey(lone));
+  Request later = lone;
+  later.unnamed_index = 4;
+  EXPECT_NE(PairingKey(later), PairingKey(lone));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ handling of the deprecated ``average=`` argument."""
 import warnings
 
 from kolo import _core
+from kolo._core import KoloInternalError
 
 Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
                                    for n in ("average", "sum", "min", "max", "product"))
@@ -31,3 +32,19 @@ def reduce_op(op, average, binding):
                       "in v1.0", DeprecationWarning)
         return Average if average else Sum
     return Average if op is None else check_op(op, binding)
+
+
+class ReducescatterOpError(KoloInternalError, ValueError):
+    """An op reducescatter does not run. Horovod raises HorovodInternalError (a RuntimeError)
+    for it; kolo's is that class and a ValueError too."""
+
+
+def reducescatter_op(op, binding):
+    """``op`` for reducescatter (None is Average): Average and Sum only."""
+    op = Average if op is None else op
+    if op not in (Average, Sum):
+        raise ReducescatterOpError(
+            "Reducescatter currently only supports AVERAGE and SUM: use %s.Average or "
+            "%s.Sum%s" % (binding, binding, " (Adasum is not supported by kolo)"
+                          if op == Adasum else ""))
+    return op

@@ -395,10 +395,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # --- reducescatter -----------------------------------------------------------------------
 
 def _reducescatter_op(op):
-    op = Average if op is None else op
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports kolo.torch.Average and Sum")
-    return op
+    return _common_ops.reducescatter_op(op, "kolo.torch")
 
 
 def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor):
