@@ -83,6 +83,19 @@ void ModuleState::Raise(const Status& s) const {
 
 void ModuleState::Init(const InitOptions& options) {
   if (running()) return;
+  if (runtime_ && !shut_down_here_) {
+    // init() is collective over every rank. kolo stopped here on its own (no
+    // shutdown() on this rank): another rank shut it down, or the background
+    // thread failed; the other ranks are not starting it again with this one,
+    // and a new start would wait for them forever.
+    Raise(Status(StatusCode::kPreconditionFailed,
+                 "kolo cannot start again on this rank: it stopped without shutdown() being "
+                 "called here (" +
+                     runtime_->stop_reason() +
+                     "), so the other ranks are not starting it with this one and init() would "
+                     "wait for them forever. Let the process end (kolorun reports each rank's "
+                     "exit) and start the job again."));
+  }
   Result<std::unique_ptr<Runtime>> created = Runtime::Create(options);
   if (!created.ok()) Raise(created.status());
   runtime_ = std::move(created).value();

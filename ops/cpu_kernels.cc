@@ -21,6 +21,25 @@ void ScaleFloat(T* p, int64_t n, double factor) {
   for (int64_t i = 0; i < n; ++i) p[i] *= f;
 }
 
+template <typename T>
+void DivideTyped(T* p, int64_t n, int divisor) {
+  const T d = static_cast<T>(divisor);
+  for (int64_t i = 0; i < n; ++i) p[i] /= d;
+}
+
+// float(x * (1.0 / n)) in double is float(x / n) rounded once (x / n is never
+// within double's error of a float midpoint), at a multiplication's cost.
+void DivideFloat32(float* p, int64_t n, int divisor) {
+  const double inverse = 1.0 / divisor;
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * inverse);
+}
+
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void Divide16(uint16_t* p, int64_t n, int divisor) {
+  const float d = static_cast<float>(divisor);
+  for (int64_t i = 0; i < n; ++i) p[i] = FromF(ToF(p[i]) / d);
+}
+
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
 void Scale16(uint16_t* p, int64_t n, double factor) {
   const float f = static_cast<float>(factor);
@@ -80,6 +99,44 @@ void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor) {
       break;
     case DataType::kBFloat16:
       Scale16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(data), count, factor);
+      break;
+    case DataType::kBool:
+      break;  // rejected at enqueue
+  }
+}
+
+void DivideBuffer(void* data, int64_t count, DataType dtype, int divisor) {
+  if (divisor == 1 || count == 0) return;
+  switch (dtype) {
+    case DataType::kUInt8:
+      DivideTyped(static_cast<uint8_t*>(data), count, divisor);
+      break;
+    case DataType::kInt8:
+      DivideTyped(static_cast<int8_t*>(data), count, divisor);
+      break;
+    case DataType::kUInt16:
+      DivideTyped(static_cast<uint16_t*>(data), count, divisor);
+      break;
+    case DataType::kInt16:
+      DivideTyped(static_cast<int16_t*>(data), count, divisor);
+      break;
+    case DataType::kInt32:
+      DivideTyped(static_cast<int32_t*>(data), count, divisor);
+      break;
+    case DataType::kInt64:
+      DivideTyped(static_cast<int64_t*>(data), count, divisor);
+      break;
+    case DataType::kFloat32:
+      DivideFloat32(static_cast<float*>(data), count, divisor);
+      break;
+    case DataType::kFloat64:
+      DivideTyped(static_cast<double*>(data), count, divisor);
+      break;
+    case DataType::kFloat16:
+      Divide16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), count, divisor);
+      break;
+    case DataType::kBFloat16:
+      Divide16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(data), count, divisor);
       break;
     case DataType::kBool:
       break;  // rejected at enqueue

@@ -76,10 +76,16 @@ inline uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-// data[i] *= factor for `count` elements of `dtype` (host memory). Integer
-// types are scaled in double and truncated toward zero, so an integer average
-// is the truncated quotient.
+// data[i] *= factor for `count` elements of `dtype` (host memory), as Horovod
+// scales: integer types in double, truncated toward zero; floats in their own
+// precision (16-bit ones in float).
 void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor);
+
+// data[i] /= divisor: an average's last step. The quotient a single process
+// dividing the sum gets: rounded once for floats, truncated toward zero for
+// integers. (Multiplying by 1/3 in float differs from it in the last bit for a
+// third of all values.)
+void DivideBuffer(void* data, int64_t count, DataType dtype, int divisor);
 
 // inout[i] = op(in[i], inout[i]) for 16-bit floats; used by the custom MPI ops.
 void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op, bool bfloat);

@@ -162,11 +162,11 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   }
   auto [it, inserted] = table_.try_emplace(key);
   if (inserted) arrival_order_.push_back(key);
-  AddTo(it->second, request, inserted, now, arrivals_++);
+  AddTo(it->second, request, inserted, now, rounds_);
 }
 
-void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted,
-                        Clock::time_point now, uint64_t order) {
+void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted, Clock::time_point now,
+                        uint64_t round) {
   if (inserted) {
     entry.first = request;
     entry.submitted = RankBits(size_);
@@ -177,7 +177,7 @@ void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted,
   } else {
     Compare(entry, request);
   }
-  if (request.unnamed()) entry.arrivals.push_back({request, order, now});
+  if (request.unnamed()) entry.arrivals.push_back({request, round, now});
   entry.submitted.Set(request.rank);
   ++entry.count;
   if (request.op == OpType::kAllgather && !request.shape.empty() &&
@@ -320,6 +320,7 @@ void Coordinator::Emit(Response response, const Request& request, std::vector<Re
 
 CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
   CoordinatorOutcome outcome;
+  ++rounds_;
   bool barrier = false;
   // Resync may take requests out of entries later in this order, or erase them.
   const std::vector<std::string> order = arrival_order_;
@@ -441,7 +442,8 @@ std::string RankList(const RankBits& bits, int size) {
 
 void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
   // The places the ranks called number n from (a request without a place
-  // counts as from the first one), their ranks, and when each was last called.
+  // counts as from the first one), their ranks, and the round each was last
+  // called in.
   struct Place {
     const Request* first;
     RankBits ranks;
@@ -455,21 +457,26 @@ void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
                           [&](const Place& q) { return q.first->call_site == site; });
     if (p == places.end()) p = places.insert(places.end(), {&a.request, RankBits(size_), 0});
     p->ranks.Set(a.request.rank);
-    p->last = std::max(p->last, a.order);
+    p->last = std::max(p->last, a.round);
   }
-  // Behind: a place that another rank already left. Of the others, the place
-  // called last is the ranks' current one.
+  // Behind: a place that another rank already left. Of the others, the ranks'
+  // current place is the one called last: the others have waited there since
+  // before. Called in the same round, the one fewer ranks called (the ranks
+  // that raised are fewer, mostly), then the one of the lowest rank.
   auto behind = [&](const Place& p) {
     auto it = left_.find(p.first->call_site);
     return it != left_.end() && p.ranks.CountMissing(it->second) > 0;
   };
-  const bool known = std::any_of(places.begin(), places.end(), [&](const Place& p) {
-    return !behind(p);
-  });
+  const bool known =
+      std::any_of(places.begin(), places.end(), [&](const Place& p) { return !behind(p); });
+  auto later = [](const Place& a, const Place& b) {
+    if (a.last != b.last) return a.last > b.last;
+    return a.ranks.Count() < b.ranks.Count();  // places are in order of their first rank
+  };
   const Place* kept = nullptr;
   for (const Place& p : places) {
     if (known && behind(p)) continue;
-    if (kept == nullptr || p.last > kept->last) kept = &p;
+    if (kept == nullptr || later(p, *kept)) kept = &p;
   }
   RankBits stale(size_);
   std::string where;
@@ -485,8 +492,9 @@ void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
   const Request resync_for = *behind_first.first;  // copied: EmitResync rebuilds the entry
   std::string error =
       "Unnamed collectives out of step on process set " + std::to_string(process_set_) + ": " +
-      where + ", but rank(s) " + RankList(kept->ranks, size_) + " called their unnamed collective " +
-      "of that number (" + Describe(k) + ") at " + k.call_site +
+      where + ", but rank(s) " + RankList(kept->ranks, size_) +
+      " called their unnamed collective " + "of that number (" + Describe(k) + ") at " +
+      k.call_site +
       ". Unnamed collectives pair up by the order in which each rank calls them, so an "
       "exception on some rank skipped a collective that the others called. kolo cancelled it "
       "(nothing was exchanged) on rank(s) " +
@@ -531,7 +539,7 @@ void Coordinator::EmitResync(const Request& first, const RankBits& ranks, std::s
     // Rebuilt from the requests that stay, as if the others had never come.
     it->second = Entry();
     for (size_t i = 0; i < kept.size(); ++i) {
-      AddTo(it->second, kept[i].request, i == 0, kept[i].at, kept[i].order);
+      AddTo(it->second, kept[i].request, i == 0, kept[i].at, kept[i].round);
     }
     ++it;
   }
@@ -545,13 +553,12 @@ void Coordinator::ResyncAfterBarrier(std::vector<Response>* out) {
     auto it = table_.find(key);
     if (it == table_.end() || !it->second.first.unnamed()) continue;
     const Entry& e = it->second;
-    std::string error = "Cancelled: every rank passed a barrier() or join() while unnamed " +
-                        Describe(e.first) +
-                        (e.first.call_site.empty() ? "" : " (called at " + e.first.call_site + ")") +
-                        " waited on rank(s) " + RanksWhere(e, true) + " for rank(s) " +
-                        RanksWhere(e, false) +
-                        ", which never called it (an exception there skipped it?). Unnamed "
-                        "collectives are numbered afresh after a barrier or join.";
+    std::string error =
+        "Cancelled: every rank passed a barrier() or join() while unnamed " + Describe(e.first) +
+        (e.first.call_site.empty() ? "" : " (called at " + e.first.call_site + ")") +
+        " waited on rank(s) " + RanksWhere(e, true) + " for rank(s) " + RanksWhere(e, false) +
+        ", which never called it (an exception there skipped it?). Unnamed "
+        "collectives are numbered afresh after a barrier or join.";
     Request first = e.first;
     RankBits ranks = e.submitted;
     EmitResync(first, ranks, std::move(error), out);

@@ -24,7 +24,8 @@
 //      their unnamed collectives numbered n and later and number their next
 //      one n again, so it meets the others' waiting one. Behind: a place that
 //      another rank has already left by a RESYNC since the ranks were last in
-//      step; failing that, every place but the one called last. An unnamed
+//      step; failing that, every place but the one called in the latest round
+//      (a tie: the one fewer ranks called, then rank order). An unnamed
 //      tensor that stalls out is a RESYNC of the ranks that sent it; a barrier
 //      or join that completes is one for every unnamed tensor still pending
 //      (ranks number afresh after it, in a new epoch).
@@ -103,7 +104,7 @@ class Coordinator {
     int count = 0;                 // ranks in `submitted`
     std::string mismatch;          // the first disagreement found, empty if none
     std::vector<int> disagreeing;  // ranks that differ from `first`
-    std::vector<int64_t> dim0;  // allgather: dim 0 of every rank
+    std::vector<int64_t> dim0;     // allgather: dim 0 of every rank
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;
@@ -111,7 +112,7 @@ class Coordinator {
     // ranks' out again), and whether they came from more than one place.
     struct Arrival {
       Request request;
-      uint64_t order = 0;  // arrivals_ when it came
+      uint64_t round = 0;  // rounds_ when it came
       Clock::time_point at;
     };
     std::vector<Arrival> arrivals;
@@ -126,7 +127,7 @@ class Coordinator {
   void Add(const Request& request, Clock::time_point now);
   // Adds `request` to `entry` (`inserted`: it is the entry's first).
   void AddTo(Entry& entry, const Request& request, bool inserted, Clock::time_point now,
-             uint64_t order);
+             uint64_t round);
   void Compare(Entry& entry, const Request& request);
   Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
@@ -149,7 +150,7 @@ class Coordinator {
   int process_set_;
   std::unordered_map<std::string, Entry> table_;  // by PairingKey
   std::vector<std::string> arrival_order_;        // keys in table_, first arrival first
-  uint64_t arrivals_ = 0;                          // requests added so far
+  uint64_t rounds_ = 0;                           // ComputeResponses calls so far
   // Unnamed collectives: the places that ranks left by a RESYNC since the
   // ranks last paired one (a place that another rank has left is behind).
   std::unordered_map<std::string, RankBits> left_;

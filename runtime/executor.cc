@@ -9,10 +9,11 @@
 namespace kolo {
 namespace {
 
-// The factor applied after the reduction: the user's postscale, and 1/n for
-// an average.
-double PostFactor(const Response& r, int size) {
-  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
+// The reduction's last step on host memory: the user's postscale, then, for
+// an average, the division by the number of ranks.
+void Finalize(void* data, int64_t count, const Response& r, int size) {
+  ScaleBuffer(data, count, r.dtype, r.postscale);
+  if (r.reduce_op == ReduceOp::kAverage) DivideBuffer(data, count, r.dtype, size);
 }
 
 }  // namespace
@@ -121,7 +122,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
       separate_input != nullptr
           ? movers.host->AllreduceInto(separate_input, buffer, total, r.dtype, r.reduce_op)
           : movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
-  if (status.ok()) ScaleBuffer(buffer, total, r.dtype, PostFactor(r, movers.size));
+  if (status.ok()) Finalize(buffer, total, r, movers.size);
   for (auto& e : entries) {
     if (e) Phase(*e, "ALLREDUCE", reduce_start);
   }
@@ -194,7 +195,7 @@ void Executor::Reducescatter(TensorEntry& e, const Response& r, const Movers& mo
   result.shape[0] = SplitRows(shape[0], n, me);
   result.data.resize(static_cast<size_t>(counts[me]) * elem);
   Status s = movers.host->ReduceScatter(send, result.data.data(), counts, r.dtype, r.reduce_op);
-  if (s.ok()) ScaleBuffer(result.data.data(), counts[me], r.dtype, PostFactor(r, n));
+  if (s.ok()) Finalize(result.data.data(), counts[me], r, n);
   Phase(e, "REDUCESCATTER", start);
   Finish(std::move(e), s, &result);
 }

@@ -64,8 +64,7 @@ bool Response::operator==(const Response& o) const {
   return op == o.op && names == o.names && error == o.error && dtype == o.dtype &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && sizes == o.sizes && value == o.value &&
-         ranks == o.ranks && unnamed_epoch == o.unnamed_epoch &&
-         unnamed_from == o.unnamed_from;
+         ranks == o.ranks && unnamed_epoch == o.unnamed_epoch && unnamed_from == o.unnamed_from;
 }
 
 std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {

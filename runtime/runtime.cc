@@ -88,6 +88,8 @@ Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
 
 bool Runtime::is_running() const { return impl_->running(); }
 
+std::string Runtime::stop_reason() { return impl_->stop_reason(); }
+
 TunedSettings Runtime::CurrentTunedSettings() const { return impl_->tuned_settings(); }
 
 Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
@@ -129,7 +131,7 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
   for (size_t i = 0; i < inputs.size(); ++i) {
     TensorEntry& e = entries[i];
     e.request = MakeRequest(op,
-                            unnamed  ? std::string()
+                            unnamed   ? std::string()
                             : grouped ? options.name + "." + std::to_string(i)
                                       : options.name,
                             inputs[i], options.process_set, rank_in_set);

@@ -38,6 +38,10 @@ class RuntimeImpl {
 
   Status Shutdown();
   bool running() const { return running_.load(); }
+  std::string stop_reason() EXCLUDES(queue_mutex_) {
+    MutexLock lock(&queue_mutex_);
+    return stop_reason_;
+  }
   const Placement& placement() const { return placement_; }
 
   Result<std::shared_ptr<const ProcessSetInfo>> SetInfo(int id) const EXCLUDES(sets_mutex_);

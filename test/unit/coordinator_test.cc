@@ -276,9 +276,10 @@ TEST_F(CoordinatorTest, StallShutdownFailsTheTensor) {
 Request Unnamed(int64_t index, const std::string& site, OpType op = OpType::kAllreduce,
                 int64_t epoch = 0, std::vector<int64_t> shape = {4},
                 DataType dtype = DataType::kFloat32) {
-  Request r = Op(op, std::string(OpTypeName(op)) + ".noname." +
-                         (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) +
-                         std::to_string(index),
+  Request r = Op(op,
+                 std::string(OpTypeName(op)) + ".noname." +
+                     (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) +
+                     std::to_string(index),
                  std::move(shape));
   r.dtype = dtype;
   r.unnamed_epoch = epoch;
@@ -294,6 +295,7 @@ TEST_F(CoordinatorTest, UnnamedCallsFromDifferentPlacesResyncTheRanksBehind) {
   // called its next unnamed collective, an allgather at line 30.
   Coordinator c(2, no_stall);
   c.AddRequests(1, {Unnamed(2, "a.py:10 in f")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
   c.AddRequests(0, {Unnamed(2, "a.py:30 in g", OpType::kAllgather)}, t0);
   auto out = c.ComputeResponses(t0);
   ASSERT_EQ(out.responses.size(), 1u);
@@ -340,6 +342,7 @@ TEST_F(CoordinatorTest, ResyncAlsoDropsTheRanksLaterUnnamedRequests) {
   // Rank 1 started two unnamed collectives of the test rank 0 left early.
   Coordinator c(2, no_stall);
   c.AddRequests(1, {Unnamed(0, "a.py:10 in f"), Unnamed(1, "a.py:11 in f")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
   c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
@@ -361,14 +364,15 @@ TEST_F(CoordinatorTest, APlaceThatAnotherRankLeftIsBehindWhateverArrivesLast) {
   // picks the wrong side once, and the places left tell the rest.
   Coordinator c(2, no_stall);
   c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
   c.AddRequests(1, {Unnamed(0, "a.py:10 in f")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0});  // the last arrival is kept: wrong here
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0});       // the last arrival is kept: wrong here
   c.AddRequests(0, {Unnamed(0, "a.py:50 in h")}, t0);  // rank 0's next test
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});  // rank 1 leaves line 10
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});       // rank 1 leaves line 10
   c.AddRequests(1, {Unnamed(0, "a.py:30 in g")}, t0);  // rank 1's next: rank 0 left it
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
@@ -378,6 +382,19 @@ TEST_F(CoordinatorTest, APlaceThatAnotherRankLeftIsBehindWhateverArrivesLast) {
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kAllreduce);  // in step again
+}
+
+TEST_F(CoordinatorTest, PlacesCalledInOneRoundKeepTheOneFewerRanksCalled) {
+  // Rank 1 raised and went on; ranks 0 and 2 wait where it skipped, all in one
+  // round: the ranks that raised are fewer, mostly.
+  Coordinator c(3, no_stall);
+  c.AddRequests(0, {Unnamed(0, "a.py:10 in f")}, t0);
+  c.AddRequests(1, {Unnamed(0, "a.py:30 in g")}, t0);
+  c.AddRequests(2, {Unnamed(0, "a.py:10 in f")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kResync);
+  EXPECT_EQ(Ranks(out[0]), (std::vector<int>{0, 2}));
 }
 
 TEST_F(CoordinatorTest, StalledUnnamedTensorResyncsTheRanksThatSentIt) {

@@ -48,6 +48,24 @@ TEST(Kernels, ScaleAndReduce) {
   EXPECT_EQ(HalfToFloat(h[1]), 5.0f);
 }
 
+TEST(Kernels, AnAverageIsTheQuotientOneProcessGets) {
+  // x / 3 rounded once (x * float(1/3) differs for a third of these).
+  std::vector<float> x(10000), want(10000);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 2.0f * (static_cast<float>(i) * 0.37f - 1000.0f);
+    want[i] = x[i] / 3.0f;
+  }
+  DivideBuffer(x.data(), static_cast<int64_t>(x.size()), DataType::kFloat32, 3);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], want[i]) << "element " << i;
+  std::vector<int64_t> ints = {7, -7, 9};
+  DivideBuffer(ints.data(), 3, DataType::kInt64, 3);
+  EXPECT_EQ(ints, (std::vector<int64_t>{2, -2, 3}));  // truncated toward zero
+  std::vector<double> d = {1.0, -2.0};
+  DivideBuffer(d.data(), 2, DataType::kFloat64, 3);
+  EXPECT_EQ(d[0], 1.0 / 3.0);
+  EXPECT_EQ(d[1], -2.0 / 3.0);
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;

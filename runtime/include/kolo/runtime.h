@@ -140,6 +140,9 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   bool is_running() const;
+  // Why kolo stopped without Shutdown() here (another rank shut it down, a
+  // failed negotiation), or empty.
+  std::string stop_reason();
   const Placement& placement() const { return placement_; }
   int rank() const { return placement_.rank; }
   int size() const { return placement_.size; }
