@@ -392,6 +392,9 @@ PYBIND11_MODULE(_core, m) {
     if (!s.ok()) Raise(s);
   });
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
+  m.def(
+      "release", [](Handle h) { Rt().Release(h); },
+      "Forgets a handle that will not be waited for; its name is free once it completes.");
   m.def("cuda_built", [] { return BuiltWithCuda(); });
   m.def("gpu_count", [] { return GpuCount(); });
   m.def("nccl_version", [] { return NcclVersion(); });

@@ -379,6 +379,13 @@ Status Runtime::Wait(Handle handle, WorkResult* result) {
   return s;
 }
 
+void Runtime::Release(Handle handle) {
+  Result<std::shared_ptr<Work>> work = handles_->Find(handle);
+  if (!work.ok()) return;
+  handles_->Release(handle);
+  impl_->Release(*work.value());
+}
+
 std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, WorkResult* result) {
   Result<std::shared_ptr<Work>> work = handles_->Find(handle);
   if (!work.ok()) return work.status();

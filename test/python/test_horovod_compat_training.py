@@ -486,3 +486,40 @@ def test_unsupported_dtype_is_a_value_error_as_in_horovod():
     for fn in (hvd.allreduce, hvd.allgather, lambda t: hvd.broadcast(t, 0)):
         with pytest.raises(ValueError, match="does not support"):
             fn(torch.ones(2, dtype=torch.complex64))
+
+
+def test_a_name_stays_taken_until_synchronized_and_is_free_after_release():
+    # However fast the first one completed, a second start of the same collective under
+    # its name is refused until the first is synchronized (Horovod: until it completes,
+    # so whether the second call fails depends on timing).
+    from kolo.torch import mpi_ops
+    t = torch.ones(3)
+    h = hvd.allreduce_async(t, name="held")
+    while not hvd.poll(h):
+        pass
+    with pytest.raises(ValueError, match="handle has not been synchronized yet"):
+        hvd.allreduce_async(t, name="held")
+    assert hvd.allgather(t, name="held").shape == (3 * N,)  # another collective may use it
+    mpi_ops._release(h)  # abandoned: free once it completes
+    assert torch.equal(hvd.synchronize(hvd.allreduce_async(t, name="held", op=hvd.Sum)),
+                       torch.full((3,), float(N)))
+
+
+def test_a_step_that_fails_leaves_no_gradient_name_taken():
+    # One parameter's reduction fails on every rank (its dtype differs between ranks); the
+    # others' handles are abandoned with the step, and the next step must still run.
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.ones(4)) for _ in range(3)]
+    if R == 1:
+        params[1] = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    named = [("p%d" % i, p) for i, p in enumerate(params)]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), named_parameters=named)
+    sum(p.float().sum() for p in params).backward()
+    with pytest.raises(hvd.HorovodInternalError, match="Mismatched data types"):
+        opt.step()
+    params[1].data = params[1].data.float()
+    params[1].grad = None
+    opt.zero_grad()
+    sum(p.sum() for p in params).backward()
+    opt.step()
+    assert all(torch.allclose(p, torch.full((4,), 0.9)) for p in params)

@@ -76,6 +76,13 @@ def synchronize(handle):
     return finish(out)
 
 
+def _release(handle):
+    """Forgets a handle that will not be synchronized (an error abandoned it): its name is
+    free again once its operation completes."""
+    if _pending.pop(handle, None) is not None and _core.is_initialized():
+        _core.release(handle)
+
+
 def _differentiable(tensor):
     return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
@@ -272,13 +279,18 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     values = allgather_async(t._values().contiguous(), name=names[1], process_set=process_set)
 
     def handle():
-        v = synchronize(values)
+        try:
+            v = synchronize(values)
+        except BaseException:
+            _release(indices)
+            raise
         i = synchronize(indices)
         if op == Average:
             v = v / _set_size(process_set)
         if i.dim() == 0 or v.dim() == 0:
             return torch.sparse_coo_tensor(size=t.size(), dtype=t.dtype, device=t.device)
         return _sparse_coo(i.transpose(0, 1), v, t.size())
+    handle.release = lambda: (_release(values), _release(indices))  # when never called
     return handle
 
 

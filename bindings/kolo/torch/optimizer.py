@@ -217,19 +217,30 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for key, (handle, ctx) in list(self._handles.items()):
             if handle is None:  # fewer backward passes than backward_passes_per_step
                 self._handles[key] = self._allreduce_grad_async(key)
-        for key, (handle, ctx) in self._handles.items():
-            if isinstance(key, tuple):
-                outputs = _ops.synchronize(handle)
-                for p, out, c in zip(key, outputs, ctx):
-                    self._write_grad(p, self._compression.decompress(out, c))
-            else:
-                out = handle() if callable(handle) else _ops.synchronize(handle)
-                self._write_grad(key, self._compression.decompress(out, ctx))
-        for p in self._requires_update:
-            self._allreduce_delay[p] = self.backward_passes_per_step
-        for group in self._group_counts:
-            self._group_counts[group] = 0
-        self._handles.clear()
+        try:
+            for key, (handle, ctx) in self._handles.items():
+                if isinstance(key, tuple):
+                    outputs = _ops.synchronize(handle)
+                    for p, out, c in zip(key, outputs, ctx):
+                        self._write_grad(p, self._compression.decompress(out, c))
+                else:
+                    out = handle() if callable(handle) else _ops.synchronize(handle)
+                    self._write_grad(key, self._compression.decompress(out, ctx))
+        except BaseException:
+            # The step is lost; its other reductions are not waited for, and their names
+            # (the parameters') must be free for the next step.
+            for handle, _ in self._handles.values():
+                if callable(handle):
+                    handle.release()
+                elif handle is not None:
+                    _ops._release(handle)
+            raise
+        finally:
+            for p in self._requires_update:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            for group in self._group_counts:
+                self._group_counts[group] = 0
+            self._handles.clear()
         self._synchronized = True
 
     @staticmethod

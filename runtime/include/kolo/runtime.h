@@ -199,8 +199,12 @@ class Runtime {
   bool Poll(Handle handle) const;
   // Blocks until the operation finishes and releases the handle. `result`
   // receives outputs of allgather, alltoall, reducescatter, join (grouped
-  // ones: in `parts`).
+  // ones: in `parts`). A named collective's name stays taken (for the same
+  // collective) until its handle is waited for or released.
   Status Wait(Handle handle, WorkResult* result = nullptr);
+  // The caller will not wait for `handle` (say, an error abandoned it): it is
+  // forgotten, and its name is free again once the operation completes.
+  void Release(Handle handle);
   // Like Wait, but returns nullopt after `timeout_seconds` if the operation is
   // still running (the handle stays valid), so a caller can handle signals.
   std::optional<Status> WaitFor(Handle handle, double timeout_seconds,
