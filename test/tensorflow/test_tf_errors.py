@@ -1,8 +1,12 @@
-"""Errors of kolo.tensorflow: a collective whose ranks disagree (shapes, dtypes) fails with
-the same error (kolo's KoloInternalError, Horovod's HorovodInternalError) on every rank and
-leaves the ranks in step; an unsupported dtype is a TypeError before anything is sent
-(Horovod's ops: TF refuses a dtype outside the op's list with a TypeError); a
-tf.compat.v1 optimizer is refused with an error that names
+"""Errors of kolo.tensorflow: a collective whose ranks disagree (shapes, dtypes, roots) fails
+with the same error on every rank and leaves the ranks in step; that error is kolo's
+KoloInternalError (Horovod's HorovodInternalError) and TensorFlow's
+FailedPreconditionError (what Horovod's TF ops raise); a bad argument found before anything
+is sent is a ValueError and TensorFlow's InvalidArgumentError (Horovod's). Inside
+tf.function TensorFlow picks the class from the Python base class: InvalidArgumentError
+for a bad argument, UnknownError for a failed collective. An unsupported dtype is a
+TypeError before anything is sent (Horovod's ops: TF refuses a dtype outside the op's list
+with a TypeError); a tf.compat.v1 optimizer is refused with an error that names
 kolo.tensorflow.keras.DistributedOptimizer.
 """
 import pytest
@@ -27,6 +31,7 @@ MISMATCHES = {
                                                      name="err.rs"),
     "grouped_allreduce": lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([R + 1])],
                                                        op=hvd.Sum, name="err.gar"),
+    "broadcast_root": lambda: hvd.broadcast(tf.ones([2]), R, name="err.root"),
 }
 
 
@@ -35,9 +40,48 @@ def test_mismatch_raises_the_same_error_on_every_rank(which):
     with pytest.raises(KoloInternalError) as err:
         MISMATCHES[which]()
     assert "mismatch" in str(err.value).lower()
+    # Horovod's TF ops raise FailedPreconditionError; Horovod code catches either.
+    assert isinstance(err.value, tf.errors.FailedPreconditionError)
+    assert isinstance(err.value, hvd.HorovodInternalError)
     names = hvd.allgather_object(type(err.value).__name__)
     assert names == [type(err.value).__name__] * N
     _in_step()
+
+
+BAD_ARGUMENTS = {
+    "alltoall_rows_not_divisible": lambda: hvd.alltoall(tf.ones([N + 1])),
+    "alltoall_splits_exceed_rows": lambda: hvd.alltoall(tf.ones([N - 1]), splits=[1] * N),
+    "alltoall_splits_length": lambda: hvd.alltoall(tf.ones([N]), splits=[N]),
+}
+
+
+@pytest.mark.parametrize("which", sorted(BAD_ARGUMENTS))
+def test_a_bad_argument_is_a_value_error_and_tf_invalid_argument(which):
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        BAD_ARGUMENTS[which]()
+    assert isinstance(err.value, ValueError)
+    assert "split" in str(err.value).lower()
+    _in_step()
+
+
+def test_errors_inside_tf_function_are_tensorflow_op_errors():
+    # TensorFlow maps an exception raised in a tf.numpy_function by its Python base class:
+    # ValueError -> InvalidArgumentError, anything else -> UnknownError (naming kolo's class).
+    mismatch = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="err.fn.shape"))
+    with pytest.raises(tf.errors.UnknownError, match="CollectiveFailedError: Mismatched"):
+        mismatch(tf.ones([R + 1]))
+    splits = tf.function(lambda x: hvd.alltoall(x, splits=[1] * N))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="split"):
+        splits(tf.ones([N - 1]))
+    _in_step()
+
+
+def test_error_classes_pickle_with_their_message():
+    import pickle
+    from kolo.tensorflow.errors import CollectiveArgumentError, CollectiveFailedError
+    for cls in (CollectiveFailedError, CollectiveArgumentError):
+        e = pickle.loads(pickle.dumps(cls("what went wrong")))
+        assert type(e) is cls and str(e) == "what went wrong" and e.message == str(e)
 
 
 def test_mismatch_inside_tf_function_raises_on_every_rank():

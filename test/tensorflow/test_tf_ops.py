@@ -34,6 +34,8 @@ allreduce grouped_allreduce allgather grouped_allgather broadcast broadcast_
 broadcast_variables alltoall reducescatter grouped_reducescatter broadcast_object
 allgather_object join barrier DistributedGradientTape DistributedOptimizer
 ProcessSet global_process_set add_process_set remove_process_set SyncBatchNormalization
+PartialDistributedGradientTape broadcast_global_variables broadcast_object_fn util
+_executing_eagerly _make_subgraph _cache vars_to_refs refs_to_vars
 """.split()
 
 
@@ -92,6 +94,10 @@ HOROVOD_PARAMS = {
     "DistributedGradientTape": "gradtape device_dense device_sparse compression "
                                "sparse_as_dense op gradient_predivide_factor num_groups "
                                "groups process_set",
+    "PartialDistributedGradientTape": "gradtape device_dense device_sparse compression "
+                                      "sparse_as_dense op gradient_predivide_factor "
+                                      "num_groups groups process_set local_layers "
+                                      "scale_local_gradients",
     "DistributedOptimizer": "optimizer name use_locking device_dense device_sparse "
                             "compression sparse_as_dense backward_passes_per_step op "
                             "gradient_predivide_factor average_aggregated_gradients "

@@ -2,7 +2,11 @@
 SUB ([0, 1] at np >= 3, [1] at np=2) runs every collective among its members, gradients
 reduce over the set, DistributedGradientTape and the Keras DistributedOptimizer average
 over the set (and leave a non-member's gradients local, as Horovod's _allreduce_cond), and
-the registry is kolo's one (kolo.common), shared with kolo.torch.
+the registry is kolo's one (kolo.common), shared with kolo.torch. A set that is not
+registered (never added, removed, or given an id by hand) is a ValueError where the
+collective is called: eagerly, and when a tf.function is traced or a TF1 graph built, not
+only when it runs; a rank outside a set gets ValueError, TensorFlow's InvalidArgumentError
+(Horovod's).
 """
 import importlib.util
 
@@ -131,6 +135,79 @@ def test_keras_distributed_optimizer_on_a_process_set(ps):
     opt.apply_gradients([(tf.constant([R + 1.0, R + 1.0]), v)])
     want = -np.mean([r + 1.0 for r in SUB]) if MEMBER else -(R + 1.0)
     assert np.allclose(keras.ops.convert_to_numpy(v), want)
+
+
+def test_a_rank_outside_the_set_gets_invalid_argument(ps):
+    if MEMBER:
+        return
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a member") as err:
+        hvd.allreduce(tf.ones(2), process_set=ps)
+    assert isinstance(err.value, ValueError)
+
+
+def _fake_set():
+    fake = hvd.ProcessSet([0])
+    fake.process_set_id = 10  # Horovod's own test does this: "you should not do this"
+    return fake
+
+
+def _removed_set():
+    removed = hvd.add_process_set([0])
+    assert hvd.remove_process_set(removed) is True
+    return removed
+
+
+UNREGISTERED = {"never_added": lambda: hvd.ProcessSet([0]), "id_by_hand": _fake_set,
+                "removed": _removed_set}
+BUILDERS = {
+    "allreduce": lambda ps, x: hvd.allreduce(x, process_set=ps),
+    "allgather": lambda ps, x: hvd.allgather(x, process_set=ps),
+    "broadcast": lambda ps, x: hvd.broadcast(x, 0, process_set=ps),
+    "alltoall": lambda ps, x: hvd.alltoall(x, process_set=ps),
+    "reducescatter": lambda ps, x: hvd.reducescatter(x, process_set=ps),
+    "barrier": lambda ps, x: hvd.barrier(process_set=ps),
+    "size_op": lambda ps, x: hvd.size_op(ps.process_set_id or 10),
+}
+
+
+@pytest.mark.parametrize("which", sorted(UNREGISTERED))
+def test_an_unregistered_set_is_a_value_error_when_traced(which):
+    ps = UNREGISTERED[which]()  # every rank: removing is collective
+    spec = tf.TensorSpec([2], tf.float32)
+    for name, build in sorted(BUILDERS.items()):
+        with pytest.raises(ValueError, match="not registered"):
+            build(ps, tf.ones(2))
+        f = tf.function(lambda x: build(ps, x))
+        with pytest.raises(ValueError, match="not registered"):
+            f.get_concrete_function(spec)
+        with tf.Graph().as_default():
+            with pytest.raises(ValueError, match="not registered"):
+                build(ps, tf.ones(2))
+
+
+def test_an_unregistered_set_fails_the_gradient_tape_on_every_rank():
+    a = tf.Variable(tf.ones(3, F64))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(a * a)
+        return hvd.DistributedGradientTape(tape, process_set=_fake_set()).gradient(loss, [a])
+
+    with pytest.raises(ValueError, match="not registered"):  # members or not
+        step.get_concrete_function()
+
+
+def test_a_set_removed_after_tracing_fails_when_the_function_runs():
+    ps = hvd.add_process_set([0])
+    f = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, process_set=ps))
+    if R == 0:
+        assert_equal(f(tf.ones(2)), [1.0, 1.0])
+    else:
+        f.get_concrete_function(tf.TensorSpec([2], tf.float32))
+    assert hvd.remove_process_set(ps) is True
+    with pytest.raises(tf.errors.InvalidArgumentError, match="does not exist"):
+        f(tf.ones(2))
 
 
 def test_global_collectives_still_work_after_the_sets():

@@ -5,12 +5,14 @@ Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the tabl
 docs/moving-from-horovod.md the differences. Pure Python over ``kolo._core``: one kolo
 build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
+from kolo.tensorflow import util  # noqa: F401
 from kolo.tensorflow.compression import Compression  # noqa: F401
 from kolo.tensorflow.functions import (  # noqa: F401
-    allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables)
+    allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn,
+    broadcast_variables)
 from kolo.tensorflow.gradients import (  # noqa: F401
-    DistributedGradientTape, allreduce, grouped_allreduce, grouped_reducescatter,
-    reducescatter)
+    DistributedGradientTape, PartialDistributedGradientTape, allreduce, grouped_allreduce,
+    grouped_reducescatter, reducescatter)
 from kolo.tensorflow.mpi_ops import (  # noqa: F401
     Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
     Sum, add_process_set, allgather, alltoall, barrier, broadcast, broadcast_, ccl_built,
@@ -20,16 +22,8 @@ from kolo.tensorflow.mpi_ops import (  # noqa: F401
     process_set_included_op, rank, rank_op, remove_process_set, rocm_built, shutdown, size,
     size_op, start_timeline, stop_timeline)
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-
-
-def broadcast_global_variables(root_rank):
-    """TensorFlow 1's global-variable collection does not exist in TensorFlow 2 (as in
-    Horovod, which raises for eager execution): broadcast the variables themselves."""
-    raise RuntimeError(
-        "hvd.broadcast_global_variables() needs TensorFlow 1's global variable collection; "
-        "in TensorFlow 2 use hvd.broadcast_variables(model.variables, root_rank=%d) (and the "
-        "optimizer's variables), or with Keras hvd.callbacks.BroadcastGlobalVariablesCallback"
-        "(%d)" % (root_rank, root_rank))
+from kolo.tensorflow.util import (  # noqa: F401
+    _cache, _executing_eagerly, _make_subgraph, refs_to_vars, vars_to_refs)
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
@@ -39,8 +33,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True):
     """A Keras optimizer is wrapped as by ``kolo.tensorflow.keras.DistributedOptimizer`` (as
-    Horovod does). A ``tf.compat.v1`` optimizer is TensorFlow 1 graph-mode machinery that
-    kolo does not carry: a clear error names what to use instead."""
+    Horovod does). A ``tf.compat.v1`` optimizer is not wrapped (kolo's collectives run in
+    TF1 graphs, but it has no wrapper for those optimizers): a clear error names what to
+    use instead."""
     import keras
     if isinstance(optimizer, keras.optimizers.Optimizer):
         from kolo.tensorflow.keras import DistributedOptimizer as keras_optimizer
@@ -50,13 +45,14 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             gradient_predivide_factor=gradient_predivide_factor, op=op,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-            groups=groups, process_set=process_set)
+            groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
     raise ValueError(
         "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
         "kolo.tensorflow.DistributedOptimizer takes a Keras optimizer; %s is not one. "
-        "tf.compat.v1 optimizers (TensorFlow 1 graph mode) are not supported: use a "
-        "keras.optimizers optimizer with kolo.tensorflow.keras.DistributedOptimizer, or "
-        "hvd.DistributedGradientTape in a custom loop" % type(optimizer).__name__)
+        "tf.compat.v1 optimizers are not supported: use a keras.optimizers optimizer with "
+        "kolo.tensorflow.keras.DistributedOptimizer, hvd.DistributedGradientTape in a "
+        "custom loop, or in a TF1 graph hvd.allreduce of the gradients of "
+        "optimizer.compute_gradients()" % type(optimizer).__name__)
 
 
 __all__ = [
@@ -72,5 +68,6 @@ __all__ = [
     "reducescatter", "grouped_reducescatter", "broadcast_object", "broadcast_object_fn",
     "allgather_object", "join", "barrier",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "Compression", "DistributedGradientTape", "DistributedOptimizer", "SyncBatchNormalization",
+    "Compression", "DistributedGradientTape", "PartialDistributedGradientTape",
+    "DistributedOptimizer", "SyncBatchNormalization",
 ]

@@ -1,4 +1,8 @@
-"""Broadcasting variables and Python objects (Horovod's ``horovod.tensorflow.functions``)."""
+"""Broadcasting variables and Python objects (Horovod's ``horovod.tensorflow.functions``).
+
+In a TF1 graph (``tf.compat.v1``) these build ops, as Horovod's do: the variables'
+broadcast is an op to run, and the object functions run their collectives with
+``session`` (by default the default session)."""
 import pickle
 
 import numpy as np
@@ -10,35 +14,61 @@ from kolo.tensorflow.mpi_ops import global_process_set
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=True):
     """Makes every rank's ``variables`` equal to global rank ``root_rank``'s, in place (all
-    broadcasts in flight together). Returns None eagerly, the new values in a graph."""
+    broadcasts in flight together). Returns None eagerly; in a graph (tf.function, TF1)
+    the op that assigns them, as Horovod's ``tf.group``."""
     values = _ops.broadcast_(list(variables), root_rank, process_set=process_set)
-    return None if tf.executing_eagerly() else values
+    return None if tf.executing_eagerly() else tf.group(*values)
 
 
-def _eager(what):
-    if not tf.executing_eagerly():
-        raise RuntimeError("%s() runs eagerly, not inside tf.function" % what)
+def broadcast_global_variables(root_rank):
+    """In a TF1 graph: the op that assigns ``root_rank``'s values to every global variable
+    (``tf.compat.v1.global_variables()``), as Horovod's. TensorFlow 2 code has no global
+    variable collection (as Horovod, which raises for eager execution): broadcast the
+    variables themselves."""
+    if not tf.compat.v1.executing_eagerly_outside_functions():
+        return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+    raise RuntimeError(
+        "hvd.broadcast_global_variables() needs TensorFlow 1's global variable collection; "
+        "in TensorFlow 2 use hvd.broadcast_variables(model.variables, root_rank=%d) (and the "
+        "optimizer's variables), or with Keras hvd.callbacks.BroadcastGlobalVariablesCallback"
+        "(%d)" % (root_rank, root_rank))
+
+
+def _runner(what, session):
+    """How the object functions get their collectives' values: eagerly ``.numpy()``; in a
+    TF1 graph ``session.run`` (Horovod's: ``session`` or the default session)."""
+    if tf.executing_eagerly():
+        if session is not None:
+            raise ValueError("%s(session=...) is for TF1 graphs; eagerly, pass no session"
+                             % what)
+        return lambda t: t.numpy()
+    if tf.compat.v1.executing_eagerly_outside_functions():
+        raise RuntimeError("%s() runs eagerly (or in a TF1 graph with a session), not inside "
+                           "tf.function" % what)
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+        raise ValueError("%s() in a TF1 graph runs its collectives in a session: pass "
+                         "session=, or call it inside `with session.as_default():`" % what)
+    return session.run
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled: the
     size is broadcast first, then the bytes). The root gets its own object back. ``session``
-    (TensorFlow 1) is accepted and must be None."""
-    _eager("broadcast_object")
-    if session is not None:
-        raise ValueError("broadcast_object(session=...) is TensorFlow 1 only; kolo runs eagerly")
+    (a TF1 graph's; default: the default session) runs the collectives there."""
+    run = _runner("broadcast_object", session)
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "broadcast_object" if name is None else name
     is_root = _ops.rank() == int(root_rank)
     payload = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
-    size = _ops.broadcast(tf.constant([payload.size if is_root else 0], tf.int64), root_rank,
-                          name=name + ".sz", process_set=process_set)
+    size = run(_ops.broadcast(tf.constant([payload.size if is_root else 0], tf.int64),
+                              root_rank, name=name + ".sz", process_set=process_set))
     if not is_root:
-        payload = np.zeros(int(size.numpy()[0]), np.uint8)
-    data = _ops.broadcast(tf.constant(payload), root_rank, name=name + ".t",
-                          process_set=process_set)
-    return obj if is_root else pickle.loads(data.numpy().tobytes())
+        payload = np.zeros(int(size[0]), np.uint8)
+    data = run(_ops.broadcast(tf.constant(payload), root_rank, name=name + ".t",
+                              process_set=process_set))
+    return obj if is_root else pickle.loads(data.tobytes())
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -47,18 +77,17 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
-    _eager("allgather_object")
-    if session is not None:
-        raise ValueError("allgather_object(session=...) is TensorFlow 1 only; kolo runs eagerly")
+    """The list of every rank's ``obj`` (pickled), in rank order of the set. ``session``: as
+    for broadcast_object."""
+    run = _runner("allgather_object", session)
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "allgather_object" if name is None else name
     data = np.frombuffer(pickle.dumps(obj), np.uint8)
-    sizes = _ops.allgather(tf.constant([data.size], tf.int64), name=name + ".sz",
-                           process_set=process_set).numpy()
-    raw = _ops.allgather(tf.constant(data), name=name + ".t",
-                         process_set=process_set).numpy().tobytes()
+    sizes = run(_ops.allgather(tf.constant([data.size], tf.int64), name=name + ".sz",
+                               process_set=process_set))
+    raw = run(_ops.allgather(tf.constant(data), name=name + ".t",
+                             process_set=process_set)).tobytes()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(raw[offset:offset + n]))

@@ -1,6 +1,7 @@
 """Horovod's public reductions (``allreduce`` with compression and ``tf.IndexedSlices``,
 ``grouped_allreduce``, ``reducescatter``) and the gradient averaging that
-``DistributedGradientTape`` and the Keras ``DistributedOptimizer`` share."""
+``DistributedGradientTape`` and the Keras ``DistributedOptimizer`` share, local variables
+(model parallelism: gradients that stay on their rank) included."""
 import warnings
 
 import tensorflow as tf
@@ -136,6 +137,7 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
     grads = list(grads)
+    _ops._set_id(process_set)  # an unregistered set fails on every rank, members or not
     if not _ops._included(process_set):  # as Horovod: a rank outside the set keeps its own
         return grads
     if sparse_as_dense:
@@ -158,6 +160,65 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
     return out
 
 
+class LocalVariables:
+    """Variables registered as local to this rank (Horovod's ``register_local_source`` and
+    ``register_local_var``, for model-parallel layers): their gradients are not reduced.
+    Kept by identity, since Keras 3 variables have no ``ref()``."""
+
+    def __init__(self):
+        self._by_id = {}  # id -> the variable, kept alive so that its id stays its own
+
+    def add(self, variable):
+        self._by_id[id(variable)] = variable
+
+    def __contains__(self, variable):
+        return id(variable) in self._by_id
+
+    def __len__(self):
+        return len(self._by_id)
+
+
+def _divided(grad, n):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices,
+                                grad.dense_shape)
+    return grad / tf.cast(n, grad.dtype)
+
+
+def _reduce_shared_gradients(grads, variables, local, scale_local_gradients, settings):
+    """Horovod's reduction with local variables: the gradients of the variables in
+    ``local`` stay this rank's, divided by the set's size when ``scale_local_gradients``
+    (so that they are scaled as the averaged ones are; Horovod pull 3695); the others are
+    reduced by _reduce_gradients(``settings``)."""
+    if not local or variables is None:
+        return _reduce_gradients(grads, variables, **settings)
+    shared = [i for i, v in enumerate(variables) if v not in local]
+    reduced = _reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
+                                **settings)
+    out = list(grads)
+    for i, g in zip(shared, reduced):
+        out[i] = g
+    if scale_local_gradients:
+        n = _ops._set_size(settings.get("process_set", global_process_set))
+        for i, v in enumerate(variables):
+            if v in local and out[i] is not None:
+                out[i] = _divided(out[i], n)
+    return out
+
+
+def _local_layer_variables(local_layers):
+    """The trainable variables of Horovod's ``local_layers`` (a Keras layer or a list)."""
+    import keras
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type "
+                         "(keras.layers.Layer).")
+    return [v for layer in local_layers for v in layer.trainable_weights]
+
+
 def _groups_setting(num_groups, groups):
     """Horovod's deprecated ``num_groups`` becomes ``groups``."""
     if num_groups:
@@ -168,7 +229,13 @@ def _groups_setting(num_groups, groups):
 
 
 class _DistributedGradientTape(tf.GradientTape):
-    """A tf.GradientTape whose gradient() averages the gradients over the ranks."""
+    """A tf.GradientTape whose gradient() averages the gradients over the ranks, but those
+    of the sources registered as local."""
+
+    def register_local_source(self, source):
+        """Horovod's: the gradient of ``source`` (a variable) is not reduced; gradient()
+        returns this rank's (divided by the set's size with scale_local_gradients)."""
+        self._kolo_local.add(source)
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
@@ -176,8 +243,19 @@ class _DistributedGradientTape(tf.GradientTape):
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         flat_sources = tf.nest.flatten(sources, expand_composites=False)
         variables = flat_sources if len(flat_sources) == len(flat_grads) else None
-        reduced = _reduce_gradients(flat_grads, variables, **self._kolo_settings)
+        reduced = _reduce_shared_gradients(flat_grads, variables, self._kolo_local,
+                                           self.scale_local_gradients, self._kolo_settings)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """Horovod's: gradient(), split into two lists of (source, gradient) pairs, those of
+        the local sources and the others, each in the order of ``sources``."""
+        grads = self.gradient(target, sources, output_gradients)
+        local, shared = [], []
+        for source, grad in zip(sources, grads):
+            (local if source in self._kolo_local else shared).append((source, grad))
+        return local, shared
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
@@ -186,7 +264,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             process_set=global_process_set, scale_local_gradients=True):
     """Wraps ``gradtape`` (a tf.GradientTape, before or after recording) so that
     ``gradient()`` returns the gradients averaged over the set's ranks (``op``), after
-    compression, in one negotiation per group."""
+    compression, in one negotiation per group; sources registered with
+    ``register_local_source`` keep their own gradients."""
     if not isinstance(gradtape, tf.GradientTape):
         raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %s"
                         % type(gradtape).__name__)
@@ -198,4 +277,23 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                                gradient_predivide_factor=gradient_predivide_factor,
                                groups=_groups_setting(num_groups, groups),
                                process_set=process_set)
+    tape._kolo_local = LocalVariables()
+    tape.process_set = process_set
+    tape.scale_local_gradients = scale_local_gradients
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """DistributedGradientTape with the trainable variables of ``local_layers`` (Keras
+    layers whose weights stay local to each rank, e.g. the model-parallel part of a model)
+    registered as local sources."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for v in _local_layer_variables(local_layers):
+        tape.register_local_source(v)
     return tape

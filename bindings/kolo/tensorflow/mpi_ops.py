@@ -9,8 +9,12 @@ arrays that share their memory.
   TensorFlow hands it NumPy views of the inputs and adopts the aligned results, again
   without copies, and runs the collectives in program order (automatic control
   dependencies order stateful ops), so every rank submits them in the same order.
+- In a TF1 graph (``tf.compat.v1``, run by a Session) an unnamed collective is named after
+  its graph op, and waits on a thread of its own (kolo.tensorflow.tf1_graph).
 - XLA (``jit_compile=True``) cannot call back into Python: such a function fails at
   trace time with a message naming the option.
+Failures raise classes that are kolo's and TensorFlow's errors at once
+(kolo.tensorflow.errors).
 A gathered result (allgather, alltoall, reducescatter) is copied once out of the
 runtime's buffer; a broadcast copies its input once into the buffer it overwrites.
 """
@@ -29,8 +33,11 @@ from kolo.common.basics import (  # noqa: F401
     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
 from kolo.common.process_sets import (  # noqa: F401
-    ProcessSet, _root_in_set, _set_id, _set_rank, _set_size, add_process_set,
-    global_process_set, remove_process_set)
+    ProcessSet, _root_in_set, _set_rank, _set_size, add_process_set, global_process_set,
+    remove_process_set)
+from kolo.common.process_sets import _set_id as _registry_id
+from kolo.tensorflow import tf1_graph as _tf1
+from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
 
 
 def _included(process_set):
@@ -40,6 +47,27 @@ def _included(process_set):
 
 
 HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
+
+
+def _set_id(process_set):
+    """The core's id of ``process_set``, checked against the runtime's registry when the
+    call is made (inside tf.function and TF1 graphs: when it is traced or built), so that
+    a set that was removed, or given an id by hand, is a ValueError there and not an
+    error of every run."""
+    set_id = _registry_id(process_set)
+    if set_id != 0:
+        _check_registered(set_id, "%s (id %d)" % (process_set, set_id))
+    return set_id
+
+
+def _check_registered(set_id, described):
+    try:
+        _core.process_set_ranks(set_id)
+    except (ValueError, KoloInternalError):
+        raise ValueError("process set %s is not registered with kolo: it was removed, or its "
+                         "process_set_id was set by hand; register it with add_process_set() "
+                         "or init(process_sets=...)" % described) from None
+
 
 # The core's dtype codes by TensorFlow dtype (kolo.common.host has them by the NumPy dtype
 # that tf.numpy_function hands over).
@@ -118,22 +146,34 @@ def _unconverted(fn):
 
 
 @tf.autograph.experimental.do_not_convert
-def _run(kernel, tensors, dtypes, shapes, what):
-    """``kernel(arrays) -> list of aligned arrays`` on the tensors' memory: directly when
-    executing eagerly, else as one stateful tf.numpy_function with the outputs' dtypes
-    and (static) shapes declared. Returns a list of tensors."""
+def _run(make_kernel, name, tensors, dtypes, shapes, what):
+    """The collective ``make_kernel(name)`` (a function: list of arrays in, list of aligned
+    arrays out) on the tensors' memory: directly when executing eagerly, else as graph ops
+    with the outputs' dtypes and (static) shapes declared. Returns a list of tensors."""
     if tf.executing_eagerly():
         arrays = [_as_numpy(_on_host(t)) for t in tensors]
-        return [_as_tensor(a) for a in kernel(arrays)]
+        return [_as_tensor(a) for a in _raising_tf_errors(make_kernel(name), arrays)]
+    return _graph_op(make_kernel, name, tensors, dtypes, shapes, what)
+
+
+def _graph_op(make_kernel, name, tensors, dtypes, shapes, what):
+    """The collective as ops of the graph being built: in a TF1 graph those of
+    kolo.tensorflow.tf1_graph; inside tf.function one stateful tf.numpy_function, which
+    TensorFlow's automatic control dependencies run in program order."""
+    if _tf1.building(what):
+        return _tf1.collective(make_kernel, name, tensors, dtypes, shapes, what)
     if _in_xla_context():
         raise NotImplementedError(
             "kolo.tensorflow.%s cannot run inside an XLA-compiled function: kolo's "
             "collectives call back into Python, which XLA cannot do. Use "
             "tf.function(jit_compile=False) (Keras: model.compile(..., jit_compile=False))"
             % what)
-    # A 0-d tensor arrives as a NumPy scalar, which has no buffer of its own to hand over.
-    outs = tf.numpy_function(_unconverted(lambda *arrays: kernel([np.asarray(a) for a in arrays])),
-                             list(tensors), list(dtypes), stateful=True,
+    kernel = make_kernel(name)
+
+    def run(*arrays):
+        # A 0-d tensor arrives as a NumPy scalar, which has no buffer of its own to hand over.
+        return _raising_tf_errors(kernel, [np.asarray(a) for a in arrays])
+    outs = tf.numpy_function(_unconverted(run), list(tensors), list(dtypes), stateful=True,
                              name="Kolo" + what.title())
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     for out, shape in zip(outs, shapes):
@@ -179,11 +219,13 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     ``groups``: sizes of consecutive sub-groups, each negotiated as its own unit."""
     tensors = [_check(t, "allreduce input") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
-                               postscale_factor, set_id)
+
+    def kernel(name):
+        return _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
+                                      postscale_factor, set_id)
 
     def reduce(*xs):
-        ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "allreduce")
+        ys = _run(kernel, name, xs, [x.dtype for x in xs], [x.shape for x in xs], "allreduce")
 
         def grad(*dys):
             return _grouped_allreduce(list(dys), None, op, prescale_factor, postscale_factor,
@@ -207,8 +249,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     set_id = _set_id(process_set)
 
     def gather(*xs):
-        ys = _run(_host.allgather_kernel(name, set_id), xs, [x.dtype for x in xs],
-                  [_rows_shape(x) for x in xs], "allgather")
+        ys = _run(lambda name: _host.allgather_kernel(name, set_id), name, xs,
+                  [x.dtype for x in xs], [_rows_shape(x) for x in xs], "allgather")
 
         def grad(*dys):
             return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x,
@@ -237,10 +279,11 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
     gradients, the others' zero."""
     tensors = [_check(t, "broadcast tensor") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _host.broadcast_kernel(_root_in_set(root_rank, set_id), name, set_id)
+    root_in_set = _root_in_set(root_rank, set_id)
 
     def bcast(*xs):
-        ys = _run(kernel, xs, [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
+        ys = _run(lambda name: _host.broadcast_kernel(root_in_set, name, set_id), name, xs,
+                  [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
 
         def grad(*dys):
             reduced = _grouped_allreduce(list(dys), op=Average, process_set=process_set)
@@ -259,7 +302,9 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts ``variables`` (tf.Variables) from global rank ``root_rank`` in place, all
-    in flight together; returns their new values."""
+    in flight together; returns their new values. In a graph the values depend on the
+    assignments (as Horovod's), so that a Session that fetches them assigns the
+    variables too."""
     variables = list(variables)
     if not all(hasattr(v, "assign") for v in variables):  # tf.Variable, keras.Variable
         raise TypeError("broadcast_() takes a list of tf.Variable (in place); use broadcast() "
@@ -268,9 +313,17 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
         return []
     values = _grouped_broadcast([tf.convert_to_tensor(v) for v in variables], root_rank, name,
                                 process_set)
-    for v, value in zip(variables, values):
-        v.assign(value)
-    return values
+    assigned = [v.assign(value) for v, value in zip(variables, values)]
+    if tf.executing_eagerly():
+        return values
+    with tf.control_dependencies([_assign_op(a) for a in assigned]):
+        return [tf.identity(value) for value in values]
+
+
+def _assign_op(assigned):
+    """What a variable's assign() returned in a graph, as something to depend on: a
+    tf.Variable returns the assigned variable (or its op), a Keras variable nothing."""
+    return getattr(assigned, "op", assigned) if assigned is not None else tf.no_op()
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
@@ -284,8 +337,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     set_id = _set_id(process_set)
 
     def exchange(x, s):
-        out, received = _run(_host.alltoall_kernel(name, set_id), [x, s], [x.dtype, tf.int32],
-                             [_rows_shape(x), tf.TensorShape([None])], "alltoall")
+        out, received = _run(lambda name: _host.alltoall_kernel(name, set_id), name, [x, s],
+                             [x.dtype, tf.int32], [_rows_shape(x), tf.TensorShape([None])],
+                             "alltoall")
 
         def grad(dy, _):
             back, _ = alltoall(dy, received, process_set=process_set)
@@ -309,10 +363,12 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
     of the incoming gradient, times the set's size for Sum, times the scale factors."""
     tensors = [_check(t, "reducescatter input") for t in tensors]
     set_id = _set_id(process_set)
-    kernel = _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
+
+    def kernel(name):
+        return _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
 
     def scatter(*xs):
-        ys = _run(kernel, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
+        ys = _run(kernel, name, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
                   "reducescatter")
 
         def grad(*dys):
@@ -331,27 +387,33 @@ def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
                                   postscale_factor)[0]
 
 
+def _scalar_kernel(start, value):
+    """The kernel of join and barrier in a graph: no inputs; waits for the operation
+    ``start()`` and returns ``value(output)`` as an int32 scalar."""
+    def run(_):
+        out = _host.empty((), np.int32)
+        out[...] = value(_core.wait(start()))
+        return [out]
+    return lambda name: run
+
+
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
     others' allreduces with zeros. Returns the global rank that joined last."""
     if tf.executing_eagerly():
-        return int(_core.wait(_core.join_async(0)).value)
-    return tf.numpy_function(_unconverted(lambda: np.int32(_core.wait(_core.join_async(0)).value)),
-                             [], tf.int32, stateful=True, name="KoloJoin")
+        return int(_raising_tf_errors(lambda: _core.wait(_core.join_async(0)).value))
+    return _graph_op(_scalar_kernel(lambda: _core.join_async(0), lambda out: out.value), None,
+                     [], [tf.int32], [tf.TensorShape([])], "join")[0]
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     set_id = _set_id(process_set)
     if tf.executing_eagerly():
-        _core.wait(_core.barrier_async(set_id))
+        _raising_tf_errors(lambda: _core.wait(_core.barrier_async(set_id)))
         return None
-
-    def wait():
-        _core.wait(_core.barrier_async(set_id))
-        return np.int32(0)
-    return tf.numpy_function(_unconverted(wait), [], tf.int32, stateful=True,
-                             name="KoloBarrier")
+    return _graph_op(_scalar_kernel(lambda: _core.barrier_async(set_id), lambda out: 0), None,
+                     [], [tf.int32], [tf.TensorShape([])], "barrier")[0]
 
 
 def _query_op(query, name):
@@ -365,6 +427,8 @@ def _query_op(query, name):
 
 def size_op(process_set_id=0, name=None):
     """The number of ranks of the process set (default: all), as a tensor."""
+    if process_set_id != 0:
+        _check_registered(process_set_id, "id %d" % process_set_id)
     return _query_op(lambda: len(_core.process_set_ranks(process_set_id)), name or "KoloSize")
 
 
@@ -385,5 +449,7 @@ def local_rank_op(name=None):
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 when this process belongs to the process set, else 0, as a tensor."""
+    if process_set_id != 0:
+        _check_registered(process_set_id, "id %d" % process_set_id)
     return _query_op(lambda: int(_core.process_set_rank(process_set_id) >= 0),
                      name or "KoloProcessSetIncluded")

@@ -30,8 +30,8 @@ __all__ = [
     "allreduce", "allgather", "broadcast", "reducescatter", "join", "broadcast_object",
     "allgather_object", "broadcast_variables", "broadcast_global_variables",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "Compression", "DistributedOptimizer", "SyncBatchNormalization", "load_model",
-    "callbacks",
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer",
+    "SyncBatchNormalization", "load_model", "callbacks",
 ]
 
 
@@ -44,8 +44,18 @@ def _check_backend():
 
 class _DistributedOptimizer:
     """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
-    the ranks first; with ``backward_passes_per_step`` N > 1 it sums them locally and
-    averages and applies every N-th call (the other calls change no weights)."""
+    the ranks first (but those of variables registered as local); with
+    ``backward_passes_per_step`` N > 1 it sums them locally and averages and applies every
+    N-th call (the other calls change no weights)."""
+
+    def register_local_var(self, var):
+        """Horovod's: the gradient of ``var`` is not reduced; this rank's is applied
+        (divided by the set's size with scale_local_gradients)."""
+        self._kolo_local.add(var)
+
+    def _kolo_reduce(self, grads, variables):
+        return _gradients._reduce_shared_gradients(grads, variables, self._kolo_local,
+                                                   self._kolo_scale_local, self._kolo_settings)
 
     def build(self, variables):
         super().build(variables)
@@ -62,8 +72,7 @@ class _DistributedOptimizer:
         variables = list(trainable_variables if trainable_variables is not None
                          else self._trainable_variables)
         if self._kolo_passes_per_step == 1:
-            reduced = _gradients._reduce_gradients(grads, variables, **self._kolo_settings)
-            return super().apply(reduced, trainable_variables)
+            return super().apply(self._kolo_reduce(grads, variables), trainable_variables)
         return self._kolo_accumulate(grads, variables, trainable_variables)
 
     def _kolo_accumulate(self, grads, variables, trainable_variables):
@@ -80,8 +89,8 @@ class _DistributedOptimizer:
                     for total, g in zip(self._kolo_sums, grads)]
             if self._kolo_average_passes:
                 sums = [None if s is None else s / n for s in sums]
-            reduced = _gradients._reduce_gradients(sums, variables, **self._kolo_settings)
-            super(_DistributedOptimizer, self).apply(reduced, trainable_variables)
+            super(_DistributedOptimizer, self).apply(self._kolo_reduce(sums, variables),
+                                                     trainable_variables)
             for total in self._kolo_sums:
                 total.assign(tf.zeros_like(total))
             return tf.constant(True)
@@ -96,7 +105,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     """A copy of ``optimizer`` (same class and config, no state) whose updates use the
     gradients averaged (``op``) over the set's ranks. ``backward_passes_per_step`` N sums N
     calls' gradients locally (divided by N with ``average_aggregated_gradients``) and
-    averages and applies them on every N-th call."""
+    averages and applies them on every N-th call. Variables registered with the result's
+    ``register_local_var`` keep their own gradients (divided by the set's size with
+    ``scale_local_gradients``)."""
     _check_backend()
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
@@ -123,6 +134,28 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._kolo_passes_per_step = int(backward_passes_per_step)
     wrapped._kolo_average_passes = bool(average_aggregated_gradients)
     wrapped._kolo_sums = None
+    wrapped._kolo_local = _gradients.LocalVariables()
+    wrapped._kolo_scale_local = bool(scale_local_gradients)
+    return wrapped
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose ``local_layers`` (Keras layers whose weights stay local to
+    each rank, e.g. the model-parallel part of a model) have their trainable variables
+    registered as local: their gradients are not reduced (Horovod's, from
+    ``horovod.keras``)."""
+    local = _gradients._local_layer_variables(local_layers)
+    wrapped = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for v in local:
+        wrapped.register_local_var(v)
     return wrapped
 
 

@@ -13,15 +13,31 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes the model's and the optimizer's variables equal to global rank
     ``root_rank``'s. Horovod does it after the first batch; kolo does it when training
     begins (building the optimizer then), so that the first step starts from equal
-    weights, and after the first batch for a model that only that batch builds."""
+    weights, and after the first batch for a model that only that batch builds.
+    ``local_variables`` (and variables passed to ``register_local_var``) keep each rank's
+    values, as Horovod's; the optimizer's variables are all broadcast, as Horovod's."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        self._local = _gradients.LocalVariables()
+        if local_variables is None:
+            local_variables = []
+        elif _is_variable(local_variables):
+            local_variables = [local_variables]
+        if not all(_is_variable(v) for v in local_variables):
+            raise ValueError("All local variables must be of tf.Variable type (or Keras "
+                             "variables).")
+        for v in local_variables:
+            self.register_local_var(v)
+
+    def register_local_var(self, var):
+        """Horovod's: ``var`` keeps this rank's value (it is not broadcast)."""
+        self._local.add(var)
 
     def _broadcast(self):
-        variables = list(self.model.variables)
+        variables = [v for v in self.model.variables if v not in self._local]
         if self.model.optimizer is not None:
             variables += list(self.model.optimizer.variables)
         _ops.broadcast_(variables, self.root_rank, name="BroadcastGlobalVariablesCallback")
@@ -38,6 +54,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_batch_end(self, batch, logs=None):
         if not self.broadcast_done:
             self._broadcast()
+
+
+def _is_variable(v):
+    return isinstance(v, (tf.Variable, keras.Variable))
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

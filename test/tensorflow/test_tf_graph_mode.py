@@ -1,0 +1,215 @@
+"""kolo.tensorflow in TF1 graphs run by a real tf.compat.v1.Session (each test builds its own
+tf.Graph, so eager execution stays on for the other tests).
+
+A Session runs the ops of one Session.run in no fixed order, a different one on each
+rank: an unnamed collective is named after its graph op and pairs by that name (Horovod
+names it after its op), and it waits on a thread of its own, so that more collectives than
+the Session has threads cannot hold every thread waiting for each other. broadcast_ and
+broadcast_variables return ops that assign the variables, as Horovod's; the object
+functions run in the session; collectives inside control flow of a TF1 graph are refused.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kolo.tensorflow as hvd
+
+from tf_common import N, R
+
+# One inter-op thread (conftest's, which a Session takes from the eager context) and eight:
+# with one, eight collectives waiting at once would hold the only thread; with eight, the
+# Session runs the collectives of one step in a different order on each rank.
+THREADS = [1, 8]
+STEPS = 6
+
+
+def _session(threads=None):
+    config = None
+    if threads is not None:
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads)
+    return tf.compat.v1.Session(config=config)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_unnamed_allreduces_fetched_in_one_session_run_pair_by_op(threads):
+    # Op i sums (i + 1) * (r + 1) + step over the ranks: paired with another op on any
+    # rank, a sum is wrong.
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.float32, [])
+        ops = [hvd.allreduce(tf.fill([3], (i + 1) * (R + 1) + step), op=hvd.Sum)
+               for i in range(8)]
+        assert all(o.shape.as_list() == [3] for o in ops)
+        with _session(threads) as sess:
+            for s in range(STEPS):
+                got = sess.run(ops, {step: float(s)})
+                for i, g in enumerate(got):
+                    want = (i + 1) * N * (N + 1) / 2 + N * s
+                    assert np.array_equal(g, [want] * 3), (R, s, i, g, want)
+
+
+def test_unnamed_allreduces_in_a_tf_function_pair_in_program_order():
+    # tf.function keeps pairing by call order: automatic control dependencies run the
+    # stateful ops in program order on every rank.
+    @tf.function
+    def f(s):
+        return [hvd.allreduce(tf.fill([3], (i + 1) * (R + 1) + s), op=hvd.Sum)
+                for i in range(8)]
+
+    for s in range(3):
+        for i, g in enumerate(f(tf.constant(float(s)))):
+            assert np.array_equal(g.numpy(), [(i + 1) * N * (N + 1) / 2 + N * s] * 3)
+
+
+def test_every_collective_in_one_session_run():
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.int32, [])
+        mine = tf.fill([N, 2], R + step)
+        ops = {
+            "allreduce": hvd.allreduce(mine, op=hvd.Sum),
+            "allgather": hvd.allgather(mine[:R + 1]),
+            "grouped_allgather": hvd.grouped_allgather([mine[:1], mine[:R + 1] * 2]),
+            "broadcast": hvd.broadcast(mine, N - 1),
+            "alltoall": hvd.alltoall(mine),
+            "reducescatter": hvd.reducescatter(mine, op=hvd.Sum),
+            "grouped_allreduce": hvd.grouped_allreduce([mine, mine * 3], op=hvd.Max),
+        }
+        with _session(8) as sess:
+            for s in range(STEPS):
+                got = sess.run(ops, {step: s})
+                total = sum(r + s for r in range(N))
+                rows = np.concatenate([np.full([r + 1, 2], r + s) for r in range(N)])
+                assert np.array_equal(got["allreduce"], np.full([N, 2], total))
+                assert np.array_equal(got["allgather"], rows)
+                assert np.array_equal(got["grouped_allgather"][0],
+                                      np.concatenate([np.full([1, 2], r + s) for r in range(N)]))
+                assert np.array_equal(got["grouped_allgather"][1], rows * 2)
+                assert np.array_equal(got["broadcast"], np.full([N, 2], N - 1 + s))
+                assert np.array_equal(got["alltoall"], np.array([[r + s] * 2 for r in range(N)]))
+                assert np.array_equal(got["reducescatter"], np.full([1, 2], total))
+                assert np.array_equal(got["grouped_allreduce"][1], np.full([N, 2], 3 * (N - 1 + s)))
+
+
+def test_grouped_allreduce_of_indexed_slices_in_a_session():
+    # Each tf.IndexedSlices travels as allgathers of its values and indices, all unnamed.
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.float32, [])
+        slices = [tf.IndexedSlices(tf.fill([1, 2], (k + 1) * (R + 1) + step), tf.constant([R]),
+                                   tf.constant([N, 2])) for k in range(3)]
+        dense = tf.fill([2], R + step)
+        out = hvd.grouped_allreduce(slices + [dense], op=hvd.Sum)
+        fetch = [tf.convert_to_tensor(o) for o in out[:3]] + [out[3]]
+        with _session(8) as sess:
+            for s in range(STEPS):
+                got = sess.run(fetch, {step: float(s)})
+                for k in range(3):
+                    want = np.array([[(k + 1) * (r + 1) + s] * 2 for r in range(N)])
+                    assert np.array_equal(got[k], want), (k, got[k], want)
+                assert np.array_equal(got[3], [N * (N - 1) / 2 + N * s] * 2)
+
+
+def test_grouped_reducescatter_gradients_in_a_session():
+    # The gradient of a Sum reducescatter is the allgather of the incoming gradients times
+    # the set's size: two collectives forward, one per output backward.
+    with tf.Graph().as_default():
+        a = tf.constant(np.ones([N, 2]) * (R + 1))
+        b = tf.constant(np.ones([2 * N]) * (R + 2))
+        outs = hvd.grouped_reducescatter([a, b], op=hvd.Sum)
+        loss = tf.reduce_sum(outs[0] * (R + 1.0)) + tf.reduce_sum(outs[1] * (R + 3.0))
+        grads = tf.gradients(loss, [a, b])
+        with _session(8) as sess:
+            for _ in range(3):
+                ga, gb = sess.run(grads)
+                assert np.array_equal(ga, np.array([[(r + 1.0) * N] * 2 for r in range(N)]))
+                assert np.array_equal(gb, np.repeat([(r + 3.0) * N for r in range(N)], 2))
+
+
+def test_gradients_and_distributed_gradient_tape_in_a_session():
+    with tf.Graph().as_default():
+        x = tf.Variable(np.full([R + 1, 2], R + 1.0))
+        w = tf.Variable(np.ones([2]))
+        gathered = hvd.allgather(x)  # the gradient: this rank's rows of the average
+        (g_gather,) = tf.gradients(tf.reduce_sum(gathered * (R + 1.0)), [x])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * (R + 1.0))
+        (g_tape,) = hvd.DistributedGradientTape(tape).gradient(loss, [w])
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                got_gather, got_tape = sess.run([g_gather, g_tape])
+                assert np.array_equal(got_gather, np.full([R + 1, 2], (N + 1) / 2))
+                assert np.array_equal(got_tape, [(N + 1) / 2] * 2)
+
+
+def test_a_mismatch_in_a_session_fails_on_every_rank_and_the_graph_runs_on():
+    with tf.Graph().as_default():
+        shape = tf.compat.v1.placeholder(tf.int32, [1])
+        bad = hvd.allreduce(tf.ones(shape), op=hvd.Sum)
+        good = hvd.allreduce(tf.ones([2]), op=hvd.Sum)
+        with _session() as sess:
+            with pytest.raises(tf.errors.OpError, match="Mismatched allreduce tensor shapes"):
+                sess.run(bad, {shape: [R + 1]})
+            assert np.array_equal(sess.run(bad, {shape: [3]}), [N] * 3)
+            assert np.array_equal(sess.run(good), [N] * 2)
+
+
+@pytest.mark.parametrize("resource", [True, False], ids=["resource", "ref"])
+def test_broadcast_in_place_assigns_the_variables_in_a_session(resource):
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable(np.full([3], R, np.float32), use_resource=resource)
+        w = tf.compat.v1.Variable(np.full([2], R, np.int64), use_resource=resource)
+        values = hvd.broadcast_([v, w], N - 1)
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            got = sess.run(values)
+            assert np.array_equal(got[0], [N - 1] * 3) and np.array_equal(got[1], [N - 1] * 2)
+            assert np.array_equal(sess.run(v), [N - 1] * 3)
+            assert np.array_equal(sess.run(w), [N - 1] * 2)
+
+
+def test_broadcast_variables_and_global_variables_are_ops_that_assign():
+    with tf.Graph().as_default():
+        v = tf.Variable(np.full([2], R, np.float32))
+        w = tf.Variable(np.full([2], 10 + R, np.float32))
+        only_v = hvd.broadcast_variables([v], root_rank=0)
+        every = hvd.broadcast_global_variables(N - 1)
+        assert isinstance(only_v, tf.Operation) and isinstance(every, tf.Operation)
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(only_v)
+            assert np.array_equal(sess.run([v, w]), [[0, 0], [10 + R] * 2])
+            sess.run(every)  # v: rank N - 1's, which is rank 0's since only_v ran
+            assert np.array_equal(sess.run([v, w]), [[0, 0], [10 + N - 1] * 2])
+
+
+def test_broadcast_global_variables_eagerly_names_what_to_use():
+    with pytest.raises(RuntimeError, match="broadcast_variables"):
+        hvd.broadcast_global_variables(0)
+
+
+def test_object_functions_run_in_the_session():
+    with tf.Graph().as_default():
+        with _session() as sess:
+            got = hvd.broadcast_object({"rank": R}, root_rank=N - 1, session=sess)
+            assert got == {"rank": N - 1}
+            with sess.as_default():
+                assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]
+        with pytest.raises(ValueError, match="session"):
+            hvd.broadcast_object(R)
+
+
+def test_join_barrier_and_queries_in_a_session():
+    with tf.Graph().as_default():
+        barrier, join = hvd.barrier(), hvd.join()
+        queries = [hvd.rank_op(), hvd.size_op(), hvd.process_set_included_op()]
+        with _session() as sess:
+            assert sess.run(queries) == [R, N, 1]
+            assert sess.run(barrier) == 0
+            last = int(sess.run(join))
+    assert 0 <= last < N and hvd.allgather_object(last) == [last] * N
+
+
+def test_a_collective_inside_control_flow_of_a_tf1_graph_is_refused():
+    with tf.Graph().as_default():
+        x = tf.ones([2])
+        with pytest.raises(NotImplementedError, match="tf.cond"):
+            tf.cond(tf.constant(True), lambda: hvd.allreduce(x), lambda: x)
