@@ -15,6 +15,8 @@ packages=(
   libboost-dev libcli11-dev clang
   pybind11-dev python3-dev python3-torch python3-torchvision python3-pytest python3-numpy
   python3-sklearn python3-mpi4py python3-matplotlib python3-venv
+  # what Horovod's own test suite imports (../shared/peer-suites, run by scripts/test.sh)
+  python3-cloudpickle python3-mock python3-parameterized python3-pytest-timeout
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -42,11 +44,12 @@ fi
 # install dominates, not the download: --no-compile halves it, 60 s -> 30 s for
 # torch. Kept between runs, .venv costs nothing the second time.)
 venv_packages=(tensorflow-cpu jax optax flax torch torchvision lightning pytorch-lightning
-  deepspeed scikit-learn pytest)
+  deepspeed scikit-learn pytest cloudpickle mock parameterized pytest-timeout)
 if ! .venv/bin/python -c "import importlib.util as u, sys
 sys.exit(any(u.find_spec(m) is None
              for m in ('tensorflow', 'keras', 'jax', 'optax', 'flax', 'torch', 'torchvision',
-                       'lightning', 'pytorch_lightning', 'deepspeed', 'sklearn', 'pytest')))" \
+                       'lightning', 'pytorch_lightning', 'deepspeed', 'sklearn', 'pytest',
+                       'cloudpickle', 'mock', 'parameterized', 'pytest_timeout')))" \
     >/dev/null 2>&1; then
   echo "setup: making .venv (pip install ${venv_packages[*]})"
   [ -x .venv/bin/pip ] || /usr/bin/python3 -m venv .venv

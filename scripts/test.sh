@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: sets up (idempotent), builds, runs every test with
-# CTest; then the same tests again in an AddressSanitizer + UndefinedBehavior-
+# CTest and Horovod's own test suite (scripts/peer_suites.sh); then the same tests again in an AddressSanitizer + UndefinedBehavior-
 # Sanitizer build (build-asan/), the C++ tests under ThreadSanitizer (build-tsan/), and
 # a clang build whose -Wthread-safety analysis checks every lock (build-clang/).
 # The sanitizer builds leave the GPU path out (KOLO_WITH_CUDA=OFF): they check the
@@ -12,6 +12,9 @@ scripts/setup.sh
 
 echo "== tests (build/)"
 (cd build && ctest --output-on-failure --timeout 300 "$@")
+
+echo "== other projects' own test suites against kolo (../shared/peer-suites)"
+scripts/peer_suites.sh
 
 echo "== tests under ASan + UBSan (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \

@@ -255,8 +255,9 @@ TEST_F(Errors, UnnamedCollectivesOutOfStepResyncAndPairCorrectlyAgain) {
     Status s = rt_->Wait(waiting);
     ASSERT_EQ(s.code(), StatusCode::kPreconditionFailed) << "rank " << rank_ << ": " << s.message();
     EXPECT_TRUE(Contains(s.message(), "Unnamed collectives out of step")) << s.message();
-    EXPECT_TRUE(Contains(s.message(), "at train.py:10 in step, but rank(s) 0 called their unnamed "
-                                      "collective of that number"))
+    EXPECT_TRUE(Contains(s.message(),
+                         "at train.py:10 in step, but rank(s) 0 called their unnamed "
+                         "collective of that number"))
         << s.message();
     EXPECT_TRUE(Contains(s.message(), "train.py:20 in step")) << s.message();
   }

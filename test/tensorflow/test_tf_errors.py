@@ -52,6 +52,8 @@ BAD_ARGUMENTS = {
     "alltoall_rows_not_divisible": lambda: hvd.alltoall(tf.ones([N + 1])),
     "alltoall_splits_exceed_rows": lambda: hvd.alltoall(tf.ones([N - 1]), splits=[1] * N),
     "alltoall_splits_length": lambda: hvd.alltoall(tf.ones([N]), splits=[N]),
+    # truncated, a float split could differ between ranks
+    "alltoall_float_splits": lambda: hvd.alltoall(tf.ones([N]), splits=tf.ones([N])),
 }
 
 

@@ -37,6 +37,7 @@ from kolo.common.process_sets import (  # noqa: F401
     remove_process_set)
 from kolo.common.process_sets import _set_id as _registry_id
 from kolo.tensorflow import tf1_graph as _tf1
+from kolo.tensorflow.errors import CollectiveArgumentError as _CollectiveArgumentError
 from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
 
 
@@ -326,14 +327,23 @@ def _assign_op(assigned):
     return getattr(assigned, "op", assigned) if assigned is not None else tf.no_op()
 
 
+def _splits_tensor(splits):
+    """``splits`` as a 1-D int32 tensor. Integers only: a float tensor would be truncated,
+    differently on each rank (Horovod's op refuses anything but int32)."""
+    splits = tf.convert_to_tensor(splits)
+    if not splits.dtype.is_integer:
+        raise _CollectiveArgumentError("alltoall expects splits to contain integers (a list or "
+                                       "an integer tensor), got a %s tensor" % splits.dtype.name)
+    return tf.cast(tf.reshape(splits, [-1]), tf.int32)
+
+
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``tensor`` to rank i of the set (an even split when
     None). Returns the received rows, and ``(output, received_splits)`` when ``splits`` is
     given. Differentiable: the gradient goes back with the reverse alltoall."""
     tensor = _check(tensor, "alltoall input")
-    splits_t = tf.constant([], tf.int32) if splits is None else \
-        tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
+    splits_t = tf.constant([], tf.int32) if splits is None else _splits_tensor(splits)
     set_id = _set_id(process_set)
 
     def exchange(x, s):

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs other projects' own test suites against kolo, from ../shared/peer-suites
+# (see its README): Horovod 0.28.1's test/parallel/test_torch.py through its
+# runner, on Debian's PyTorch 1.13 and on .venv's PyTorch 2.x, at np=2. A suite
+# that falls short fails this script. Without ../shared/peer-suites it says so
+# and succeeds (the project's own tests still run).
+#
+# The runner's verdict is taken as it is, with two exceptions, each checked
+# exactly and printed:
+# - On a PyTorch with torch.optim.Muon the runner deselects three tests and asks
+#   for >= 100 passed, but pytest's --deselect matches node-id prefixes, so
+#   "test_broadcast_state" also deselects test_broadcast_state_gpu and
+#   test_broadcast_state_no_grad: 5 are deselected and at most 99 can pass. A run
+#   whose every rank passed every test that was neither skipped nor deselected
+#   is accepted.
+# - The *_async_fused tests assert that poll() is False right after at least one
+#   of 15 small collectives starts. On this 2-core machine the background thread
+#   that a start wakes can preempt the caller and finish the collective before
+#   the caller's next line (about one run in eight). A run whose only failures
+#   are that assertion runs once more, with a warning; the second run decides.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+suite=../shared/peer-suites/horovod-0.28.1
+if [ ! -x "$suite/run_torch.sh" ]; then
+  echo "peer suites: SKIPPED: $suite/run_torch.sh is not there (../shared/peer-suites sits beside" \
+       "the checkout in CI); Horovod's own tests did not run"
+  exit 0
+fi
+total=$(grep -cE '^    def test_' "$suite/test/parallel/test_torch.py")
+
+# The ranks' pytest summary lines in log $1.
+summaries() {
+  grep -aE '^\[[0-9]+\]<stdout>:(=+ )?[0-9]+ (passed|failed|errors?|skipped).* in [0-9.]+s' "$1"
+}
+
+# Whether log $1 shows 2 ranks that passed everything but 5 deselected and the skipped.
+all_selected_passed() {
+  local sums whole
+  sums=$(summaries "$1")
+  whole=$(echo "$sums" | sed -E 's/^\[[0-9]+\]<stdout>:=* *//' | awk -v total="$total" '
+    /failed|error/ { next }
+    { p = s = d = 0
+      for (i = 1; i < NF; i++) {
+        if ($(i+1) ~ /^passed/) p = $i
+        if ($(i+1) ~ /^skipped/) s = $i
+        if ($(i+1) ~ /^deselected/) d = $i
+      }
+      if (d == 5 && p + s + d == total) n++ }
+    END { print n + 0 }')
+  [ "$whole" -eq 2 ]
+}
+
+# Whether every failure in log $1 is an *_async_fused test's poll() assertion.
+only_poll_race() {
+  local failed others
+  failed=$(grep -acE '^\[[0-9]+\]<stdout>:FAILED ' "$1")
+  others=$(grep -aE '^\[[0-9]+\]<stdout>:FAILED ' "$1" | grep -vcE '::test_horovod_[a-z_]+_async_fused( |$)')
+  [ "$failed" -gt 0 ] && [ "$others" -eq 0 ] &&
+    [ "$(grep -ac 'hvd.poll() always returns True' "$1")" -gt 0 ] &&
+    [ "$(summaries "$1" | grep -c .)" -eq 2 ]
+}
+
+run_once() {  # $1 python, $2 log; the runner's exit code
+  OUT=$PWD/$2 "$suite/run_torch.sh" "$1"
+}
+
+failed=0
+for py in /usr/bin/python3 .venv/bin/python; do
+  log=build/peer-horovod-torch-$(basename "$(dirname "$py")")-$(basename "$py").log
+  echo "== Horovod 0.28.1's test_torch.py against kolo.torch, $py (log: $log)"
+  run_once "$py" "$log"
+  rc=$?
+  if [ $rc -ne 0 ] && only_poll_race "$log"; then
+    echo "peer suites: WARNING: the only failures are *_async_fused's 'hvd.poll() always returns" \
+         "True' (the collectives finished before the caller's next line); running once more"
+    cp "$log" "$log.first"
+    run_once "$py" "$log"
+    rc=$?
+  fi
+  [ $rc -eq 0 ] && continue
+  if all_selected_passed "$log"; then
+    echo "peer suites: accepted: every test that run_torch.sh selected and that was not skipped" \
+         "passed on every rank; its goal of 100 is out of reach because pytest's --deselect" \
+         "matches node-id prefixes (test_broadcast_state takes test_broadcast_state_gpu and" \
+         "test_broadcast_state_no_grad with it: 5 deselected, at most 99 pass)"
+    continue
+  fi
+  failed=1
+done
+exit $failed
