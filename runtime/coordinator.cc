@@ -493,8 +493,7 @@ void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
   std::string error =
       "Unnamed collectives out of step on process set " + std::to_string(process_set_) + ": " +
       where + ", but rank(s) " + RankList(kept->ranks, size_) +
-      " called their unnamed collective " + "of that number (" + Describe(k) + ") at " +
-      k.call_site +
+      " called their unnamed collective of that number (" + Describe(k) + ") at " + k.call_site +
       ". Unnamed collectives pair up by the order in which each rank calls them, so an "
       "exception on some rank skipped a collective that the others called. kolo cancelled it "
       "(nothing was exchanged) on rank(s) " +

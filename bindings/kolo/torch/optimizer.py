@@ -226,9 +226,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 else:
                     out = handle() if callable(handle) else _ops.synchronize(handle)
                     self._write_grad(key, self._compression.decompress(out, ctx))
+        except Exception:
+            # The step is lost. Its other reductions were started on every rank and end
+            # soon, successfully or not: they are waited for (their errors dropped), so
+            # that their names (the parameters') are free for the next step.
+            for handle, _ in self._handles.values():
+                try:
+                    handle() if callable(handle) else _ops.synchronize(handle)
+                except Exception:  # the step's first error is raised below
+                    pass
+            raise
         except BaseException:
-            # The step is lost; its other reductions are not waited for, and their names
-            # (the parameters') must be free for the next step.
+            # Interrupted (KeyboardInterrupt): nothing more is waited for; the names are
+            # free once their reductions complete.
             for handle, _ in self._handles.values():
                 if callable(handle):
                     handle.release()
