@@ -344,6 +344,7 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
     table_.erase(it);
   }
   CheckStalls(now, &outcome);
+  BreakBarrierDeadlocks(now, &outcome);
   if (joined_count_ == size_) {
     Response join;
     join.op = OpType::kJoin;
@@ -541,6 +542,67 @@ void Coordinator::EmitResync(const Request& first, const RankBits& ranks, std::s
       AddTo(it->second, kept[i].request, i == 0, kept[i].at, kept[i].round);
     }
     ++it;
+  }
+}
+
+namespace {
+
+// Collectives every rank reaches at the same point of its program and waits in.
+bool Blocking(OpType op) {
+  return op == OpType::kBarrier || op == OpType::kAddProcessSet ||
+         op == OpType::kRemoveProcessSet;
+}
+
+}  // namespace
+
+void Coordinator::BreakBarrierDeadlocks(Clock::time_point now, CoordinatorOutcome* outcome) {
+  for (const std::string& key : arrival_order_) {
+    auto it = table_.find(key);
+    if (it == table_.end() || !Blocking(it->second.first.op)) continue;
+    Entry& barrier = it->second;
+    // The unnamed tensors that only ranks missing the barrier sent.
+    std::vector<std::string> skipped;
+    RankBits waiting(size_);
+    for (const std::string& k : arrival_order_) {
+      auto u = table_.find(k);
+      if (u == table_.end() || !u->second.first.unnamed()) continue;
+      if (u->second.submitted.CountMissing(barrier.submitted) < barrier.count) continue;
+      skipped.push_back(k);
+      waiting.Or(u->second.submitted);
+    }
+    // Every missing rank must wait in one of them (a rank still computing may call
+    // the barrier yet).
+    RankBits missing(size_);
+    for (int r = 0; r < size_; ++r) {
+      if (!barrier.submitted.Test(r)) missing.Set(r);
+    }
+    if (skipped.empty() || waiting.CountMissing(missing) > 0) {
+      barrier.deadlocked_since.reset();
+      continue;
+    }
+    if (!barrier.deadlocked_since) barrier.deadlocked_since = now;
+    if (std::chrono::duration<double>(now - *barrier.deadlocked_since).count() < kDeadlockGrace) {
+      continue;
+    }
+    barrier.deadlocked_since.reset();
+    const std::string holders = RanksWhere(barrier, true);
+    const std::string where = Describe(barrier.first);
+    for (const std::string& k : skipped) {
+      auto u = table_.find(k);
+      if (u == table_.end()) continue;  // dropped with an earlier one of its ranks
+      const Request first = u->second.first;
+      const RankBits ranks = u->second.submitted;
+      std::string error =
+          "Cancelled: rank(s) " + RankList(ranks, size_) + " waited in unnamed " +
+          Describe(first) +
+          (first.call_site.empty() ? "" : " (called at " + first.call_site + ")") +
+          ", which rank(s) " + holders + " never called: they wait in " + where +
+          " (an exception there skipped the collective?). Rank(s) " + RankList(ranks, size_) +
+          " number their next unnamed collective like it, so that it pairs with the other "
+          "ranks' next one.";
+      outcome->warnings.push_back(error);
+      EmitResync(first, ranks, std::move(error), &outcome->responses);
+    }
   }
 }
 

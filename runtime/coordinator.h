@@ -28,7 +28,9 @@
 //      (a tie: the one fewer ranks called, then rank order). An unnamed
 //      tensor that stalls out is a RESYNC of the ranks that sent it; a barrier
 //      or join that completes is one for every unnamed tensor still pending
-//      (ranks number afresh after it, in a new epoch).
+//      (ranks number afresh after it, in a new epoch); so is, after a second,
+//      an unnamed tensor that keeps its ranks from a barrier the others wait in
+//      (ranks that are in the barrier never called it).
 #pragma once
 
 #include <algorithm>
@@ -108,6 +110,9 @@ class Coordinator {
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;
+    // Barrier and the process-set operations: since when the ranks missing it
+    // have waited in unnamed collectives that its ranks never called.
+    std::optional<Clock::time_point> deadlocked_since;
     // Unnamed only: every request, in arrival order (a RESYNC takes some
     // ranks' out again), and whether they came from more than one place.
     struct Arrival {
@@ -142,6 +147,12 @@ class Coordinator {
                   std::vector<Response>* out);
   // A barrier or join completed: RESYNCs every unnamed tensor still pending.
   void ResyncAfterBarrier(std::vector<Response>* out);
+  // Some ranks wait in a barrier (or a process-set operation) that the others
+  // cannot reach: those wait in unnamed collectives that the ranks in the
+  // barrier never called (they skipped them). After kDeadlockGrace, RESYNCs
+  // those unnamed collectives, so their ranks go on to the barrier.
+  void BreakBarrierDeadlocks(Clock::time_point now, CoordinatorOutcome* outcome);
+  static constexpr double kDeadlockGrace = 1.0;  // seconds
   // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
   std::string RanksWhere(const Entry& entry, bool submitted) const;
 

@@ -436,6 +436,43 @@ TEST_F(CoordinatorTest, ACompletedBarrierResyncsUnnamedTensorsStillPending) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
+TEST_F(CoordinatorTest, ABarrierThatRanksInSkippedCollectivesCannotReachResyncsThem) {
+  // Ranks 0 and 2 raised before the unnamed collective rank 1 waits in, and went on to
+  // a barrier (a process-set change, ...): neither side can go on.
+  Coordinator c(3, no_stall);
+  c.AddRequests(1, {Unnamed(5, "a.py:10 in f")}, t0);
+  c.AddRequests(0, {Op(OpType::kBarrier, "barrier")}, t0);
+  c.AddRequests(2, {Op(OpType::kBarrier, "barrier")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());  // rank 1 might just be slow
+  auto out = c.ComputeResponses(t0 + std::chrono::milliseconds(1100));
+  ASSERT_EQ(out.responses.size(), 1u);
+  const Response& r = out.responses[0];
+  EXPECT_EQ(r.op, OpType::kResync);
+  EXPECT_EQ(Ranks(r), std::vector<int>{1});
+  EXPECT_EQ(r.unnamed_from, 5);
+  EXPECT_EQ(r.error.find("Cancelled: rank(s) 1 waited in unnamed allreduce tensor "
+                         "'allreduce.noname.5' (called at a.py:10 in f), which rank(s) 0, 2 never "
+                         "called: they wait in barrier tensor 'barrier'"),
+            0u)
+      << r.error;
+  EXPECT_EQ(out.warnings.size(), 1u);
+  c.AddRequests(1, {Op(OpType::kBarrier, "barrier")}, t0);
+  out = c.ComputeResponses(t0 + std::chrono::milliseconds(1200));
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kBarrier);
+}
+
+TEST_F(CoordinatorTest, ABarrierWaitsForRanksThatAreComputingOrBehindInStep) {
+  Coordinator c(3, no_stall);
+  // Rank 1 sent nothing (computing); rank 2 sent the unnamed collective the others
+  // sent too, and will reach the barrier after it.
+  c.AddRequests(0, {Unnamed(5, "a.py:10 in f"), Op(OpType::kBarrier, "barrier")}, t0);
+  c.AddRequests(2, {Unnamed(5, "a.py:10 in f")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).responses.empty());
+  EXPECT_EQ(c.pending(), 2u);
+}
+
 TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {
   EXPECT_EQ(SplitRows(10, 4, 0), 3);
   EXPECT_EQ(SplitRows(10, 4, 1), 3);
