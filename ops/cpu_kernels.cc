@@ -10,40 +10,41 @@
 namespace kolo {
 namespace {
 
-template <typename T>
-void ScaleTyped(T* p, int64_t n, double factor) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<double>(p[i]) * factor);
-}
-
-template <typename T>
-void ScaleFloat(T* p, int64_t n, double factor) {
-  const T f = static_cast<T>(factor);
-  for (int64_t i = 0; i < n; ++i) p[i] *= f;
-}
-
-template <typename T>
-void DivideTyped(T* p, int64_t n, int divisor) {
-  const T d = static_cast<T>(divisor);
-  for (int64_t i = 0; i < n; ++i) p[i] /= d;
-}
-
-// float(x * (1.0 / n)) in double is float(x / n) rounded once (x / n is never
-// within double's error of a float midpoint), at a multiplication's cost.
-void DivideFloat32(float* p, int64_t n, int divisor) {
-  const double inverse = 1.0 / divisor;
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * inverse);
-}
-
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void Divide16(uint16_t* p, int64_t n, int divisor) {
-  const float d = static_cast<float>(divisor);
-  for (int64_t i = 0; i < n; ++i) p[i] = FromF(ToF(p[i]) / d);
-}
-
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void Scale16(uint16_t* p, int64_t n, double factor) {
-  const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < n; ++i) p[i] = FromF(ToF(p[i]) * f);
+// Replaces every element x of a host buffer of `dtype` by f(x), with x of the
+// element's own type (16-bit floats as float, rounded back once). Bool is
+// left alone: scaling it is refused at enqueue.
+template <typename F>
+void MapElements(void* data, int64_t n, DataType dtype, F f) {
+  auto map = [&](auto* p) {
+    for (int64_t i = 0; i < n; ++i) p[i] = f(p[i]);
+  };
+  auto map16 = [&](uint16_t* p, float (*to_float)(uint16_t), uint16_t (*from_float)(float)) {
+    for (int64_t i = 0; i < n; ++i) p[i] = from_float(f(to_float(p[i])));
+  };
+  switch (dtype) {
+    case DataType::kUInt8:
+      return map(static_cast<uint8_t*>(data));
+    case DataType::kInt8:
+      return map(static_cast<int8_t*>(data));
+    case DataType::kUInt16:
+      return map(static_cast<uint16_t*>(data));
+    case DataType::kInt16:
+      return map(static_cast<int16_t*>(data));
+    case DataType::kInt32:
+      return map(static_cast<int32_t*>(data));
+    case DataType::kInt64:
+      return map(static_cast<int64_t*>(data));
+    case DataType::kFloat32:
+      return map(static_cast<float*>(data));
+    case DataType::kFloat64:
+      return map(static_cast<double*>(data));
+    case DataType::kFloat16:
+      return map16(static_cast<uint16_t*>(data), HalfToFloat, FloatToHalf);
+    case DataType::kBFloat16:
+      return map16(static_cast<uint16_t*>(data), BFloat16ToFloat, FloatToBFloat16);
+    case DataType::kBool:
+      return;
+  }
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
@@ -69,78 +70,29 @@ void Reduce16(const uint16_t* in, uint16_t* inout, int64_t n, ReduceOp op) {
 
 void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor) {
   if (factor == 1.0 || count == 0) return;
-  switch (dtype) {
-    case DataType::kUInt8:
-      ScaleTyped(static_cast<uint8_t*>(data), count, factor);
-      break;
-    case DataType::kInt8:
-      ScaleTyped(static_cast<int8_t*>(data), count, factor);
-      break;
-    case DataType::kUInt16:
-      ScaleTyped(static_cast<uint16_t*>(data), count, factor);
-      break;
-    case DataType::kInt16:
-      ScaleTyped(static_cast<int16_t*>(data), count, factor);
-      break;
-    case DataType::kInt32:
-      ScaleTyped(static_cast<int32_t*>(data), count, factor);
-      break;
-    case DataType::kInt64:
-      ScaleTyped(static_cast<int64_t*>(data), count, factor);
-      break;
-    case DataType::kFloat32:
-      ScaleFloat(static_cast<float*>(data), count, factor);
-      break;
-    case DataType::kFloat64:
-      ScaleFloat(static_cast<double*>(data), count, factor);
-      break;
-    case DataType::kFloat16:
-      Scale16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), count, factor);
-      break;
-    case DataType::kBFloat16:
-      Scale16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(data), count, factor);
-      break;
-    case DataType::kBool:
-      break;  // rejected at enqueue
-  }
+  MapElements(data, count, dtype, [factor](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<double>(x) * factor);
+    } else {
+      return x * static_cast<T>(factor);  // Horovod's: in the float type itself
+    }
+  });
 }
 
 void DivideBuffer(void* data, int64_t count, DataType dtype, int divisor) {
   if (divisor == 1 || count == 0) return;
-  switch (dtype) {
-    case DataType::kUInt8:
-      DivideTyped(static_cast<uint8_t*>(data), count, divisor);
-      break;
-    case DataType::kInt8:
-      DivideTyped(static_cast<int8_t*>(data), count, divisor);
-      break;
-    case DataType::kUInt16:
-      DivideTyped(static_cast<uint16_t*>(data), count, divisor);
-      break;
-    case DataType::kInt16:
-      DivideTyped(static_cast<int16_t*>(data), count, divisor);
-      break;
-    case DataType::kInt32:
-      DivideTyped(static_cast<int32_t*>(data), count, divisor);
-      break;
-    case DataType::kInt64:
-      DivideTyped(static_cast<int64_t*>(data), count, divisor);
-      break;
-    case DataType::kFloat32:
-      DivideFloat32(static_cast<float*>(data), count, divisor);
-      break;
-    case DataType::kFloat64:
-      DivideTyped(static_cast<double*>(data), count, divisor);
-      break;
-    case DataType::kFloat16:
-      Divide16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), count, divisor);
-      break;
-    case DataType::kBFloat16:
-      Divide16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(data), count, divisor);
-      break;
-    case DataType::kBool:
-      break;  // rejected at enqueue
-  }
+  const double inverse = 1.0 / divisor;
+  MapElements(data, count, dtype, [divisor, inverse](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_same_v<T, float>) {
+      // float(x * (1.0 / n)) in double is float(x / n) rounded once (x / n is
+      // never within double's error of a float midpoint), at a product's cost.
+      return static_cast<float>(static_cast<double>(x) * inverse);
+    } else {
+      return static_cast<T>(x / static_cast<T>(divisor));
+    }
+  });
 }
 
 namespace {
