@@ -549,8 +549,7 @@ namespace {
 
 // Collectives every rank reaches at the same point of its program and waits in.
 bool Blocking(OpType op) {
-  return op == OpType::kBarrier || op == OpType::kAddProcessSet ||
-         op == OpType::kRemoveProcessSet;
+  return op == OpType::kBarrier || op == OpType::kAddProcessSet || op == OpType::kRemoveProcessSet;
 }
 
 }  // namespace
@@ -593,8 +592,7 @@ void Coordinator::BreakBarrierDeadlocks(Clock::time_point now, CoordinatorOutcom
       const Request first = u->second.first;
       const RankBits ranks = u->second.submitted;
       std::string error =
-          "Cancelled: rank(s) " + RankList(ranks, size_) + " waited in unnamed " +
-          Describe(first) +
+          "Cancelled: rank(s) " + RankList(ranks, size_) + " waited in unnamed " + Describe(first) +
           (first.call_site.empty() ? "" : " (called at " + first.call_site + ")") +
           ", which rank(s) " + holders + " never called: they wait in " + where +
           " (an exception there skipped the collective?). Rank(s) " + RankList(ranks, size_) +
