@@ -156,7 +156,10 @@ void Coordinator::AddRequests(int rank, const std::vector<Request>& requests,
 }
 
 void Coordinator::Add(const Request& request, Clock::time_point now) {
-  const std::string key = PairingKey(request);
+  // A named request is keyed by its name, without a copy: this runs once per
+  // rank and request.
+  const std::string unnamed_key = request.unnamed() ? PairingKey(request) : std::string();
+  const std::string& key = request.unnamed() ? unnamed_key : request.name;
   if (request.process_set != process_set_ && table_.count(key) == 0) {
     return;  // an answer to a MISSING response for a tensor decided since
   }

@@ -105,15 +105,16 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
                                                           ? std::string(" (shutdown() was called)")
                                                           : " (" + stop_reason_ + ")"));
     }
-    auto& names = pending_names_[set];
-    auto& unwaited = unwaited_names_[set][op];
+    auto& names = names_[set];
+    const uint32_t op_bit = 1u << static_cast<unsigned>(op);
     for (size_t i = 0; i < entries.size(); ++i) {
       const std::string& name = entries[i].request.name;
       if (name.empty()) continue;  // numbered below, never taken
-      bool repeated = false;
-      for (size_t j = 0; j < i; ++j) repeated |= entries[j].request.name == name;
-      const bool in_flight = names.count(name) || repeated;
-      if (in_flight || unwaited.count(name)) {
+      bool in_flight = false;
+      for (size_t j = 0; j < i; ++j) in_flight |= entries[j].request.name == name;
+      auto use = names.find(name);
+      in_flight |= use != names.end() && use->second.in_flight;
+      if (in_flight || (use != names.end() && (use->second.unwaited & op_bit))) {
         return Status::InvalidArgument(
             "a collective named '" + name + "' is already pending on this rank" +
             (in_flight ? std::string()
@@ -125,10 +126,10 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     // Numbered only once valid: a call refused on one rank does not count.
     UnnamedState& state = unnamed_[set];
     std::vector<HeldName> held = NameEntries(entries, auto_prefix, state.epoch, &state.next);
-    for (const HeldName& h : held) unwaited.insert(h.name);
+    for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
     work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held));
     for (TensorEntry& e : entries) {
-      names.insert(e.request.name);
+      names[e.request.name].in_flight = true;
       e.work = work;
       e.enqueued = now;
       queue_.push_back(std::move(e));
@@ -141,12 +142,22 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
 void RuntimeImpl::Release(const Work& work) {
   if (work.held_names().empty()) return;
   MutexLock lock(&queue_mutex_);
-  for (const HeldName& h : work.held_names()) unwaited_names_[h.process_set][h.op].erase(h.name);
+  for (const HeldName& h : work.held_names()) {
+    auto& names = names_[h.process_set];
+    auto use = names.find(h.name);
+    if (use == names.end()) continue;
+    use->second.unwaited &= ~(1u << static_cast<unsigned>(h.op));
+    if (!use->second.in_flight && use->second.unwaited == 0) names.erase(use);
+  }
 }
 
 void RuntimeImpl::ForgetName(const TensorEntry& entry) {
   MutexLock lock(&queue_mutex_);
-  pending_names_[entry.request.process_set].erase(entry.request.name);
+  auto& names = names_[entry.request.process_set];
+  auto use = names.find(entry.request.name);
+  if (use == names.end()) return;
+  use->second.in_flight = false;
+  if (use->second.unwaited == 0) names.erase(use);
 }
 
 void RuntimeImpl::WaitForWork(bool anything_pending) {

@@ -15,7 +15,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "autotune.h"
@@ -127,14 +126,16 @@ class RuntimeImpl {
   Mutex queue_mutex_;
   CondVar queue_cv_;
   std::vector<TensorEntry> queue_ GUARDED_BY(queue_mutex_);
-  // Per set: the names of the operations in flight, and of the named ones
-  // whose handle has not been waited for, by collective (a name may be used
-  // again by the same collective only once the first one's handle was waited
-  // for: otherwise whether it counts as pending would depend on how fast the
-  // first one completed).
-  std::unordered_map<int, std::unordered_set<std::string>> pending_names_ GUARDED_BY(queue_mutex_);
-  std::unordered_map<int, std::map<OpType, std::unordered_set<std::string>>> unwaited_names_
-      GUARDED_BY(queue_mutex_);
+  // Per set, what holds each name: an operation in flight, and the named
+  // collectives whose handle has not been waited for (a bit per OpType). A name
+  // may be used again by the same collective only once the first one's handle
+  // was waited for: otherwise whether it counts as pending would depend on how
+  // fast the first one completed.
+  struct NameUse {
+    bool in_flight = false;
+    uint32_t unwaited = 0;
+  };
+  std::unordered_map<int, std::unordered_map<std::string, NameUse>> names_ GUARDED_BY(queue_mutex_);
   // How one process set numbers its unnamed collectives.
   struct UnnamedState {
     int64_t epoch = 0;  // barriers and joins completed
