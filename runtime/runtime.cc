@@ -146,9 +146,7 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
     e.stream = options.cuda_stream;
     if (fill) fill(e, i);
   }
-  KOLO_ASSIGN_OR_RETURN(
-      std::shared_ptr<Work> work,
-      impl.Enqueue(std::move(entries), (grouped ? "grouped_" : "") + std::string(OpTypeName(op))));
+  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, impl.Enqueue(std::move(entries)));
   return handles.Add(std::move(work));
 }
 

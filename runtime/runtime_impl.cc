@@ -48,8 +48,7 @@ namespace {
 // Names an unnamed operation's entries (the set's next number) and says which
 // names a named collective holds until its handle is waited for (barrier, join
 // and the process-set operations have fixed names and hold none).
-std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, const std::string& prefix,
-                                  int64_t epoch, int64_t* next) {
+std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, int64_t epoch, int64_t* next) {
   std::vector<HeldName> held;
   if (!entries[0].request.name.empty()) {
     if (entries[0].request.op > OpType::kReducescatter) return held;
@@ -59,10 +58,10 @@ std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, const std::
     return held;
   }
   const int64_t n = (*next)++;
-  const std::string base = prefix + ".noname." +
-                           (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) +
-                           std::to_string(n);
   const bool grouped = entries.size() > 1;
+  const std::string base =
+      (grouped ? "grouped_" : "") + std::string(OpTypeName(entries[0].request.op)) + ".noname." +
+      (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) + std::to_string(n);
   for (size_t i = 0; i < entries.size(); ++i) {
     Request& q = entries[i].request;
     q.name = grouped ? base + "." + std::to_string(i) : base;
@@ -75,8 +74,7 @@ std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, const std::
 
 }  // namespace
 
-Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries,
-                                                   const std::string& auto_prefix) {
+Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
   // Device tensors: checked, and their readiness recorded on the caller's
   // stream, here on the caller's thread.
   for (TensorEntry& e : entries) {
@@ -125,7 +123,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     }
     // Numbered only once valid: a call refused on one rank does not count.
     UnnamedState& state = unnamed_[set];
-    std::vector<HeldName> held = NameEntries(entries, auto_prefix, state.epoch, &state.next);
+    std::vector<HeldName> held = NameEntries(entries, state.epoch, &state.next);
     for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
     work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held));
     for (TensorEntry& e : entries) {

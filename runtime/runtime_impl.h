@@ -47,11 +47,10 @@ class RuntimeImpl {
 
   // Validates, names and queues one or more entries sharing one Work. Entries
   // without a name are unnamed: they get the set's next automatic name here,
-  // once valid, "<auto_prefix>.noname.<n>" (after the set's first barrier or
-  // join "<auto_prefix>.noname.e<k>.<n>"), numbered in call order across all
-  // collectives of the set; a group's members "<name>.<i>".
-  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries,
-                                        const std::string& auto_prefix) EXCLUDES(queue_mutex_);
+  // once valid, "<op>.noname.<n>" ("grouped_<op>..." for several; after the
+  // set's first barrier or join "<op>.noname.e<k>.<n>"), numbered in call
+  // order across all collectives of the set; a group's members "<name>.<i>".
+  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
   // The handle of `work` was waited for: the names it held are free again.
   void Release(const Work& work) EXCLUDES(queue_mutex_);
 
