@@ -600,7 +600,7 @@ void Coordinator::BreakBarrierDeadlocks(Clock::time_point now, CoordinatorOutcom
           ", which rank(s) " + holders + " never called: they wait in " + where +
           " (an exception there skipped the collective?). Rank(s) " + RankList(ranks, size_) +
           " number their next unnamed collective like it, so that it pairs with the other "
-          "ranks' next one.";
+          "ranks' next one. Name your collectives (name=...) to pair them by name.";
       outcome->warnings.push_back(error);
       EmitResync(first, ranks, std::move(error), &outcome->responses);
     }
@@ -620,7 +620,8 @@ void Coordinator::ResyncAfterBarrier(std::vector<Response>* out) {
         (e.first.call_site.empty() ? "" : " (called at " + e.first.call_site + ")") +
         " waited on rank(s) " + RanksWhere(e, true) + " for rank(s) " + RanksWhere(e, false) +
         ", which never called it (an exception there skipped it?). Unnamed "
-        "collectives are numbered afresh after a barrier or join.";
+        "collectives are numbered afresh after a barrier or join: make every rank call it before "
+        "the barrier, or name it (name=...).";
     Request first = e.first;
     RankBits ranks = e.submitted;
     EmitResync(first, ranks, std::move(error), out);
