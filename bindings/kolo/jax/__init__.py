@@ -35,6 +35,7 @@ from kolo.common.basics import (  # noqa: F401
     cross_rank, cross_size, cuda_built, init, is_initialized, local_rank, local_size,
     mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
 from kolo.common.compression import CastCompressor, NoneCompressor
+from kolo.common import ops as _common_ops
 from kolo.common.ops import Average, Max, Min, Product, Sum, check_op  # noqa: F401
 from kolo.common.process_sets import (  # noqa: F401
     ProcessSet, _root_in_set, _set_id, _set_rank, _set_size, add_process_set,
@@ -415,8 +416,7 @@ def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
     """Every leaf reduced over the set (Average or Sum); rank i keeps the i-th block of rows
     (the first ``rows % size`` ranks one row more). Differentiable (Horovod's rule): the
     allgather of the cotangent, times the set's size for Sum, times the scale factors."""
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports kolo.jax.Average and Sum")
+    op = _common_ops.reducescatter_op(op, "kolo.jax")
     leaves, treedef, paths = _flatten(tree, "reducescatter")
     if not leaves:
         return tree

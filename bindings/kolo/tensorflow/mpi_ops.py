@@ -360,10 +360,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
 
 def _reducescatter_op(op):
-    op = Average if op is None else op
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports kolo.tensorflow.Average and Sum")
-    return op
+    return _common_ops.reducescatter_op(op, "kolo.tensorflow")
 
 
 def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_process_set,
