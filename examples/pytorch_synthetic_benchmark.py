@@ -3,6 +3,8 @@ kolo (Horovod's synthetic benchmark, same flags).
 
     kolorun -np 2 /usr/bin/python3 examples/pytorch_synthetic_benchmark.py --model resnet50
     ... --no-allreduce    the same training without kolo's allreduce (the overhead's baseline)
+
+On CUDA tensors where a GPU is present (each rank on GPU local_rank) unless --no-cuda.
 """
 import argparse
 import json
@@ -25,17 +27,23 @@ def main():
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--no-allreduce", action="store_true",
                         help="train without averaging gradients (baseline for the overhead)")
+    parser.add_argument("--no-cuda", action="store_true", help="train on the CPU even with a GPU")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: leave)")
     parser.add_argument("--json", help="rank 0 writes the result here as JSON")
     args = parser.parse_args()
 
     kolo.init()
+    cuda = not args.no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda", kolo.local_rank() % torch.cuda.device_count()) if cuda else \
+        torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(42)
     if not hasattr(torchvision.models, args.model):
         raise SystemExit("unknown model '%s'; see torchvision.models" % args.model)
-    model = getattr(torchvision.models, args.model)()
+    model = getattr(torchvision.models, args.model)().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * kolo.size())
     if not args.no_allreduce:
         compression = kolo.Compression.fp16 if args.fp16_allreduce else kolo.Compression.none
@@ -44,20 +52,22 @@ def main():
     kolo.broadcast_parameters(model.state_dict(), root_rank=0)
     kolo.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, 1000, (args.batch_size,))
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    target = torch.randint(0, 1000, (args.batch_size,), device=device)
 
     def benchmark_step():
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(data), target).backward()
         optimizer.step()
+        if cuda:  # the step's GPU work inside the time, not after it
+            torch.cuda.synchronize()
 
     def log(text):
         if kolo.rank() == 0:
             print(text, flush=True)
 
-    log("Model: %s, batch size %d per rank, ranks: %d, allreduce: %s" % (
-        args.model, args.batch_size, kolo.size(),
+    log("Model: %s, batch size %d per rank, ranks: %d, device: %s, allreduce: %s" % (
+        args.model, args.batch_size, kolo.size(), device.type,
         "off" if args.no_allreduce else ("fp16" if args.fp16_allreduce else "on")))
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
     rates = []
@@ -75,6 +85,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"benchmark": "synthetic_training", "model": args.model, "np": kolo.size(),
                        "batch_size": args.batch_size, "image_size": args.image_size,
+                       "device": torch.cuda.get_device_name() if cuda else "cpu",
                        "allreduce": not args.no_allreduce, "img_per_sec_per_rank": mean,
                        "ci95": spread, "iterations": rates}, f, indent=1)
     kolo.shutdown()
