@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU kit, proven as far as a machine without GPU allows: scripts/gpu_kit.sh
+# gathers the kit, then scripts/gpu_check.sh builds kolo with CUDA in a clean
+# environment that sees only the kit and the CUDA toolkit: a private mount
+# namespace whose /usr hides, by overlayfs whiteouts, every file of the
+# system's Open MPI, PMIx, hwloc, libevent, Boost, flatbuffers, GoogleTest,
+# CLI11, pybind11 and mpi4py packages (and /etc/openmpi), under `env -i`. In
+# there: the GPU tests skip cleanly (no device), and kolo runs on the kit's
+# relocated Open MPI (C++ tests at np=2, kolo.torch under kolorun at np=2).
+#
+#   test/packaging/gpu_kit_test.sh <source_dir> <work_dir>
+#
+# Needs root (unshare, mount) and overlayfs; says SKIPPED otherwise.
+set -euo pipefail
+src=$(cd "$1" && pwd)
+work=$2
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+
+if [ "$(id -u)" != 0 ] || ! grep -qw overlay /proc/filesystems; then
+  echo "gpu kit test: SKIPPED (needs root and overlayfs to hide the system's libraries)"
+  exit 0
+fi
+
+"$src/scripts/gpu_kit.sh" "$work/kit"
+
+# Whiteouts (character device 0:0) for every non-directory /usr path of the
+# packages the kit stands in for, and for update-alternatives' links into them.
+rm -rf "$work/upper" "$work/overlay-work"
+mkdir -p "$work/upper" "$work/overlay-work"
+mapfile -t hidden < <(dpkg-query -W -f='${Package}\n' |
+  grep -E '^(openmpi|libopenmpi|libpmix|libhwloc|libevent|libboost|flatbuffers|libflatbuffers|libgtest|libgmock|googletest|libcli11|pybind11|python3-pybind11|python3-mpi4py|libfabric|libucx)')
+/usr/bin/python3 - "$work/upper" "${hidden[@]}" <<'EOF'
+import os, subprocess, sys
+upper, packages = sys.argv[1], sys.argv[2:]
+owned = subprocess.run(["dpkg-query", "-L", *packages], capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+def whiteout(path):
+    d = upper + os.path.dirname(path)[len("/usr"):]
+    os.makedirs(d, exist_ok=True)
+    try:
+        os.mknod(os.path.join(d, os.path.basename(path)), 0o600 | 0o020000, os.makedev(0, 0))
+    except FileExistsError:
+        pass
+files = [p for p in owned if p.startswith("/usr/") and os.path.lexists(p)
+         and (os.path.islink(p) or not os.path.isdir(p))]
+for p in files:
+    whiteout(p)
+targets = {os.path.realpath(p) for p in files}
+for top, dirs, names in os.walk("/usr"):
+    for name in dirs + names:
+        p = os.path.join(top, name)
+        if os.path.islink(p) and os.readlink(p).startswith("/etc/alternatives/") \
+                and os.path.realpath(p) in targets:
+            whiteout(p)
+print(f"gpu kit test: {len(files)} files of {len(packages)} packages hidden")
+EOF
+
+# Inside: the clean environment. The build folder and the kit live under $work.
+inner=$(cat <<'EOF'
+set -euo pipefail
+cd "$SRC"
+for f in /usr/include/boost/asio.hpp /usr/include/mpi.h /usr/bin/mpirun /usr/include/flatbuffers/flatbuffers.h \
+         /usr/include/gtest/gtest.h /usr/include/CLI/CLI.hpp /usr/include/pybind11/pybind11.h; do
+  [ ! -e "$f" ] || { echo "gpu kit test: $f is still visible"; exit 1; }
+done
+if python3 -c 'from mpi4py import MPI' 2>/dev/null; then echo "gpu kit test: mpi4py still loads an MPI"; exit 1; fi
+scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/out" build
+source scripts/gpu_kit_env.sh "$WORK/kit" "$GPU_KIT_DIR"
+echo "== what was built links the kit's Open MPI"
+ldd "$WORK/build/test/kolo_mpi_tests" | grep -q "$GPU_KIT_ROOT/.*libmpi.so" ||
+  { echo "gpu kit test: kolo_mpi_tests does not load the kit's libmpi"; exit 1; }
+echo "== the GPU tests skip cleanly"
+(cd "$WORK/build" && ctest --output-on-failure -L gpu) | tee "$WORK/gpu_ctest.log"
+grep -q "no CUDA device on this machine" "$WORK/build/Testing/Temporary/LastTest.log"
+grep -q "100% tests passed" "$WORK/gpu_ctest.log"
+echo "== kolo on the kit's Open MPI: C++ collectives and kolo.torch at np=2"
+(cd "$WORK/build" && ctest --output-on-failure -R 'mpi.np2.(collectives|errors)$|example.average_tensors.np2')
+out=$(PYTHONPATH="$WORK/build/python" "$WORK/build/launcher/kolorun" -np 2 /usr/bin/python3 -c '
+import torch, kolo.torch as hvd
+hvd.init()
+print("sum", hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist(), "cuda_built", hvd.cuda_built())')
+echo "$out"
+echo "$out" | grep -q "\[1\]<stdout>:sum \[2.0, 2.0\] cuda_built True"
+echo "gpu kit: OK"
+EOF
+)
+unshare --mount --propagation private bash -c '
+  set -e
+  mount -t overlay overlay -o "lowerdir=/usr,upperdir=$1/upper,workdir=$1/overlay-work" /usr
+  [ ! -d /etc/openmpi ] || mount -t tmpfs none /etc/openmpi
+  exec env -i HOME="$HOME" PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+    SRC="$2" WORK="$1" GPU_CHECK_PYTHON=/usr/bin/python3 GPU_KIT_DIR="$1/kit-unpacked" OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash -c "$3"' _ "$work" "$src" "$inner"
