@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   ncclGetVersion(&nccl_version);
 
   std::string json = "{\"benchmark\": \"gpu_allreduce\", \"np\": " + std::to_string(size) +
-                     ", \"gpu\": \"" + prop.name + "\", \"cuda_driver\": " + std::to_string(driver) +
+                     ", \"gpu\": \"" + prop.name +
+                     "\", \"cuda_driver\": " + std::to_string(driver) +
                      ", \"nccl\": " + std::to_string(nccl_version) + ", \"rows\": [";
   std::vector<int64_t> sizes;
   for (int64_t b = 4; b < max_bytes; b *= 4) sizes.push_back(b);

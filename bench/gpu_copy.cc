@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::string json = std::string("{\"benchmark\": \"gpu_copy\", \"gpu\": \"") + prop.name +
-                     "\", \"rows\": [";
+  std::string json =
+      std::string("{\"benchmark\": \"gpu_copy\", \"gpu\": \"") + prop.name + "\", \"rows\": [";
   bool first = true;
   for (int64_t bytes = int64_t{1} << 20; bytes <= max_bytes; bytes *= 4) {
     const int64_t count = bytes / 4;
@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
       Check(kolo::BatchedCopy(jobs, kolo::DataType::kFloat32, 1.0, stream), "BatchedCopy");
     };
     const double m1 = MedianMs(stream, reps, memcpy_one), k1 = MedianMs(stream, reps, kernel_one);
-    const double m64 = MedianMs(stream, reps, memcpy_many), k64 = MedianMs(stream, reps, kernel_many);
+    const double m64 = MedianMs(stream, reps, memcpy_many),
+                 k64 = MedianMs(stream, reps, kernel_many);
     // Bytes read plus bytes written, per second.
     auto gbs = [&](double ms) { return 2.0 * static_cast<double>(bytes) / ms / 1e6; };
     char row[320];
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
                   m1 / k1, m64 / k64);
     json += row;
     first = false;
-    std::fprintf(stderr, "%11lld B  memcpy %.4f ms  kernel %.4f ms (%.3f)  x64: %.4f vs %.4f (%.3f)\n",
+    std::fprintf(stderr,
+                 "%11lld B  memcpy %.4f ms  kernel %.4f ms (%.3f)  x64: %.4f vs %.4f (%.3f)\n",
                  static_cast<long long>(bytes), m1, k1, m1 / k1, m64, k64, m64 / k64);
   }
   json += "\n]}\n";

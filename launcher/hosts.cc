@@ -64,18 +64,29 @@ Status CheckHost(const std::string& host, const std::string& where) {
   return Status::InvalidArgument(where + ": '" + host + "' is not a valid host name");
 }
 
-// Adds up repeated hosts (PBS, LSB_HOSTS style) keeping first-seen order.
-std::vector<HostSlots> CountRepeats(const std::vector<std::string>& names) {
+// One entry per host, its slots added up, in first-seen order. Schedulers
+// repeat a host: PBS_NODEFILE once per slot, SGE's PE_HOSTFILE once per
+// queue, LSF once per block, Slurm when a node list names a node twice. Left
+// as separate entries, one host would count as two nodes: two node ranks, two
+// sets of local ranks from 0 (so two ranks on one GPU).
+std::vector<HostSlots> MergeRepeats(const std::vector<HostSlots>& hosts) {
   std::vector<HostSlots> out;
-  for (const std::string& n : names) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const HostSlots& h) { return h.host == n; });
+  for (const HostSlots& h : hosts) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const HostSlots& o) { return o.host == h.host; });
     if (it == out.end()) {
-      out.push_back({n, 1});
+      out.push_back(h);
     } else {
-      ++it->slots;
+      it->slots = std::min(it->slots + h.slots, kMaxSlots + 1);  // PlaceRanks refuses more
     }
   }
   return out;
+}
+
+std::vector<HostSlots> CountRepeats(const std::vector<std::string>& names) {
+  std::vector<HostSlots> each;
+  for (const std::string& n : names) each.push_back({n, 1});
+  return MergeRepeats(each);
 }
 
 Status CheckNoDuplicates(const std::vector<HostSlots>& hosts, const std::string& where) {
@@ -291,7 +302,7 @@ Result<std::vector<HostSlots>> ParseSgeHostfile(const std::string& text) {
     out.push_back({words[0], slots.value()});
   }
   if (out.empty()) return Status::InvalidArgument("PE_HOSTFILE lists no hosts");
-  return out;
+  return MergeRepeats(out);
 }
 
 Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text) {
@@ -307,7 +318,7 @@ Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text) {
     if (!slots.ok()) return slots.status();
     out.push_back({words[i], slots.value()});
   }
-  return out;
+  return MergeRepeats(out);
 }
 
 int TotalSlots(const std::vector<HostSlots>& hosts) {
@@ -357,7 +368,7 @@ Result<std::vector<HostSlots>> SlurmHosts(const std::string& list, const std::st
   }
   std::vector<HostSlots> hosts;
   for (size_t i = 0; i < counts.size(); ++i) hosts.push_back({names.value()[i], counts[i]});
-  return hosts;
+  return MergeRepeats(hosts);
 }
 
 }  // namespace

@@ -72,6 +72,24 @@ TEST(Schedulers, PbsSgeLsf) {
   ExpectError(ParseLsfMcpuHosts("hA 2 hB").status(), "pairs");
 }
 
+// A host named twice is one host with the slots added up, whichever scheduler
+// lists it: one node rank and one set of local ranks per machine.
+TEST(Schedulers, RepeatedHostsAreMerged) {
+  EXPECT_EQ(ParseSgeHostfile("hA 2 a.q@hA UNDEFINED\nhB 1 a.q@hB UNDEFINED\n"
+                             "hA 3 b.q@hA UNDEFINED\n")
+                .value(),
+            (H{{"hA", 5}, {"hB", 1}}));
+  EXPECT_EQ(ParseLsfMcpuHosts("hA 2 hB 1 hA 1").value(), (H{{"hA", 3}, {"hB", 1}}));
+  auto slurm =
+      ResolveHosts("", "", {{"SLURM_JOB_NODELIST", "n[1-2],n1"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}},
+                   0, 2, nullptr);
+  ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
+  EXPECT_EQ(slurm.value().hosts, (H{{"n1", 4}, {"n2", 2}}));
+  auto placed = PlaceRanks(slurm.value(), 6);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed.value(), (H{{"n1", 4}, {"n2", 2}}));
+}
+
 Result<std::string> FakeRead(const std::string& path) {
   if (path == "/pbs") return std::string("n1\nn1\nn2\n");
   if (path == "/hosts") return std::string("x slots=2\n");
