@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "hosts.h"
 #include "kolo/env_names.h"
 #include "rendezvous.h"
+#include "runtime/config.h"
 
 namespace {
 
@@ -128,6 +130,76 @@ int ReportExit(int status) {
   return code;
 }
 
+// How long the command may stay stopped before it is ended: the stall
+// shutdown time (KOLO_STALL_SHUTDOWN_TIME_SECONDS or its HOROVOD_ alias),
+// none when stall checks are off. A bad value is the rank's to report.
+double StopLimitSeconds() {
+  kolo::Result<kolo::Config> config = kolo::ParseConfig(kolo::KoloEnvironment(), {});
+  if (!config.ok()) return kolo::Config().stall_shutdown_seconds;
+  if (config.value().stall_check_disabled) return 0;
+  return config.value().stall_shutdown_seconds;
+}
+
+// Waits for the command to end and returns its wait status. A command
+// stopped by a signal (SIGSTOP, SIGTSTP, ...) after submitting a collective
+// holds every other rank inside that collective, where no stall check looks:
+// they have nothing left to negotiate. Stopped for longer than `limit`
+// seconds (0: no limit), it is ended with SIGKILL, saying why, so that the
+// job ends with a named error instead of hanging.
+int WaitForCommand(double limit) {
+  using Clock = std::chrono::steady_clock;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string rank = Get("RANK");
+  bool stopped = false;
+  int stop_signal = 0;
+  Clock::time_point since;
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(g_child, &status, WUNTRACED | WCONTINUED | (stopped ? WNOHANG : 0));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      std::perror("kolo-rank: waitpid");
+      return status;
+    }
+    if (r == 0) {  // still stopped
+      const double seconds = std::chrono::duration<double>(Clock::now() - since).count();
+      if (limit > 0 && seconds >= limit) {
+        std::fprintf(stderr,
+                     "kolo-rank: rank %s on host %s stayed stopped by signal %d (SIG%s) for %.0f s "
+                     "while the other ranks waited for it; ending it "
+                     "(KOLO_STALL_SHUTDOWN_TIME_SECONDS=%g)\n",
+                     rank.c_str(), host, stop_signal, sigabbrev_np(stop_signal), seconds, limit);
+        std::fflush(stderr);
+        kill(g_child, SIGKILL);
+        stopped = false;  // the next wait sees it die
+        continue;
+      }
+      usleep(100 * 1000);
+      continue;
+    }
+    if (WIFSTOPPED(status)) {
+      stopped = true;
+      stop_signal = WSTOPSIG(status);
+      since = Clock::now();
+      if (limit > 0) {
+        std::fprintf(stderr,
+                     "kolo-rank: rank %s on host %s was stopped by signal %d (SIG%s); the other "
+                     "ranks wait for it: it is ended after %g s stopped unless continued "
+                     "(KOLO_STALL_SHUTDOWN_TIME_SECONDS)\n",
+                     rank.c_str(), host, stop_signal, sigabbrev_np(stop_signal), limit);
+        std::fflush(stderr);
+      }
+      continue;
+    }
+    if (WIFCONTINUED(status)) {
+      stopped = false;
+      continue;
+    }
+    return status;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,8 +223,5 @@ int main(int argc, char** argv) {
   sa.sa_handler = Forward;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  int status = 0;
-  while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
-  }
-  return ReportExit(status);
+  return ReportExit(WaitForCommand(StopLimitSeconds()));
 }

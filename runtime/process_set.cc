@@ -1,6 +1,7 @@
 #include "process_set.h"
 
 #include <algorithm>
+#include <climits>
 #include <thread>
 #include <unordered_set>
 
@@ -210,7 +211,14 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
   KOLO_RETURN_IF_ERROR(WaitForRequest(&request));
   flags = ~bits[0];
   outcome->shutdown = (flags & kShutdown) != 0;
-  if (outcome->shutdown) return Status::OK();
+  if (outcome->shutdown) {
+    // Which rank asked, for the others' error: one more exchange, at shutdown only.
+    int first = request_shutdown ? info_->ranks[rank()] : INT_MAX;
+    KOLO_RETURN_IF_ERROR(MpiStatus(
+        MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm_.get()), "MPI_Allreduce"));
+    outcome->shutdown_rank = first;
+    return Status::OK();
+  }
   if (flags & kPublish) KOLO_RETURN_IF_ERROR(BroadcastPublished(&outcome->published));
 
   // 2. Entries some rank found stale leave every rank's cache; while a rank is

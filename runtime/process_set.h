@@ -31,6 +31,7 @@ struct ProcessSetInfo {
 struct NegotiationOutcome {
   std::vector<Response> responses;  // cached-ready first (bit order), then the coordinator's
   bool shutdown = false;            // some rank asked to shut down
+  int shutdown_rank = -1;           // with shutdown: the lowest global rank that asked
   bool slow_path = false;           // the round asked the coordinator (the timeline marks it)
   // What the set's rank 0 published for this round (ProcessSet::Publish), on
   // every rank; empty when nothing was.

@@ -236,7 +236,9 @@ bool RuntimeImpl::RunCycle() {
     if (outcome.shutdown) {
       FailEverything(Status::Aborted(
           shutdown ? "kolo was shut down before this operation completed"
-                   : "kolo was shut down by another rank before this operation completed"));
+                   : "kolo was shut down by rank " + std::to_string(outcome.shutdown_rank) +
+                         " (it called shutdown() or its process ended) before this operation "
+                         "completed"));
       return false;
     }
     // Says which cycles paid for a full negotiation (the cache did not serve).

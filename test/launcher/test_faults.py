@@ -202,10 +202,10 @@ else:
 def test_init_after_another_rank_shut_down_fails_at_once_and_the_job_ends(tmp_path):
     r, elapsed = run(2, INIT_AFTER_PEER_SHUTDOWN, tmp_path, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert re.search(r"\[1\]<stdout>:waiting: kolo (was shut down by another rank|is not "
+    assert re.search(r"\[1\]<stdout>:waiting: kolo (was shut down by rank 0 |is not "
                      r"running)", r.stdout), r.stdout
     m = re.search(r"\[1\]<stdout>:init: kolo cannot start again on this rank: it stopped without "
-                  r"shutdown\(\) being called here \(kolo was shut down by another rank.*"
+                  r"shutdown\(\) being called here \(kolo was shut down by rank 0 .*"
                   r"start the job again\. \((\d+\.\d) s\)", r.stdout)
     assert m, r.stdout
     assert float(m.group(1)) < 1.0, r.stdout

@@ -1,0 +1,83 @@
+"""A kolo.torch training loop with one fault injected on one rank, for the fault matrix
+(test/launcher/test_fault_matrix.py) and the chaos run (bench/chaos.py). Run under kolorun.
+
+Environment:
+  FAULT        kill | stop | raise | badinput | exit | stuck | none
+  FAULT_RANK   the rank that misbehaves (default: the last)
+  FAULT_STEP   the training step at which it does (default 3)
+  FAULT_STAMP  a file where that rank writes the wall-clock time of the fault
+
+kill / stop: the rank submits the step's gradients (the collective is in flight on
+every other rank), then sends itself SIGKILL / SIGSTOP. raise: it raises between two
+steps (uncaught). badinput: it submits a complex64 gradient under the name the others
+use (an input kolo refuses on the calling thread), catches the error and carries on.
+exit: it shuts kolo down and exits 0 between steps. stuck: it sleeps in user code.
+
+Every rank that catches an error from kolo prints one line
+    FAULT-SEEN rank=<r> at=<unix time> error=<type>: <message, first line>
+and leaves with exit code 3; a rank that finishes every step prints FAULT-NONE."""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import kolo.torch as hvd
+
+fault = os.environ.get("FAULT", "none")
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+fault_rank = int(os.environ.get("FAULT_RANK", size - 1))
+fault_step = int(os.environ.get("FAULT_STEP", 3))
+steps = int(os.environ.get("FAULT_STEPS", 10))
+
+
+def stamp():
+    with open(os.environ["FAULT_STAMP"], "w") as f:
+        f.write("%.6f\n" % time.time())
+
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+x, y = torch.randn(32, 64), torch.randn(32, 8)
+
+try:
+    for step in range(steps):
+        me = rank == fault_rank and step == fault_step
+        if me and fault == "raise":
+            stamp()
+            raise RuntimeError("a user error on rank %d at step %d" % (rank, step))
+        if me and fault == "exit":
+            stamp()
+            hvd.shutdown()
+            sys.exit(0)
+        if me and fault == "stuck":
+            stamp()
+            time.sleep(3600)
+        if me and fault == "badinput":
+            stamp()
+            try:
+                hvd.allreduce(torch.zeros(4, dtype=torch.complex64), name="fault.step.%d" % step)
+            except Exception:  # refused here; the others must hear of it
+                pass
+        elif fault == "badinput" and step == fault_step:
+            hvd.allreduce(torch.zeros(4), name="fault.step.%d" % step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()  # hooks submit the gradients
+        if me and fault in ("kill", "stop"):
+            stamp()
+            os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        opt.step()
+except Exception as e:  # an error from kolo (or the injected one, re-raised below)
+    if rank == fault_rank and fault == "raise" and "a user error" in str(e):
+        raise
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    print("FAULT-SEEN rank=%d at=%.6f error=%s: %s" % (rank, time.time(), type(e).__name__, first),
+          flush=True)
+    os._exit(3)
+print("FAULT-NONE rank=%d" % rank, flush=True)
+hvd.shutdown()

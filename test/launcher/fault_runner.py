@@ -1,0 +1,58 @@
+"""Runs fault_job.py under kolorun with one fault and measures what the other ranks saw:
+used by the fault matrix (test_fault_matrix.py) and the chaos run (bench/chaos.py)."""
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAULT_JOB = os.path.join(HERE, "fault_job.py")
+FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
+# Faults whose rank goes away (or is ended): the others must get a named error or be
+# ended by kolorun with a line naming the rank. With "badinput" every rank survives.
+FAULTS = ("kill", "stop", "raise", "badinput", "exit", "stuck")
+# Stall settings of every fault job: a stuck or stopped rank is named after 5 s.
+STALL_ENV = {"KOLO_STALL_CHECK_TIME_SECONDS": "2", "KOLO_STALL_SHUTDOWN_TIME_SECONDS": "5"}
+
+
+def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=False, timeout=60,
+              python="/usr/bin/python3"):
+    """One job. Returns a dict: fault, rank, step, hung, returncode, seconds (fault until
+    kolorun returned), seen {rank: (seconds after the fault, error line)}, named (the
+    lines that name the faulty rank), output."""
+    rank = np - 1 if rank is None else rank
+    with tempfile.TemporaryDirectory() as tmp:
+        stamp = os.path.join(tmp, "stamp")
+        env = dict(os.environ, PYTHONPATH=python_dir, FAULT=fault, FAULT_RANK=str(rank),
+                   FAULT_STEP=str(step), FAULT_STAMP=stamp, **STALL_ENV)
+        cmd = [kolorun, "-np", str(np)]
+        if two_hosts:
+            half = np // 2
+            cmd += ["-H", "127.0.0.1:%d,127.0.0.2:%d" % (half, np - half),
+                    "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
+        cmd += [python, FAULT_JOB]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            hung, out, code = False, r.stdout + r.stderr, r.returncode
+        except subprocess.TimeoutExpired as e:
+            hung, code = True, None
+            out = _text(e.stdout) + _text(e.stderr)
+        ended = time.time()
+        fault_at = float(open(stamp).read()) if os.path.exists(stamp) else None
+    seen = {}
+    for m in re.finditer(r"FAULT-SEEN rank=(\d+) at=([\d.]+) error=(.*)", out):
+        seen[int(m.group(1))] = (float(m.group(2)) - (fault_at or 0), m.group(3))
+    named = [line for line in out.splitlines()
+             if re.search(r"\brank[s]?(\(s\))? %d\b" % rank, line)
+             and re.search(r"kolorun:|kolo-rank:|FAULT-SEEN", line)]
+    return {"fault": fault, "rank": rank, "step": step, "np": np, "two_hosts": two_hosts,
+            "hung": hung, "returncode": code, "fault_happened": fault_at is not None,
+            "seconds": None if fault_at is None else ended - fault_at, "seen": seen,
+            "named": named, "output": out}
+
+
+def _text(b):
+    if b is None:
+        return ""
+    return b.decode(errors="replace") if isinstance(b, bytes) else b
