@@ -20,7 +20,11 @@ shift
 sleep "${FAKE_SSH_DELAY:-0}"
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
+# A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
+# a veth link) runs there: a machine whose link the test can cut.
+netns=()
+[ -e "/run/netns/kolo-$host" ] && netns=(ip netns exec "kolo-$host")
 # The bind mount keeps the file's contents; its name is removed at once.
-exec unshare --uts --mount /bin/sh -c \
+exec "${netns[@]}" unshare --uts --mount /bin/sh -c \
   'mount --bind "$1" /etc/hosts && rm -f "$1" && hostname "kolo-$0" && exec /bin/sh -c "$2"' \
   "$host" "$hosts_file" "$*"
