@@ -53,7 +53,10 @@ class ModuleState {
   // it stays valid: queries answer and enqueues fail with the reason.
   Runtime& runtime();
 
-  [[noreturn]] void Raise(const Status& s) const;
+  // `enqueue`: the error of an Enqueue* call, which announced a refusal
+  // itself; the exception says so (its `_kolo_core` attribute), so that the
+  // Python side does not announce it again.
+  [[noreturn]] void Raise(const Status& s, bool enqueue = false) const;
   // Holds the KoloInternalError type for good: Python may be finalized
   // before this object is destroyed, so the reference is never released.
   void set_internal_error(py::object type) { internal_error_ = type.release().ptr(); }
@@ -75,9 +78,16 @@ ModuleState& State() {
   return state;
 }
 
-void ModuleState::Raise(const Status& s) const {
-  if (s.code() == StatusCode::kInvalidArgument) throw py::value_error(s.message());
-  PyErr_SetString(internal_error_, s.message().c_str());
+void ModuleState::Raise(const Status& s, bool enqueue) const {
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : internal_error_;
+  if (!enqueue) {
+    if (type == PyExc_ValueError) throw py::value_error(s.message());
+    PyErr_SetString(type, s.message().c_str());
+    throw py::error_already_set();
+  }
+  py::object error = py::reinterpret_borrow<py::object>(type)(s.message());
+  error.attr("_kolo_core") = true;
+  PyErr_SetObject(type, error.ptr());
   throw py::error_already_set();
 }
 
@@ -146,6 +156,12 @@ template <typename T>
 T Check(Result<T> r) {
   if (!r.ok()) Raise(r.status());
   return std::move(r).value();
+}
+
+// The handle of an Enqueue* call, or its error (see ModuleState::Raise).
+Handle Enqueued(Result<Handle> r) {
+  if (!r.ok()) State().Raise(r.status(), /*enqueue=*/true);
+  return r.value();
 }
 
 TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int device) {
@@ -310,20 +326,20 @@ PYBIND11_MODULE(_core, m) {
   m.def("allreduce_async", [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape,
                               int device, const std::string& name, int op, double prescale,
                               double postscale, int process_set, uintptr_t stream) {
-    return Check(Rt().EnqueueAllreduce(
+    return Enqueued(Rt().EnqueueAllreduce(
         View(in, dtype, shape, device), View(out, dtype, shape, device),
         Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
   });
   m.def("allgather_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                               const std::string& name, int process_set, uintptr_t stream) {
-    return Check(
+    return Enqueued(
         Rt().EnqueueAllgather(View(in, dtype, shape, device), Named(name, process_set, stream)));
   });
   m.def("broadcast_async",
         [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device, int root,
            const std::string& name, int process_set, uintptr_t stream) {
-          return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root,
-                                             Named(name, process_set, stream)));
+          return Enqueued(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root,
+                                                Named(name, process_set, stream)));
         });
   m.def("grouped_allreduce_async",
         [](std::vector<std::tuple<uintptr_t, uintptr_t, int, std::vector<int64_t>, int>> tensors,
@@ -334,7 +350,7 @@ PYBIND11_MODULE(_core, m) {
             in.push_back(View(i, dtype, shape, device));
             out.push_back(View(o, dtype, shape, device));
           }
-          return Check(Rt().EnqueueGroupedAllreduce(
+          return Enqueued(Rt().EnqueueGroupedAllreduce(
               in, out,
               Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
         });
@@ -343,27 +359,27 @@ PYBIND11_MODULE(_core, m) {
   m.def("grouped_allgather_async",
         [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
            const std::string& name, int process_set, uintptr_t stream) {
-          return Check(
+          return Enqueued(
               Rt().EnqueueGroupedAllgather(Views(tensors), Named(name, process_set, stream)));
         });
   m.def("grouped_reducescatter_async",
         [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
            const std::string& name, int op, double prescale, double postscale, int process_set,
            uintptr_t stream) {
-          return Check(Rt().EnqueueGroupedReducescatter(
+          return Enqueued(Rt().EnqueueGroupedReducescatter(
               Views(tensors),
               Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
   m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                              std::vector<int64_t> splits, const std::string& name, int process_set,
                              uintptr_t stream) {
-    return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits,
-                                      Named(name, process_set, stream)));
+    return Enqueued(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits,
+                                         Named(name, process_set, stream)));
   });
   m.def("reducescatter_async",
         [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
            int op, double prescale, double postscale, int process_set, uintptr_t stream) {
-          return Check(Rt().EnqueueReducescatter(
+          return Enqueued(Rt().EnqueueReducescatter(
               View(in, dtype, shape, device),
               Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
@@ -371,16 +387,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("join_async", [](int process_set) {
     CollectiveOptions o;
     o.process_set = process_set;
-    return Check(Rt().EnqueueJoin(o));
+    return Enqueued(Rt().EnqueueJoin(o));
   });
   m.def("barrier_async", [](int process_set) {
     CollectiveOptions o;
     o.process_set = process_set;
-    return Check(Rt().EnqueueBarrier(o));
+    return Enqueued(Rt().EnqueueBarrier(o));
   });
   m.def("add_process_set_async",
-        [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
-  m.def("remove_process_set_async", [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
+        [](std::vector<int> ranks) { return Enqueued(Rt().EnqueueAddProcessSet(ranks)); });
+  m.def("remove_process_set_async",
+        [](int id) { return Enqueued(Rt().EnqueueRemoveProcessSet(id)); });
   m.def("process_set_ranks", [](int id) { return Check(Rt().ProcessSetRanks(id)); });
   m.def("process_set_rank", [](int id) { return Check(Rt().ProcessSetRank(id)); });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
@@ -391,6 +408,18 @@ PYBIND11_MODULE(_core, m) {
     Status s = Rt().StopTimeline();
     if (!s.ok()) Raise(s);
   });
+  m.def(
+      "refuse",
+      [](const std::string& op, const std::string& name, int process_set, int count,
+         const std::string& reason) {
+        Runtime* rt = State().runtime_or_null();
+        if (rt == nullptr || !rt->is_running()) return;
+        rt->AnnounceRefusal(op, count, Named(name, process_set), reason);
+      },
+      py::arg("op"), py::arg("name"), py::arg("process_set"), py::arg("count"), py::arg("reason"),
+      "This rank refused a collective before calling the core (a bad input found in Python): "
+      "the other ranks' matching collective fails too, naming this rank and `reason`, instead "
+      "of waiting. Never raises.");
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
   m.def(
       "release", [](Handle h) { Rt().Release(h); },

@@ -67,6 +67,11 @@ class ProcessSet {
   // Sends `request` to the coordinator next round without a local entry (the
   // answer to a MISSING response: "this rank has the tensor on another set").
   void Announce(Request request) { uncached_.push_back(std::move(request)); }
+  // Sends `refusal` (a request this rank refused, Request::refusal) to the
+  // coordinator next round, without a local entry. A cached response of its
+  // name is marked invalid, so that other ranks' cache hits for it go to the
+  // coordinator in the same round and meet the refusal.
+  void Refuse(Request refusal);
   // On the set's rank 0: sends `message` to every rank of the set with the
   // next negotiation round, so that all of them get it in the same round (in
   // NegotiationOutcome::published).

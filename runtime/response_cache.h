@@ -45,6 +45,12 @@ class ResponseCache {
   // name, if any.
   std::optional<int> Put(const Response& response, std::optional<std::vector<int64_t>> own_shape,
                          std::string group = {}, int32_t group_size = 0);
+  // The bit of the entry named `name`, whatever its parameters.
+  std::optional<int> BitOf(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return std::nullopt;
+    return it->second;
+  }
   void Touch(int bit);
   void Erase(int bit);
   const Response& Get(int bit) const { return entries_[bit].response; }

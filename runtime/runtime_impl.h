@@ -51,6 +51,12 @@ class RuntimeImpl {
   // set's first barrier or join "<op>.noname.e<k>.<n>"), numbered in call
   // order across all collectives of the set; a group's members "<name>.<i>".
   Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
+  // This rank refused the collective of `entries` on its calling thread (a bad
+  // input; `reason` says which): the entries (requests only; unnamed ones get
+  // their number here, as a valid call would) go to their set's coordinator as
+  // refusals, so that the other ranks' matching collective fails within a
+  // negotiation round instead of waiting for this rank.
+  void Refuse(std::vector<TensorEntry> entries, const std::string& reason) EXCLUDES(queue_mutex_);
   // The handle of `work` was waited for: the names it held are free again.
   void Release(const Work& work) EXCLUDES(queue_mutex_);
 
