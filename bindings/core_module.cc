@@ -14,8 +14,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -34,7 +36,13 @@ namespace {
 
 // What the module keeps between calls. Its one instance, State(), lives as
 // long as the process (CPython never unloads an extension module); every
-// call reaches it holding the GIL, which serializes them.
+// call reaches it holding the GIL, which serializes them, except where a
+// call lets the GIL go: shutdown() (while the background thread ends) and
+// waits. So init() and shutdown() also take `lifecycle_`, and the runtime is
+// shared with the calls that wait without the GIL: two Python threads that
+// call init() and shutdown() at once run one after the other, and a runtime
+// that init() replaces lives until its last waiter returns (they used to
+// shut one runtime down twice at once, or free it under a running shutdown).
 class ModuleState {
  public:
   bool running() const { return runtime_ && runtime_->is_running(); }
@@ -52,6 +60,11 @@ class ModuleState {
   // initialized or this process shut it down. After another rank's shutdown
   // it stays valid: queries answer and enqueues fail with the reason.
   Runtime& runtime();
+  // The same, shared: for a call that lets the GIL go while it uses it.
+  std::shared_ptr<Runtime> shared_runtime() {
+    runtime();  // raises when there is none
+    return runtime_;
+  }
 
   // `enqueue`: the error of an Enqueue* call, which announced a refusal
   // itself; the exception says so (its `_kolo_core` attribute), so that the
@@ -67,8 +80,14 @@ class ModuleState {
   const std::vector<std::string>& InternalDirs();
 
  private:
-  std::unique_ptr<Runtime> runtime_;
-  bool shut_down_here_ = false;  // shutdown() was called since the last init()
+  // Waits for `lifecycle_` without the GIL (its holder may need the GIL), then
+  // takes the GIL back.
+  std::unique_lock<std::mutex> LockLifecycle();
+
+  std::mutex lifecycle_;  // held through init() and shutdown()
+  // Written with the GIL and `lifecycle_` held; read with either.
+  std::shared_ptr<Runtime> runtime_;
+  std::atomic<bool> shut_down_here_{false};  // shutdown() was called since the last init()
   PyObject* internal_error_ = nullptr;
   std::optional<std::vector<std::string>> internal_dirs_;
 };
@@ -91,7 +110,13 @@ void ModuleState::Raise(const Status& s, bool enqueue) const {
   throw py::error_already_set();
 }
 
+std::unique_lock<std::mutex> ModuleState::LockLifecycle() {
+  py::gil_scoped_release release;
+  return std::unique_lock<std::mutex>(lifecycle_);
+}
+
 void ModuleState::Init(const InitOptions& options) {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
   if (running()) return;
   if (runtime_ && !shut_down_here_) {
     // init() is collective over every rank. kolo stopped here on its own (no
@@ -113,11 +138,12 @@ void ModuleState::Init(const InitOptions& options) {
 }
 
 void ModuleState::Shutdown() {
-  if (!runtime_) return;
-  shut_down_here_ = true;
   Status s;
   {
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(lifecycle_);
+    if (!runtime_) return;
+    shut_down_here_ = true;
     s = runtime_->Shutdown();
   }
   if (!s.ok()) Raise(s);
@@ -263,7 +289,9 @@ constexpr double kSignalCheckSeconds = 0.1;
 // fires. A finished operation wakes the waiter at once; the handle stays valid
 // when a handler raises.
 Output Wait(Handle h) {
-  Runtime& rt = Rt();
+  // Shared: another thread may shut kolo down and init() it again meanwhile.
+  std::shared_ptr<Runtime> runtime = State().shared_runtime();
+  Runtime& rt = *runtime;
   Output out;
   for (;;) {
     std::optional<Status> s;

@@ -35,7 +35,7 @@ class RuntimeImpl {
   static Result<std::unique_ptr<RuntimeImpl>> Create(const InitOptions& options);
   ~RuntimeImpl();
 
-  Status Shutdown();
+  Status Shutdown() EXCLUDES(shutdown_mutex_);
   bool running() const { return running_.load(); }
   std::string stop_reason() EXCLUDES(queue_mutex_) {
     MutexLock lock(&queue_mutex_);
@@ -152,7 +152,10 @@ class RuntimeImpl {
 
   std::atomic<bool> running_{false};
   std::thread thread_;
-  bool shut_down_ = false;  // Shutdown() ran (user thread only)
+  // Shutdown() may be called from several user threads at once (and from the
+  // destructor): the first one shuts down, the others wait for it.
+  Mutex shutdown_mutex_;
+  bool shut_down_ GUARDED_BY(shutdown_mutex_) = false;
 };
 
 }  // namespace kolo
