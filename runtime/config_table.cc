@@ -359,7 +359,9 @@ const std::vector<Setting>& Settings() {
        CycleMs("HOROVOD_CYCLE_TIME")},
       {env::kCacheCapacity, CacheEntries(&Config::cache_capacity),
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
-       "seen); 0 turns the cache off.",
+       "seen); 0 turns the cache off. A group (grouped_allreduce, ...) rides the cache only as "
+       "a whole: one larger than this is negotiated through the coordinator every time (kolo "
+       "warns once).",
        Same("HOROVOD_CACHE_CAPACITY", "whole number")},
       {env::kTimeline, Path(&Config::timeline_path, "(off)"),
        "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "

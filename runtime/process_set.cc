@@ -79,6 +79,13 @@ void ProcessSet::Classify(TensorEntry& entry) {
     return;
   }
   if (!request.group.empty()) {
+    if (!warned_group_too_large_ && rank() == 0) {
+      std::string why = cache_.GroupTooLarge(request);
+      if (!why.empty()) {
+        KOLO_LOG(kWarning) << why << " (said once per process set)";
+        warned_group_too_large_ = true;
+      }
+    }
     // A group's members are enqueued together and so arrive in one cycle;
     // the last one to arrive classifies the group.
     std::vector<std::string>& arrived = arriving_groups_[request.group];

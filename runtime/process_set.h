@@ -116,6 +116,7 @@ class ProcessSet {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;
+  bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;
   std::vector<uint8_t> to_publish_;  // rank 0: goes out with the next round
 };

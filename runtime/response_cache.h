@@ -55,6 +55,11 @@ class ResponseCache {
   void Erase(int bit);
   const Response& Get(int bit) const { return entries_[bit].response; }
 
+  // Why a group of `group_size` members can never hit a cache of this
+  // capacity (a group rides the cache only as a whole), as the warning to
+  // log; empty when it can.
+  std::string GroupTooLarge(const Request& member) const;
+
   bool enabled() const { return capacity_ > 0; }
   // One past the highest bit in use; the same on every rank.
   int bit_bound() const { return static_cast<int>(entries_.size()); }
