@@ -14,8 +14,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -34,7 +36,13 @@ namespace {
 
 // What the module keeps between calls. Its one instance, State(), lives as
 // long as the process (CPython never unloads an extension module); every
-// call reaches it holding the GIL, which serializes them.
+// call reaches it holding the GIL, which serializes them, except where a
+// call lets the GIL go: shutdown() (while the background thread ends) and
+// waits. So init() and shutdown() also take `lifecycle_`, and the runtime is
+// shared with the calls that wait without the GIL: two Python threads that
+// call init() and shutdown() at once run one after the other, and a runtime
+// that init() replaces lives until its last waiter returns (they used to
+// shut one runtime down twice at once, or free it under a running shutdown).
 class ModuleState {
  public:
   bool running() const { return runtime_ && runtime_->is_running(); }
@@ -52,8 +60,16 @@ class ModuleState {
   // initialized or this process shut it down. After another rank's shutdown
   // it stays valid: queries answer and enqueues fail with the reason.
   Runtime& runtime();
+  // The same, shared: for a call that lets the GIL go while it uses it.
+  std::shared_ptr<Runtime> shared_runtime() {
+    runtime();  // raises when there is none
+    return runtime_;
+  }
 
-  [[noreturn]] void Raise(const Status& s) const;
+  // `enqueue`: the error of an Enqueue* call, which announced a refusal
+  // itself; the exception says so (its `_kolo_core` attribute), so that the
+  // Python side does not announce it again.
+  [[noreturn]] void Raise(const Status& s, bool enqueue = false) const;
   // Holds the KoloInternalError type for good: Python may be finalized
   // before this object is destroyed, so the reference is never released.
   void set_internal_error(py::object type) { internal_error_ = type.release().ptr(); }
@@ -64,8 +80,14 @@ class ModuleState {
   const std::vector<std::string>& InternalDirs();
 
  private:
-  std::unique_ptr<Runtime> runtime_;
-  bool shut_down_here_ = false;  // shutdown() was called since the last init()
+  // Waits for `lifecycle_` without the GIL (its holder may need the GIL), then
+  // takes the GIL back.
+  std::unique_lock<std::mutex> LockLifecycle();
+
+  std::mutex lifecycle_;  // held through init() and shutdown()
+  // Written with the GIL and `lifecycle_` held; read with either.
+  std::shared_ptr<Runtime> runtime_;
+  std::atomic<bool> shut_down_here_{false};  // shutdown() was called since the last init()
   PyObject* internal_error_ = nullptr;
   std::optional<std::vector<std::string>> internal_dirs_;
 };
@@ -75,13 +97,26 @@ ModuleState& State() {
   return state;
 }
 
-void ModuleState::Raise(const Status& s) const {
-  if (s.code() == StatusCode::kInvalidArgument) throw py::value_error(s.message());
-  PyErr_SetString(internal_error_, s.message().c_str());
+void ModuleState::Raise(const Status& s, bool enqueue) const {
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : internal_error_;
+  if (!enqueue) {
+    if (type == PyExc_ValueError) throw py::value_error(s.message());
+    PyErr_SetString(type, s.message().c_str());
+    throw py::error_already_set();
+  }
+  py::object error = py::reinterpret_borrow<py::object>(type)(s.message());
+  error.attr("_kolo_core") = true;
+  PyErr_SetObject(type, error.ptr());
   throw py::error_already_set();
 }
 
+std::unique_lock<std::mutex> ModuleState::LockLifecycle() {
+  py::gil_scoped_release release;
+  return std::unique_lock<std::mutex>(lifecycle_);
+}
+
 void ModuleState::Init(const InitOptions& options) {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
   if (running()) return;
   if (runtime_ && !shut_down_here_) {
     // init() is collective over every rank. kolo stopped here on its own (no
@@ -103,11 +138,12 @@ void ModuleState::Init(const InitOptions& options) {
 }
 
 void ModuleState::Shutdown() {
-  if (!runtime_) return;
-  shut_down_here_ = true;
   Status s;
   {
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(lifecycle_);
+    if (!runtime_) return;
+    shut_down_here_ = true;
     s = runtime_->Shutdown();
   }
   if (!s.ok()) Raise(s);
@@ -146,6 +182,12 @@ template <typename T>
 T Check(Result<T> r) {
   if (!r.ok()) Raise(r.status());
   return std::move(r).value();
+}
+
+// The handle of an Enqueue* call, or its error (see ModuleState::Raise).
+Handle Enqueued(Result<Handle> r) {
+  if (!r.ok()) State().Raise(r.status(), /*enqueue=*/true);
+  return r.value();
 }
 
 TensorView View(uintptr_t ptr, int dtype, const std::vector<int64_t>& shape, int device) {
@@ -247,7 +289,9 @@ constexpr double kSignalCheckSeconds = 0.1;
 // fires. A finished operation wakes the waiter at once; the handle stays valid
 // when a handler raises.
 Output Wait(Handle h) {
-  Runtime& rt = Rt();
+  // Shared: another thread may shut kolo down and init() it again meanwhile.
+  std::shared_ptr<Runtime> runtime = State().shared_runtime();
+  Runtime& rt = *runtime;
   Output out;
   for (;;) {
     std::optional<Status> s;
@@ -310,20 +354,20 @@ PYBIND11_MODULE(_core, m) {
   m.def("allreduce_async", [](uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape,
                               int device, const std::string& name, int op, double prescale,
                               double postscale, int process_set, uintptr_t stream) {
-    return Check(Rt().EnqueueAllreduce(
+    return Enqueued(Rt().EnqueueAllreduce(
         View(in, dtype, shape, device), View(out, dtype, shape, device),
         Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
   });
   m.def("allgather_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                               const std::string& name, int process_set, uintptr_t stream) {
-    return Check(
+    return Enqueued(
         Rt().EnqueueAllgather(View(in, dtype, shape, device), Named(name, process_set, stream)));
   });
   m.def("broadcast_async",
         [](uintptr_t ptr, int dtype, std::vector<int64_t> shape, int device, int root,
            const std::string& name, int process_set, uintptr_t stream) {
-          return Check(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root,
-                                             Named(name, process_set, stream)));
+          return Enqueued(Rt().EnqueueBroadcast(View(ptr, dtype, shape, device), root,
+                                                Named(name, process_set, stream)));
         });
   m.def("grouped_allreduce_async",
         [](std::vector<std::tuple<uintptr_t, uintptr_t, int, std::vector<int64_t>, int>> tensors,
@@ -334,7 +378,7 @@ PYBIND11_MODULE(_core, m) {
             in.push_back(View(i, dtype, shape, device));
             out.push_back(View(o, dtype, shape, device));
           }
-          return Check(Rt().EnqueueGroupedAllreduce(
+          return Enqueued(Rt().EnqueueGroupedAllreduce(
               in, out,
               Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
         });
@@ -343,27 +387,27 @@ PYBIND11_MODULE(_core, m) {
   m.def("grouped_allgather_async",
         [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
            const std::string& name, int process_set, uintptr_t stream) {
-          return Check(
+          return Enqueued(
               Rt().EnqueueGroupedAllgather(Views(tensors), Named(name, process_set, stream)));
         });
   m.def("grouped_reducescatter_async",
         [](const std::vector<std::tuple<uintptr_t, int, std::vector<int64_t>, int>>& tensors,
            const std::string& name, int op, double prescale, double postscale, int process_set,
            uintptr_t stream) {
-          return Check(Rt().EnqueueGroupedReducescatter(
+          return Enqueued(Rt().EnqueueGroupedReducescatter(
               Views(tensors),
               Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
   m.def("alltoall_async", [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device,
                              std::vector<int64_t> splits, const std::string& name, int process_set,
                              uintptr_t stream) {
-    return Check(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits,
-                                      Named(name, process_set, stream)));
+    return Enqueued(Rt().EnqueueAlltoall(View(in, dtype, shape, device), splits,
+                                         Named(name, process_set, stream)));
   });
   m.def("reducescatter_async",
         [](uintptr_t in, int dtype, std::vector<int64_t> shape, int device, const std::string& name,
            int op, double prescale, double postscale, int process_set, uintptr_t stream) {
-          return Check(Rt().EnqueueReducescatter(
+          return Enqueued(Rt().EnqueueReducescatter(
               View(in, dtype, shape, device),
               Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set, stream)));
         });
@@ -371,16 +415,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("join_async", [](int process_set) {
     CollectiveOptions o;
     o.process_set = process_set;
-    return Check(Rt().EnqueueJoin(o));
+    return Enqueued(Rt().EnqueueJoin(o));
   });
   m.def("barrier_async", [](int process_set) {
     CollectiveOptions o;
     o.process_set = process_set;
-    return Check(Rt().EnqueueBarrier(o));
+    return Enqueued(Rt().EnqueueBarrier(o));
   });
   m.def("add_process_set_async",
-        [](std::vector<int> ranks) { return Check(Rt().EnqueueAddProcessSet(ranks)); });
-  m.def("remove_process_set_async", [](int id) { return Check(Rt().EnqueueRemoveProcessSet(id)); });
+        [](std::vector<int> ranks) { return Enqueued(Rt().EnqueueAddProcessSet(ranks)); });
+  m.def("remove_process_set_async",
+        [](int id) { return Enqueued(Rt().EnqueueRemoveProcessSet(id)); });
   m.def("process_set_ranks", [](int id) { return Check(Rt().ProcessSetRanks(id)); });
   m.def("process_set_rank", [](int id) { return Check(Rt().ProcessSetRank(id)); });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
@@ -391,6 +436,18 @@ PYBIND11_MODULE(_core, m) {
     Status s = Rt().StopTimeline();
     if (!s.ok()) Raise(s);
   });
+  m.def(
+      "refuse",
+      [](const std::string& op, const std::string& name, int process_set, int count,
+         const std::string& reason) {
+        Runtime* rt = State().runtime_or_null();
+        if (rt == nullptr || !rt->is_running()) return;
+        rt->AnnounceRefusal(op, count, Named(name, process_set), reason);
+      },
+      py::arg("op"), py::arg("name"), py::arg("process_set"), py::arg("count"), py::arg("reason"),
+      "This rank refused a collective before calling the core (a bad input found in Python): "
+      "the other ranks' matching collective fails too, naming this rank and `reason`, instead "
+      "of waiting. Never raises.");
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
   m.def(
       "release", [](Handle h) { Rt().Release(h); },

@@ -1,6 +1,7 @@
 #include "autotune.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -290,7 +291,7 @@ void TuningRun::Finish() {
   }
   std::string written;
   if (!result_path_.empty()) {
-    Status s = WriteAutotuneFile(result_path_, FormatAutotuneFile(best, summary.str()));
+    Status s = WriteAutotuneFile(result_path_, FormatAutotuneFile(best, summary.str(), ranks_));
     if (s.ok()) {
       written = "; written to KOLO_AUTOTUNE_FILE '" + result_path_ + "'";
     } else {
@@ -320,7 +321,28 @@ Status WriteAutotuneFile(const std::string& path, const std::string& text) {
   return Status::OK();
 }
 
-std::string FormatAutotuneFile(const TunedParams& params, const std::string& comment) {
+namespace {
+constexpr const char kTunedFor[] = "# tuned for: ranks=";
+}  // namespace
+
+std::optional<int> AutotuneFileRanks(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string t = Trim(line);
+    if (t.rfind(kTunedFor, 0) != 0) continue;
+    const std::string digits = Trim(t.substr(sizeof(kTunedFor) - 1));
+    if (digits.empty() || digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(),
+                     [](unsigned char ch) { return std::isdigit(ch); })) {
+      return std::nullopt;
+    }
+    return std::stoi(digits);
+  }
+  return std::nullopt;
+}
+
+std::string FormatAutotuneFile(const TunedParams& params, const std::string& comment, int ranks) {
   Config config;
   config.fusion_threshold_bytes = params.fusion_threshold_bytes;
   config.cycle_time_ms = params.cycle_time_ms;
@@ -329,6 +351,7 @@ std::string FormatAutotuneFile(const TunedParams& params, const std::string& com
       "# kolo autotune result (KOLO_AUTOTUNE_FILE). A job started with this file\n"
       "# present uses these settings and does not tune; settings given in the\n"
       "# environment win.\n";
+  if (ranks > 0) out += kTunedFor + std::to_string(ranks) + "\n";
   if (!comment.empty()) out += "# " + comment + "\n";
   for (const char* name : kTunedNames) {
     out += std::string(name) + "=" + FindSetting(name)->field.format(config) + "\n";

@@ -176,7 +176,13 @@ class TuningRun {
 
 // The result file: "# ..." comments, blank lines, and KOLO_NAME=value lines
 // of the tuned settings. `path` only names the file in messages.
-std::string FormatAutotuneFile(const TunedParams& params, const std::string& comment);
+// `ranks`: the job size it was tuned for, recorded as "# tuned for: ranks=N"
+// (a comment, so older readers take the file as before); 0 records none.
+std::string FormatAutotuneFile(const TunedParams& params, const std::string& comment,
+                               int ranks = 0);
+// The job size a result file records it was tuned for, or nullopt (a file
+// written before kolo recorded it, or by hand).
+std::optional<int> AutotuneFileRanks(const std::string& text);
 // The settings a result file holds, each checked by its setting's parser; an
 // error names `path` and the line.
 Result<std::vector<std::pair<std::string, std::string>>> ParseAutotuneFile(const std::string& text,

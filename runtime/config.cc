@@ -53,8 +53,8 @@ bool Matches(const std::string& name, const std::string& entry) {
 // exported in a Dockerfile or a shell profile after building Horovod. They
 // mean nothing at run time in Horovod either, so kolo ignores them silently;
 // warning on every job would teach users to ignore kolo's warnings.
-// HOROVOD_START_TIMEOUT is the launcher's (kolorun honours it).
-bool IsHorovodBuildOrLauncherVariable(const std::string& name) {
+// (HOROVOD_START_TIMEOUT is a setting's alias: KOLO_START_TIMEOUT.)
+bool IsHorovodBuildVariable(const std::string& name) {
   static const char* const kFamilies[] = {"HOROVOD_WITH",
                                           "HOROVOD_WITHOUT",
                                           "HOROVOD_GPU",
@@ -65,8 +65,7 @@ bool IsHorovodBuildOrLauncherVariable(const std::string& name) {
                                           "HOROVOD_MPICXX_SHOW",
                                           "HOROVOD_CMAKE",
                                           "HOROVOD_DEBUG",
-                                          "HOROVOD_ALLOW_MIXED_GPU_IMPL",
-                                          "HOROVOD_START_TIMEOUT"};
+                                          "HOROVOD_ALLOW_MIXED_GPU_IMPL"};
   for (const char* f : kFamilies) {
     if (InFamily(name, f)) return true;
   }
@@ -97,7 +96,7 @@ void NoteUnknownNames(const Source& source, ConfigNotes* notes) {
       notes->unknown.push_back(name);
     } else if (FindUnsupported(name) != nullptr) {
       notes->horovod_unsupported.push_back(name);
-    } else if (!IsHorovodBuildOrLauncherVariable(name)) {
+    } else if (!IsHorovodBuildVariable(name)) {
       notes->horovod_unknown.push_back(name);
     }
   }

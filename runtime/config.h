@@ -38,6 +38,7 @@ struct Config {
   int64_t autotune_steps_per_sample = 10;
   std::string autotune_file;  // the tuned settings: written when tuning ends, read at init
   std::string python = "/usr/bin/python3";  // read by kolorun --check-build, not by the runtime
+  double start_timeout_seconds = 30.0;      // kolorun's --start-timeout default, not the runtime's
 };
 
 // A kolo setting's Horovod variable. Horovod reads its variables with

@@ -119,6 +119,13 @@ Result<double> ParseNonNegativeDouble(const std::string& text) {
   return v.value();
 }
 
+Result<double> ParsePositiveSeconds(const std::string& text) {
+  Result<double> v = ParseDouble(text);
+  if (!v.ok() || v.value() <= 0)
+    return Status::InvalidArgument("is not a positive number of seconds");
+  return v.value();
+}
+
 Result<bool> ParseBool(const std::string& raw) {
   std::string t = Lower(Trim(raw));
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
@@ -209,6 +216,11 @@ SettingField Milliseconds(double Config::*field) {
 // Seconds: 0 or more, fractions allowed.
 SettingField Seconds(double Config::*field) {
   return Field<double>(field, ParseNonNegativeDouble, FormatNumber);
+}
+
+// Seconds: more than 0, fractions allowed.
+SettingField PositiveSeconds(double Config::*field) {
+  return Field<double>(field, ParsePositiveSeconds, FormatNumber);
 }
 
 // Entries of the response cache: a whole number up to 1048576.
@@ -359,7 +371,9 @@ const std::vector<Setting>& Settings() {
        CycleMs("HOROVOD_CYCLE_TIME")},
       {env::kCacheCapacity, CacheEntries(&Config::cache_capacity),
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
-       "seen); 0 turns the cache off.",
+       "seen); 0 turns the cache off. A group (grouped_allreduce, ...) rides the cache only as "
+       "a whole: one larger than this is negotiated through the coordinator every time (kolo "
+       "warns once).",
        Same("HOROVOD_CACHE_CAPACITY", "whole number")},
       {env::kTimeline, Path(&Config::timeline_path, "(off)"),
        "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "
@@ -429,8 +443,13 @@ const std::vector<Setting>& Settings() {
        "(KOLO_NAME=value lines); a job that starts with the file present reads it and does not "
        "tune, except that settings given explicitly win.",
        NoHorovodName()},
-      // Read by kolorun, which forwards KOLO_* to every rank: a setting, so that
-      // the ranks do not warn about it as a typo.
+      // Read by kolorun, which forwards KOLO_* to every rank: settings, so that
+      // the ranks do not warn about them as typos, and parsed, validated and
+      // documented like every other.
+      {env::kStartTimeout, PositiveSeconds(&Config::start_timeout_seconds),
+       "Seconds kolorun waits for the hosts' ssh ports and for every rank to start; "
+       "--start-timeout wins. The runtime does not read it.",
+       Same("HOROVOD_START_TIMEOUT", "seconds, > 0")},
       {"KOLO_PYTHON", Path(&Config::python, "(none)"),
        "The Python interpreter that `kolorun --check-build` runs (without a shell) to see "
        "whether the kolo package imports, and which PyTorch, TensorFlow and Keras it has. "

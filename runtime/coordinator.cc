@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <unordered_set>
 
 namespace kolo {
 namespace {
@@ -176,9 +177,23 @@ void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted, Clo
     entry.first_seen = now;
     if (request.op == OpType::kAllgather) entry.dim0.assign(size_, 0);
   } else if (entry.submitted.Test(request.rank)) {
-    return;  // a rank never has one name pending twice; ignore a duplicate
+    // A rank never has one name pending twice: a duplicate is the same request
+    // sent again. Except from a rank that refused this collective: that rank
+    // has started the name again, a collective of its own after this one.
+    if (std::find(entry.refused.begin(), entry.refused.end(), request.rank) ==
+            entry.refused.end() ||
+        std::any_of(entry.later.begin(), entry.later.end(),
+                    [&](const Request& q) { return q == request; })) {
+      return;
+    }
+    entry.later.push_back(request);
+    return;
   } else {
     Compare(entry, request);
+  }
+  if (!request.refusal.empty()) {
+    entry.refused.push_back(request.rank);
+    if (entry.refusal.empty()) entry.refusal = request.refusal;
   }
   if (request.unnamed()) entry.arrivals.push_back({request, round, now});
   entry.submitted.Set(request.rank);
@@ -209,7 +224,8 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
     auto it = table_.find(PairingKey(q));
     Request as_first = q;
     if (it != table_.end()) as_first.rank = it->second.first.rank;
-    if (it == table_.end() || q.unnamed() || !(it->second.first == as_first)) {
+    if (it == table_.end() || q.unnamed() || !(it->second.first == as_first) ||
+        !it->second.refused.empty()) {
       // Not the common case (rank 0's request is not the entry's first, or
       // differs from it, or it is unnamed and every request of it is kept):
       // add request by request, which compares each.
@@ -242,6 +258,8 @@ void Coordinator::Compare(Entry& entry, const Request& r) {
     entry.sites_differ = true;
     return;
   }
+  // A refusal carries no tensor to compare; the collective fails anyway.
+  if (!f.refusal.empty() || !r.refusal.empty()) return;
   std::string what = Disagreement(f, r);
   if (what.empty()) return;
   if (entry.mismatch.empty()) entry.mismatch = what;
@@ -260,6 +278,26 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
   const Request& f = entry.first;
   Response resp;
   resp.names = {name};
+  if (!entry.refused.empty()) {
+    resp.op = OpType::kError;
+    resp.error =
+        std::string(OpTypeName(f.op)) + " '" + f.name + "'" +
+        (f.unnamed() && !f.call_site.empty() ? " (unnamed, called at " + f.call_site + ")" : "") +
+        ": rank " + std::to_string(entry.refused[0]) + " refused its input: " + entry.refusal;
+    if (entry.refused.size() > 1) {
+      std::vector<int> others(entry.refused.begin() + 1, entry.refused.end());
+      std::sort(others.begin(), others.end());
+      resp.error += " (rank(s) " + JoinInts(others) + " refused theirs too)";
+    }
+    resp.error += ". The collective failed on every rank; nothing was exchanged.";
+    resp.ranks.assign(entry.refused.begin(), entry.refused.end());
+    std::sort(resp.ranks.begin(), resp.ranks.end());
+    if (f.unnamed()) {
+      resp.unnamed_epoch = f.unnamed_epoch;
+      resp.unnamed_from = f.unnamed_index;
+    }
+    return resp;
+  }
   if (!entry.mismatch.empty()) {
     resp.op = OpType::kError;
     resp.error = entry.mismatch;
@@ -344,7 +382,7 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
     Response response = Decide(first.name, entry);
     barrier |= response.op == OpType::kBarrier;
     Emit(std::move(response), first, &outcome.responses);
-    table_.erase(it);
+    EraseDecided(it, now);
   }
   CheckStalls(now, &outcome);
   BreakBarrierDeadlocks(now, &outcome);
@@ -362,11 +400,19 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
   if (barrier) ResyncAfterBarrier(&outcome.responses);
   std::vector<std::string> still_pending;
   still_pending.reserve(arrival_order_.size());
+  std::unordered_set<std::string> seen;  // a key added again after its decision
   for (const std::string& key : arrival_order_) {
-    if (table_.count(key)) still_pending.push_back(key);
+    if (table_.count(key) && seen.insert(key).second) still_pending.push_back(key);
   }
   arrival_order_ = std::move(still_pending);
   return outcome;
+}
+
+void Coordinator::EraseDecided(std::unordered_map<std::string, Entry>::iterator it,
+                               Clock::time_point now) {
+  std::vector<Request> later = std::move(it->second.later);
+  table_.erase(it);
+  for (const Request& q : later) Add(q, now);
 }
 
 void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome) {
@@ -411,7 +457,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       err.error = std::move(error);
       Request first = e.first;
       Emit(std::move(err), first, &outcome->responses);
-      table_.erase(it);
+      EraseDecided(it, now);
       continue;
     }
     if (!e.warned) {

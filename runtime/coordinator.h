@@ -122,6 +122,15 @@ class Coordinator {
     };
     std::vector<Arrival> arrivals;
     bool sites_differ = false;
+    // Ranks that refused the collective on their calling thread
+    // (Request::refusal), in arrival order, and the first one's reason. Any
+    // refusal fails the collective on every rank once all have sent it.
+    std::vector<int> refused;
+    std::string refusal;
+    // Requests from a rank that refused this entry and has started the same
+    // collective again since: the next one of its name, added as a new entry
+    // once this one is decided.
+    std::vector<Request> later;
   };
   struct Group {
     int size = 0;
@@ -134,6 +143,9 @@ class Coordinator {
   void AddTo(Entry& entry, const Request& request, bool inserted, Clock::time_point now,
              uint64_t round);
   void Compare(Entry& entry, const Request& request);
+  // Takes the decided entry at `it` out of the table and adds the requests it
+  // held for later (the next collective of its name from ranks that refused).
+  void EraseDecided(std::unordered_map<std::string, Entry>::iterator it, Clock::time_point now);
   Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);

@@ -57,7 +57,7 @@ bool Request::operator==(const Request& o) const {
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          root == o.root && device == o.device && group == o.group && group_size == o.group_size &&
          ranks == o.ranks && process_set == o.process_set && unnamed_epoch == o.unnamed_epoch &&
-         unnamed_index == o.unnamed_index && call_site == o.call_site;
+         unnamed_index == o.unnamed_index && call_site == o.call_site && refusal == o.refusal;
 }
 
 bool Response::operator==(const Response& o) const {
@@ -78,7 +78,8 @@ std::vector<uint8_t> EncodeRequests(const std::vector<Request>& requests) {
         r.prescale, r.postscale, r.root, r.device, b.CreateString(r.group), r.group_size,
         b.CreateVector(r.ranks), r.process_set,
         r.call_site.empty() ? fb::Offset<fb::String>() : b.CreateString(r.call_site),
-        r.unnamed_epoch, r.unnamed_index));
+        r.unnamed_epoch, r.unnamed_index,
+        r.refusal.empty() ? fb::Offset<fb::String>() : b.CreateString(r.refusal)));
   }
   b.Finish(wire::CreateRequestList(b, b.CreateVector(offsets)));
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -147,6 +148,7 @@ uint64_t RequestDigest(const Request& r) {
   h.Value(r.unnamed_epoch);
   h.Value(r.unnamed_index);
   h.String(r.call_site);
+  h.String(r.refusal);
   return h.digest();
 }
 
@@ -240,6 +242,7 @@ Result<std::vector<Request>> DecodeRequests(const uint8_t* raw, size_t size) {
     r.call_site = ToString(w->call_site());
     r.unnamed_epoch = w->unnamed_epoch();
     r.unnamed_index = w->unnamed_index();
+    r.refusal = ToString(w->refusal());
     out.push_back(std::move(r));
   }
   return out;

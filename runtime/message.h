@@ -55,6 +55,13 @@ struct Request {
   // Where the caller made the call ("train.py:57 in step"), if it said; for an
   // unnamed collective it tells ranks that are out of step from a plain mismatch.
   std::string call_site;
+  // Non-empty: this rank refused the collective on its calling thread (a bad
+  // input: an unsupported dtype, a non-contiguous tensor, bad splits, ...), and
+  // this says why. Only op, name, group, process set, unnamed number and call
+  // site are meaningful; the coordinator fails the collective on every rank
+  // once all ranks have sent it or refused it. Travels in full, never as a
+  // digest bit: the refusing rank holds no entry for it.
+  std::string refusal;
 
   bool unnamed() const { return unnamed_epoch >= 0; }
   bool operator==(const Request& o) const;
@@ -80,6 +87,9 @@ struct Response {
   // number their next one `unnamed_from` again.
   int64_t unnamed_epoch = -1;
   int64_t unnamed_from = -1;
+  // kError for a collective some ranks refused (Request::refusal): `ranks`
+  // are the refusing ranks, which hold no entry for it (a refusing rank may
+  // already have started the name again: that entry is not this one's).
 
   bool operator==(const Response& o) const;
 };

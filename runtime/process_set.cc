@@ -67,6 +67,11 @@ void ProcessSet::Add(TensorEntry entry) {
   Classify(it->second);
 }
 
+void ProcessSet::Refuse(Request refusal) {
+  if (std::optional<int> bit = cache_.BitOf(refusal.name)) invalid_bits_.push_back(*bit);
+  uncached_.push_back(std::move(refusal));
+}
+
 // Decides whether a new request can ride the cache's fast path.
 void ProcessSet::Classify(TensorEntry& entry) {
   const Request& request = entry.request;
@@ -75,6 +80,13 @@ void ProcessSet::Classify(TensorEntry& entry) {
     return;
   }
   if (!request.group.empty()) {
+    if (!warned_group_too_large_ && rank() == 0) {
+      std::string why = cache_.GroupTooLarge(request);
+      if (!why.empty()) {
+        KOLO_LOG(kWarning) << why << " (said once per process set)";
+        warned_group_too_large_ = true;
+      }
+    }
     // A group's members are enqueued together and so arrive in one cycle;
     // the last one to arrive classifies the group.
     std::vector<std::string>& arrived = arriving_groups_[request.group];
@@ -296,7 +308,7 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
     message = AnswerReference(digests);
   }
   for (const Request& r : uncached_) {
-    if (pending_.count(r.name)) delivered_.insert(r.name);
+    if (r.refusal.empty() && pending_.count(r.name)) delivered_.insert(r.name);
   }
   uncached_.clear();
   std::vector<uint8_t> mine = EncodeRequestMessage(message);
@@ -364,7 +376,7 @@ std::vector<Request> ProcessSet::HeldForCoordinator() const {
     if (it != pending_.end()) out.push_back(it->second.request);
   }
   for (const Request& r : uncached_) {
-    if (pending_.count(r.name)) out.push_back(r);
+    if (r.refusal.empty() && pending_.count(r.name)) out.push_back(r);
   }
   return out;
 }
@@ -381,9 +393,9 @@ RequestMessage ProcessSet::AnswerReference(const std::vector<uint64_t>& referenc
     if (it != pending_.end()) held.insert(RequestDigest(it->second.request));
   }
   for (const Request& r : uncached_) {
-    // An answer to a MISSING response has no pending entry here, so no bit
-    // can stand for it: it always travels in full.
-    if (!pending_.count(r.name)) {
+    // An answer to a MISSING response, or a refusal, has no pending entry
+    // here, so no bit can stand for it: it always travels in full.
+    if (!r.refusal.empty() || !pending_.count(r.name)) {
       m.requests.push_back(r);
       continue;
     }

@@ -68,6 +68,11 @@ class ProcessSet {
   // Sends `request` to the coordinator next round without a local entry (the
   // answer to a MISSING response: "this rank has the tensor on another set").
   void Announce(Request request) { uncached_.push_back(std::move(request)); }
+  // Sends `refusal` (a request this rank refused, Request::refusal) to the
+  // coordinator next round, without a local entry. A cached response of its
+  // name is marked invalid, so that other ranks' cache hits for it go to the
+  // coordinator in the same round and meet the refusal.
+  void Refuse(Request refusal);
   // On the set's rank 0: sends `message` to every rank of the set with the
   // next negotiation round, so that all of them get it in the same round (in
   // NegotiationOutcome::published).
@@ -112,6 +117,7 @@ class ProcessSet {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   bool joined_ = false;
+  bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;
   std::vector<uint8_t> to_publish_;  // rank 0: goes out with the next round
 };

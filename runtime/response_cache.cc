@@ -7,6 +7,16 @@ bool ResponseCache::Cacheable(const Response& r) {
                                  r.op == OpType::kAllgather || r.op == OpType::kReducescatter);
 }
 
+std::string ResponseCache::GroupTooLarge(const Request& member) const {
+  if (!enabled() || member.group_size <= capacity_) return std::string();
+  return "grouped " + std::string(OpTypeName(member.op)) + " '" + member.group + "' has " +
+         std::to_string(member.group_size) +
+         " tensors, more than KOLO_CACHE_CAPACITY=" + std::to_string(capacity_) +
+         ": a group rides the response cache only as a whole, so it is negotiated through the "
+         "coordinator every time. Set KOLO_CACHE_CAPACITY to at least " +
+         std::to_string(member.group_size) + " (plus the job's other tensors) to cache it.";
+}
+
 ResponseCache::Lookup ResponseCache::Find(const Request& q, int rank_in_set) const {
   auto it = by_name_.find(q.name);
   if (it == by_name_.end()) return {State::kMiss, -1};

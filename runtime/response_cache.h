@@ -45,9 +45,20 @@ class ResponseCache {
   // name, if any.
   std::optional<int> Put(const Response& response, std::optional<std::vector<int64_t>> own_shape,
                          std::string group = {}, int32_t group_size = 0);
+  // The bit of the entry named `name`, whatever its parameters.
+  std::optional<int> BitOf(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return std::nullopt;
+    return it->second;
+  }
   void Touch(int bit);
   void Erase(int bit);
   const Response& Get(int bit) const { return entries_[bit].response; }
+
+  // Why a group of `group_size` members can never hit a cache of this
+  // capacity (a group rides the cache only as a whole), as the warning to
+  // log; empty when it can.
+  std::string GroupTooLarge(const Request& member) const;
 
   bool enabled() const { return capacity_ > 0; }
   // One past the highest bit in use; the same on every rank.

@@ -117,14 +117,11 @@ Result<std::shared_ptr<const ProcessSetInfo>> MemberSet(RuntimeImpl& impl, int i
   return info;
 }
 
-// Names, builds and queues the entries of one operation on `inputs` (already
-// validated) with one Work. Several tensors form a group, negotiated as one
-// unit: members "<name>.<i>". `fill` sets entry i's op-specific fields.
-Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op,
-                              const CollectiveOptions& options, int rank_in_set,
-                              const std::vector<TensorView>& inputs,
-                              const std::vector<TensorView>& outputs,
-                              const std::function<void(TensorEntry&, size_t)>& fill = nullptr) {
+// The entries of one operation on `inputs`, named (but for unnamed ones,
+// which RuntimeImpl numbers). Several tensors form a group, negotiated as one
+// unit: members "<name>.<i>".
+std::vector<TensorEntry> MakeEntries(OpType op, const CollectiveOptions& options, int rank_in_set,
+                                     const std::vector<TensorView>& inputs) {
   const bool grouped = inputs.size() > 1;
   const bool unnamed = options.name.empty();  // RuntimeImpl::Enqueue numbers it
   std::vector<TensorEntry> entries(inputs.size());
@@ -140,14 +137,39 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
       e.request.group = options.name;
       e.request.group_size = static_cast<int32_t>(inputs.size());
     }
+    e.part = static_cast<int>(i);
+  }
+  return entries;
+}
+
+// Builds and queues the entries of one operation on `inputs` (already
+// validated) with one Work. `fill` sets entry i's op-specific fields.
+Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op,
+                              const CollectiveOptions& options, int rank_in_set,
+                              const std::vector<TensorView>& inputs,
+                              const std::vector<TensorView>& outputs,
+                              const std::function<void(TensorEntry&, size_t)>& fill = nullptr) {
+  std::vector<TensorEntry> entries = MakeEntries(op, options, rank_in_set, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorEntry& e = entries[i];
     e.input = inputs[i];
     e.output = outputs[i];
-    e.part = static_cast<int>(i);
     e.stream = options.cuda_stream;
     if (fill) fill(e, i);
   }
   KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, impl.Enqueue(std::move(entries)));
   return handles.Add(std::move(work));
+}
+
+// `why` (a bad input) refuses a collective of `count` tensors on this rank:
+// the other ranks of the set are told, so that their matching collective
+// fails too instead of waiting for this rank; returns `why` for the caller.
+Status Refuse(RuntimeImpl& impl, OpType op, const CollectiveOptions& options, int rank_in_set,
+              size_t count, Status why) {
+  impl.Refuse(
+      MakeEntries(op, options, rank_in_set, std::vector<TensorView>(std::max<size_t>(count, 1))),
+      why.message());
+  return why;
 }
 
 // The single entry of a one-tensor operation.
@@ -172,18 +194,8 @@ Status CheckNotEmpty(const std::vector<TensorView>& inputs, const char* op) {
   return Status::InvalidArgument(std::string(op) + " needs at least one tensor");
 }
 
-}  // namespace
-
-Result<Handle> Runtime::EnqueueAllreduce(const TensorView& input, const TensorView& output,
-                                         const AllreduceOptions& options) {
-  return EnqueueGroupedAllreduce({input}, {output}, options);
-}
-
-Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& inputs,
-                                                const std::vector<TensorView>& outputs,
-                                                const AllreduceOptions& options) {
-  auto set = MemberSet(*impl_, options.process_set);
-  if (!set.ok()) return set.status();
+Status CheckAllreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const AllreduceOptions& options) {
   if (inputs.empty() || inputs.size() != outputs.size()) {
     return Status::InvalidArgument("allreduce needs as many outputs as inputs, at least one");
   }
@@ -201,9 +213,62 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
   }
-  // Named only once valid (in EnqueueTensors): a call refused here on one rank
-  // does not count, so that rank's next unnamed call meets the others' refused
-  // one and the call sites tell them apart at once.
+  return Status::OK();
+}
+
+Status CheckAllgather(const std::vector<TensorView>& inputs) {
+  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "allgather"));
+  for (const TensorView& input : inputs) {
+    KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
+    KOLO_RETURN_IF_ERROR(
+        CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
+  }
+  return Status::OK();
+}
+
+Status CheckBroadcast(const TensorView& tensor, int root_rank, int n) {
+  KOLO_RETURN_IF_ERROR(CheckTensor(tensor, "broadcast tensor"));
+  if (root_rank < 0 || root_rank >= n) {
+    return Status::InvalidArgument("broadcast root_rank " + std::to_string(root_rank) +
+                                   " is out of range: the process set has ranks 0.." +
+                                   std::to_string(n - 1));
+  }
+  return Status::OK();
+}
+
+Status CheckReducescatter(const std::vector<TensorView>& inputs,
+                          const ReducescatterOptions& options) {
+  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "reducescatter"));
+  if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
+    return Status::InvalidArgument(std::string("reducescatter supports sum and average, not ") +
+                                   ReduceOpName(options.op));
+  }
+  for (const TensorView& input : inputs) {
+    KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
+    KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "reducescatter", ""));
+    KOLO_RETURN_IF_ERROR(
+        CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<Handle> Runtime::EnqueueAllreduce(const TensorView& input, const TensorView& output,
+                                         const AllreduceOptions& options) {
+  return EnqueueGroupedAllreduce({input}, {output}, options);
+}
+
+Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& inputs,
+                                                const std::vector<TensorView>& outputs,
+                                                const AllreduceOptions& options) {
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return set.status();
+  Status valid = CheckAllreduce(inputs, outputs, options);
+  if (!valid.ok()) {
+    return Refuse(*impl_, OpType::kAllreduce, options, set.value()->rank_in_set, inputs.size(),
+                  valid);
+  }
   return EnqueueTensors(*impl_, *handles_, OpType::kAllreduce, options, set.value()->rank_in_set,
                         inputs, outputs, [&](TensorEntry& e, size_t) {
                           e.request.reduce_op = options.op;
@@ -221,11 +286,10 @@ Result<Handle> Runtime::EnqueueGroupedAllgather(const std::vector<TensorView>& i
                                                 const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "allgather"));
-  for (const TensorView& input : inputs) {
-    KOLO_RETURN_IF_ERROR(CheckTensor(input, "allgather input"));
-    KOLO_RETURN_IF_ERROR(
-        CheckHasDimension(input, "allgather", " (it concatenates along dimension 0)"));
+  Status valid = CheckAllgather(inputs);
+  if (!valid.ok()) {
+    return Refuse(*impl_, OpType::kAllgather, options, set.value()->rank_in_set, inputs.size(),
+                  valid);
   }
   return EnqueueTensors(*impl_, *handles_, OpType::kAllgather, options, set.value()->rank_in_set,
                         inputs, inputs);
@@ -235,12 +299,9 @@ Result<Handle> Runtime::EnqueueBroadcast(const TensorView& tensor, int root_rank
                                          const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckTensor(tensor, "broadcast tensor"));
-  int n = static_cast<int>(set.value()->ranks.size());
-  if (root_rank < 0 || root_rank >= n) {
-    return Status::InvalidArgument("broadcast root_rank " + std::to_string(root_rank) +
-                                   " is out of range: the process set has ranks 0.." +
-                                   std::to_string(n - 1));
+  Status valid = CheckBroadcast(tensor, root_rank, static_cast<int>(set.value()->ranks.size()));
+  if (!valid.ok()) {
+    return Refuse(*impl_, OpType::kBroadcast, options, set.value()->rank_in_set, 1, valid);
   }
   return EnqueueOne(*impl_, *handles_, OpType::kBroadcast, options, set.value()->rank_in_set,
                     tensor, [&](TensorEntry& e) { e.request.root = root_rank; });
@@ -287,12 +348,19 @@ Result<Handle> Runtime::EnqueueAlltoall(const TensorView& input, const std::vect
                                         const CollectiveOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckTensor(input, "alltoall input"));
-  KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "alltoall", ""));
-  auto s = AlltoallSplits(input, splits, static_cast<int>(set.value()->ranks.size()));
-  if (!s.ok()) return s.status();
+  Status valid = CheckTensor(input, "alltoall input");
+  if (valid.ok()) valid = CheckHasDimension(input, "alltoall", "");
+  std::vector<int64_t> rows;
+  if (valid.ok()) {
+    auto s = AlltoallSplits(input, splits, static_cast<int>(set.value()->ranks.size()));
+    if (s.ok()) rows = std::move(s).value();
+    valid = s.status();
+  }
+  if (!valid.ok()) {
+    return Refuse(*impl_, OpType::kAlltoall, options, set.value()->rank_in_set, 1, valid);
+  }
   return EnqueueOne(*impl_, *handles_, OpType::kAlltoall, options, set.value()->rank_in_set, input,
-                    [&](TensorEntry& e) { e.splits = std::move(s).value(); });
+                    [&](TensorEntry& e) { e.splits = std::move(rows); });
 }
 
 Result<Handle> Runtime::EnqueueReducescatter(const TensorView& input,
@@ -304,16 +372,10 @@ Result<Handle> Runtime::EnqueueGroupedReducescatter(const std::vector<TensorView
                                                     const ReducescatterOptions& options) {
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
-  KOLO_RETURN_IF_ERROR(CheckNotEmpty(inputs, "reducescatter"));
-  if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
-    return Status::InvalidArgument(std::string("reducescatter supports sum and average, not ") +
-                                   ReduceOpName(options.op));
-  }
-  for (const TensorView& input : inputs) {
-    KOLO_RETURN_IF_ERROR(CheckTensor(input, "reducescatter input"));
-    KOLO_RETURN_IF_ERROR(CheckHasDimension(input, "reducescatter", ""));
-    KOLO_RETURN_IF_ERROR(
-        CheckScaling(input.dtype, options.op, options.prescale_factor, options.postscale_factor));
+  Status valid = CheckReducescatter(inputs, options);
+  if (!valid.ok()) {
+    return Refuse(*impl_, OpType::kReducescatter, options, set.value()->rank_in_set, inputs.size(),
+                  valid);
   }
   return EnqueueTensors(*impl_, *handles_, OpType::kReducescatter, options,
                         set.value()->rank_in_set, inputs, inputs, [&](TensorEntry& e, size_t) {
@@ -362,6 +424,20 @@ Result<Handle> Runtime::EnqueueRemoveProcessSet(int process_set) {
   named.name = "remove_process_set";  // collective over all ranks, one at a time
   return EnqueueOne(*impl_, *handles_, OpType::kRemoveProcessSet, named, rank(), TensorView{},
                     [&](TensorEntry& e) { e.request.ranks = {process_set}; });
+}
+
+void Runtime::AnnounceRefusal(const std::string& op, int count, const CollectiveOptions& options,
+                              const std::string& reason) {
+  static const OpType kOps[] = {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast,
+                                OpType::kAlltoall, OpType::kReducescatter};
+  const OpType* found =
+      std::find_if(std::begin(kOps), std::end(kOps), [&](OpType o) { return op == OpTypeName(o); });
+  if (found == std::end(kOps)) return;
+  // A set this rank is not in (or that does not exist) has no member waiting for it.
+  auto set = MemberSet(*impl_, options.process_set);
+  if (!set.ok()) return;
+  (void)Refuse(*impl_, *found, options, set.value()->rank_in_set, static_cast<size_t>(count),
+               Status::InvalidArgument(reason));
 }
 
 bool Runtime::Poll(Handle handle) const {

@@ -84,7 +84,22 @@ Status RuntimeImpl::InitAutotune(const ConfigNotes& notes) {
                                    "' cannot be read on rank 0; fix its permissions or name "
                                    "another file");
   }
-  const bool from_file = state == kFile;
+  bool from_file = state == kFile;
+  if (from_file) {
+    // Settings tuned for another number of ranks would be applied without a
+    // word: every rank reads the same text, so all of them skip it alike.
+    std::optional<int> tuned_for = AutotuneFileRanks(text);
+    if (tuned_for && *tuned_for != placement_.size) {
+      from_file = false;
+      if (root) {
+        KOLO_LOG(kWarning) << "KOLO_AUTOTUNE_FILE '" << path << "' was tuned for " << *tuned_for
+                           << " ranks and this job has " << placement_.size
+                           << ": ignored, running with the configured settings"
+                           << (config_.autotune ? " and tuning them (the file will be replaced)"
+                                                : " (KOLO_AUTOTUNE=1 tunes this job)");
+      }
+    }
+  }
   if (from_file) {
     KOLO_RETURN_IF_ERROR(ApplyAutotuneFile(text, path, notes, root, &config_));
   } else if (!path.empty() && !config_.autotune && root) {

@@ -40,7 +40,9 @@ void RuntimeImpl::Resync(ProcessSet& set, const Response& r) {
     cancelled.push_back(std::move(e));
   }
   const Status status = Status::PreconditionFailed(r.error);
-  for (TensorEntry& e : cancelled) executor_->Finish(std::move(e), status);
+  for (TensorEntry& e : cancelled) {
+    if (e.work) executor_->Finish(std::move(e), status);  // not a refusal still queued
+  }
 }
 
 namespace {
@@ -74,21 +76,46 @@ std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, int64_t epo
 
 }  // namespace
 
+void RuntimeImpl::Refuse(std::vector<TensorEntry> entries, const std::string& reason) {
+  for (TensorEntry& e : entries) {
+    e.request.refusal = reason.empty() ? std::string("(no reason given)") : reason;
+    e.work.reset();
+    e.ready.reset();
+  }
+  {
+    MutexLock lock(&queue_mutex_);
+    if (!running_ || shutdown_requested_) return;
+    // An unnamed refusal takes its number like a valid call, so that the
+    // ranks' unnamed collectives stay in step.
+    UnnamedState& state = unnamed_[entries[0].request.process_set];
+    (void)NameEntries(entries, state.epoch, &state.next);
+    for (TensorEntry& e : entries) queue_.push_back(std::move(e));
+  }
+  queue_cv_.Signal();
+}
+
 Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
   // Device tensors: checked, and their readiness recorded on the caller's
-  // stream, here on the caller's thread.
+  // stream, here on the caller's thread. A failure is a refusal: the other
+  // ranks are told.
   for (TensorEntry& e : entries) {
     if (e.input.device == kCpuDevice) continue;
     const std::string what =
         std::string(OpTypeName(e.request.op)) +
         (e.request.name.empty() ? std::string(" (unnamed)") : " of '" + e.request.name + "'");
     Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
-    if (!usable.ok()) return Status::InvalidArgument(what + ": " + usable.message());
+    if (!usable.ok()) {
+      Status refused = Status::InvalidArgument(what + ": " + usable.message());
+      Refuse(std::move(entries), refused.message());
+      return refused;
+    }
     auto ready = gpu_->MarkReady(e.input.device, e.stream);
     if (!ready.ok()) {
-      return Status::Internal(what + ": could not record an event on the tensor's stream (" +
-                              ready.status().message() + "); is the stream on " +
-                              DeviceName(e.input.device) + "?");
+      Status refused = Status::Internal(
+          what + ": could not record an event on the tensor's stream (" + ready.status().message() +
+          "); is the stream on " + DeviceName(e.input.device) + "?");
+      Refuse(std::move(entries), refused.message());
+      return refused;
     }
     e.ready = std::move(ready).value();
   }
@@ -212,6 +239,10 @@ bool RuntimeImpl::RunCycle() {
   for (TensorEntry& e : incoming) {
     e.picked_up = now;
     auto it = sets_.find(e.request.process_set);
+    if (!e.request.refusal.empty()) {  // no work: only the other ranks are told
+      if (it != sets_.end()) it->second->Refuse(std::move(e.request));
+      continue;
+    }
     if (it == sets_.end()) {
       executor_->Finish(std::move(e), Status::InvalidArgument(
                                           "process set " + std::to_string(e.request.process_set) +
@@ -278,6 +309,9 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
   };
   switch (r.op) {
     case OpType::kError:
+      // A refusing rank holds no entry for the collective it refused; one of
+      // the name there is its next collective.
+      if (std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end()) return;
       for (const std::string& name : r.names) {
         if (std::optional<TensorEntry> e = set.Take(name, now)) {
           executor_->Finish(std::move(*e), Status::PreconditionFailed(r.error));
@@ -354,7 +388,9 @@ void RuntimeImpl::FailEverything(const Status& status) {
     stop_reason_ = status.message();
     queued.swap(queue_);
   }
-  for (TensorEntry& e : queued) executor_->Finish(std::move(e), status);
+  for (TensorEntry& e : queued) {
+    if (e.work) executor_->Finish(std::move(e), status);  // not a refusal
+  }
   for (auto& [id, set] : sets_) {
     for (TensorEntry& e : set->TakeAll()) executor_->Finish(std::move(e), status);
   }

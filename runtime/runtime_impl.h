@@ -35,7 +35,7 @@ class RuntimeImpl {
   static Result<std::unique_ptr<RuntimeImpl>> Create(const InitOptions& options);
   ~RuntimeImpl();
 
-  Status Shutdown();
+  Status Shutdown() EXCLUDES(shutdown_mutex_);
   bool running() const { return running_.load(); }
   std::string stop_reason() EXCLUDES(queue_mutex_) {
     MutexLock lock(&queue_mutex_);
@@ -51,6 +51,12 @@ class RuntimeImpl {
   // set's first barrier or join "<op>.noname.e<k>.<n>"), numbered in call
   // order across all collectives of the set; a group's members "<name>.<i>".
   Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
+  // This rank refused the collective of `entries` on its calling thread (a bad
+  // input; `reason` says which): the entries (requests only; unnamed ones get
+  // their number here, as a valid call would) go to their set's coordinator as
+  // refusals, so that the other ranks' matching collective fails within a
+  // negotiation round instead of waiting for this rank.
+  void Refuse(std::vector<TensorEntry> entries, const std::string& reason) EXCLUDES(queue_mutex_);
   // The handle of `work` was waited for: the names it held are free again.
   void Release(const Work& work) EXCLUDES(queue_mutex_);
 
@@ -146,7 +152,10 @@ class RuntimeImpl {
 
   std::atomic<bool> running_{false};
   std::thread thread_;
-  bool shut_down_ = false;  // Shutdown() ran (user thread only)
+  // Shutdown() may be called from several user threads at once (and from the
+  // destructor): the first one shuts down, the others wait for it.
+  Mutex shutdown_mutex_;
+  bool shut_down_ GUARDED_BY(shutdown_mutex_) = false;
 };
 
 }  // namespace kolo

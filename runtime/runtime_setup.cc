@@ -191,6 +191,7 @@ RuntimeImpl::~RuntimeImpl() {
 }
 
 Status RuntimeImpl::Shutdown() {
+  MutexLock shutting_down(&shutdown_mutex_);
   if (shut_down_) return Status::OK();
   shut_down_ = true;
   {

@@ -218,6 +218,8 @@ TEST(Autotune, SettingsChangeTogetherResultsStayExactAndTheFileIsReused) {
     EXPECT_NE(file.find("\nKOLO_PIECE_SIZE=" + std::to_string(chosen.piece_bytes) + "\n"),
               std::string::npos)
         << file;
+    EXPECT_NE(file.find("\n# tuned for: ranks=" + std::to_string(size) + "\n"), std::string::npos)
+        << file;
     const std::string csv = ReadFile(log);
     EXPECT_EQ(csv.rfind("sample,phase,fusion_threshold_bytes,cycle_time_ms,piece_bytes,"
                         "score_mb_per_s\n1,warmup,",
@@ -249,6 +251,33 @@ TEST(Autotune, SettingsChangeTogetherResultsStayExactAndTheFileIsReused) {
     std::remove(result.c_str());
     std::remove(log.c_str());
   }
+}
+
+TEST(Autotune, AFileTunedForAnotherJobSizeIsIgnoredWithAWarning) {
+  const std::string path = SharedPath("other_size.env");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (rank == 0) {
+    std::ofstream(path) << "# tuned for: ranks=" << size + 1
+                        << "\nKOLO_FUSION_THRESHOLD=1048576\nKOLO_CYCLE_TIME=1.5\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Runtime> rt = Start({{"KOLO_AUTOTUNE_FILE", path}}, false);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(rt);
+  const TunedSettings s = rt->CurrentTunedSettings();
+  EXPECT_FALSE(s.from_file) << "rank " << rank;
+  EXPECT_NE(s.fusion_threshold_bytes, 1048576) << "rank " << rank << ": the file's value";
+  EXPECT_NE(s.cycle_time_ms, 1.5) << "rank " << rank << ": the file's value";
+  const std::string line = "KOLO_AUTOTUNE_FILE '" + path + "' was tuned for " +
+                           std::to_string(size + 1) + " ranks and this job has " +
+                           std::to_string(size) + ": ignored";
+  EXPECT_EQ(err.find(line) != std::string::npos, rank == 0) << "rank " << rank << ":\n" << err;
+  ASSERT_NO_FATAL_FAILURE(ShutdownTogether(*rt));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::remove(path.c_str());
 }
 
 TEST(Autotune, AMalformedFileFailsInitOnEveryRankNamingTheLine) {

@@ -2,6 +2,7 @@
 // test can hang, and the runtime carries on where the API allows.
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -511,6 +512,183 @@ TEST_F(TimelineTest, RankZeroWritesAValidTrace) {
        {"traced.0", "\"NEGOTIATE\"", "\"ALLREDUCE\"", "\"QUEUE\"", "CYCLE_START"}) {
     EXPECT_TRUE(Contains(text, part)) << part;
   }
+}
+
+// A call refused on one rank's calling thread (a bad input) fails the other
+// ranks' matching collective within a negotiation round, naming the refusing
+// rank and its reason. The stall shutdown is short so that a refusal that is
+// not announced fails the test instead of hanging it.
+class Refusals : public RuntimeTest {
+ protected:
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_STALL_CHECK_TIME_SECONDS", "10"}, {"KOLO_STALL_SHUTDOWN_TIME_SECONDS", "20"}};
+  }
+  bool refuser() const { return rank_ == size_ - 1; }
+  // The refusing rank runs `bad` (refused at once), the others `good`, which
+  // must fail quickly with the refusal and `fragment`.
+  void Expect(const char* label, const std::function<Result<Handle>()>& bad,
+              const std::function<Result<Handle>()>& good, const std::string& fragment) {
+    const auto start = Clock::now();
+    if (refuser()) {
+      Result<Handle> h = bad();
+      ASSERT_FALSE(h.ok()) << label << ": accepted on the refusing rank";
+      EXPECT_TRUE(Contains(h.status().message(), fragment))
+          << label << ": " << h.status().message();
+      return;
+    }
+    Status s = Run(good());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    ASSERT_FALSE(s.ok()) << label << ": rank " << rank_ << " completed it";
+    EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed) << label << ": " << s.ToString();
+    EXPECT_TRUE(Contains(s.message(), "rank " + std::to_string(size_ - 1) + " refused its input: "))
+        << label << ": " << s.message();
+    EXPECT_TRUE(Contains(s.message(), fragment)) << label << ": " << s.message();
+    EXPECT_FALSE(Contains(s.message(), "Stalled")) << label << ": " << s.message();
+    EXPECT_LT(seconds, 5.0) << label << ": rank " << rank_ << " waited " << seconds << " s";
+  }
+};
+
+TEST_F(Refusals, EveryKindOfLocalCheckFailsTheOtherRanksToo) {
+  Buffer b(DataType::kFloat32, 6), bools(DataType::kBool, 6);
+  AllreduceOptions avg;
+  auto named = [](const char* name) {
+    AllreduceOptions o;
+    o.name = name;
+    return o;
+  };
+  Expect(
+      "negative dimension",
+      [&] { return rt_->EnqueueAllreduce(b.View({-1}), b.View({-1}), named("r.neg")); },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), named("r.neg")); },
+      "allreduce input has a negative dimension");
+  Expect(
+      "output shape",
+      [&] { return rt_->EnqueueAllreduce(b.View({6}), b.View({3}), named("r.out")); },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), named("r.out")); },
+      "input's dtype and shape");
+  Expect(
+      "bool average",
+      [&] { return rt_->EnqueueAllreduce(bools.View(), bools.View(), named("r.bool")); },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), named("r.bool")); },
+      "average is not defined for bool");
+  if (GpuCount() == 0) {  // the device check, made in RuntimeImpl::Enqueue
+    TensorView gpu = b.View();
+    gpu.device = 0;
+    Expect(
+        "device", [&] { return rt_->EnqueueAllreduce(gpu, gpu, named("r.gpu")); },
+        [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), named("r.gpu")); },
+        BuiltWithCuda() ? "no usable CUDA device" : "no GPU support");
+  }
+  CollectiveOptions gather;
+  gather.name = "r.gather";
+  Expect(
+      "allgather scalar", [&] { return rt_->EnqueueAllgather(b.View({}), gather); },
+      [&] { return rt_->EnqueueAllgather(b.View(), gather); }, "at least one dimension");
+  CollectiveOptions bcast;
+  bcast.name = "r.bcast";
+  Expect(
+      "broadcast root", [&] { return rt_->EnqueueBroadcast(b.View(), size_, bcast); },
+      [&] { return rt_->EnqueueBroadcast(b.View(), 0, bcast); }, "root_rank");
+  CollectiveOptions a2a;
+  a2a.name = "r.alltoall";
+  Buffer rows(DataType::kFloat32, size_);
+  Expect(
+      "alltoall splits",
+      [&] { return rt_->EnqueueAlltoall(rows.View(), std::vector<int64_t>(size_, 2), a2a); },
+      [&] { return rt_->EnqueueAlltoall(rows.View(), {}, a2a); }, "splits sum to");
+  ReducescatterOptions rs;
+  rs.name = "r.rs";
+  Expect(
+      "reducescatter op",
+      [&] {
+        ReducescatterOptions max = rs;
+        max.op = ReduceOp::kMax;
+        return rt_->EnqueueReducescatter(rows.View(), max);
+      },
+      [&] { return rt_->EnqueueReducescatter(rows.View(), rs); }, "supports sum and average");
+  Buffer c(DataType::kFloat32, 6);
+  Expect(
+      "grouped member",
+      [&] {
+        return rt_->EnqueueGroupedAllreduce({b.View(), c.View({-2})}, {b.View(), c.View({-2})},
+                                            named("r.group"));
+      },
+      [&] {
+        return rt_->EnqueueGroupedAllreduce({b.View(), c.View()}, {b.View(), c.View()},
+                                            named("r.group"));
+      },
+      "negative dimension");
+  Expect(
+      "announced by the caller",
+      [&]() -> Result<Handle> {
+        rt_->AnnounceRefusal("allreduce", 1, named("r.python"),
+                             "TypeError: dtype torch.complex64 is not supported");
+        return Status::InvalidArgument("dtype torch.complex64 is not supported");
+      },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), named("r.python")); },
+      "dtype torch.complex64 is not supported");
+  // Everything ran in step: a last allreduce pairs and sums.
+  Buffer one(DataType::kFloat32, 1);
+  one.Set(0, 1);
+  AllreduceOptions sum;
+  sum.name = "r.after";
+  sum.op = ReduceOp::kSum;
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(one.View(), one.View(), sum)).ok());
+  EXPECT_EQ(one.Get(0), size_) << "rank " << rank_;
+}
+
+TEST_F(Refusals, ARefusedUnnamedCallTakesItsNumberSoTheNextOnesPair) {
+  Buffer b(DataType::kFloat32, 4), bools(DataType::kBool, 4);
+  AllreduceOptions avg;  // unnamed
+  avg.call_site = "refusal_test.cc:1 in step";
+  Expect(
+      "unnamed", [&] { return rt_->EnqueueAllreduce(bools.View(), bools.View(), avg); },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), avg); }, "average is not defined");
+  // The next unnamed collectives, from another place, pair with each other:
+  // no rank is out of step, no RESYNC.
+  AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  sum.call_site = "refusal_test.cc:2 in step";
+  for (int k = 0; k < 3; ++k) {
+    b.Set(0, rank_ + 1);
+    Status s = Run(rt_->EnqueueAllreduce(b.View({1}), b.View({1}), sum));
+    ASSERT_TRUE(s.ok()) << "rank " << rank_ << " call " << k << ": " << s.message();
+    EXPECT_EQ(b.Get(0), size_ * (size_ + 1) / 2) << "rank " << rank_ << " call " << k;
+  }
+}
+
+TEST_F(Refusals, TheRefusingRankMayStartTheNameAgainAtOnce) {
+  // The refusing rank retries "retry" with a valid tensor before the others
+  // reach their first "retry": its retry pairs with their second one.
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions o;
+  o.name = "retry";
+  o.op = ReduceOp::kSum;
+  b.Set(0, 1);
+  if (refuser()) {
+    ASSERT_FALSE(rt_->EnqueueAllreduce(b.View({-4}), b.View({-4}), o).ok());
+  } else {
+    Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), o));
+    ASSERT_FALSE(s.ok()) << "rank " << rank_;
+    EXPECT_TRUE(Contains(s.message(), "refused its input")) << s.message();
+  }
+  b.Set(0, 1);
+  Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), o));
+  ASSERT_TRUE(s.ok()) << "rank " << rank_ << ": " << s.message();
+  EXPECT_EQ(b.Get(0), size_) << "rank " << rank_;
+}
+
+TEST_F(Refusals, ACachedNameIsRefusedWithinARound) {
+  // "hot" rides the response cache on the valid ranks; the refusal marks its
+  // bit invalid, so their hit goes to the coordinator and meets it.
+  Buffer b(DataType::kFloat32, 4);
+  AllreduceOptions o;
+  o.name = "hot";
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), o)).ok());
+  Expect(
+      "cached", [&] { return rt_->EnqueueAllreduce(b.View({-4}), b.View({-4}), o); },
+      [&] { return rt_->EnqueueAllreduce(b.View(), b.View(), o); }, "negative dimension");
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), o)).ok()) << "rank " << rank_;
 }
 
 TEST(Init, BadConfigurationFailsNamingTheVariable) {

@@ -224,6 +224,23 @@ class GroupCacheSmall : public RuntimeTest {
   }
 };
 
+TEST_F(GroupCacheSmall, AGroupLargerThanTheCacheIsReportedOnce) {
+  std::vector<Buffer> bufs = StepBuffers({2, 2, 5, 1, 7}, rank_, 0);
+  std::vector<TensorView> views = Views(bufs);
+  ::testing::internal::CaptureStderr();
+  for (int step = 0; step < 3; ++step) {
+    Status s = Run(rt_->EnqueueGroupedAllreduce(views, views, Sum("too.large")));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string line =
+      "grouped allreduce 'too.large' has 5 tensors, more than "
+      "KOLO_CACHE_CAPACITY=4";
+  size_t count = 0;
+  for (size_t at = err.find(line); at != std::string::npos; at = err.find(line, at + 1)) ++count;
+  EXPECT_EQ(count, rank_ == 0 ? 1u : 0u) << "rank " << rank_ << ":\n" << err;
+}
+
 TEST_F(GroupCacheSmall, EvictedMembersKeepResultsRightAndNothingHangs) {
   // "fits" (2 members) fits in the cache, "never.fits" (5) cannot; three
   // ungrouped tensors a step rotate among five names. Odd ranks submit the

@@ -290,6 +290,16 @@ TEST(AutotuneFile, GoodMissingAndMalformed) {
   ExpectFileError("KOLO_CYCLE_TIME=0\n", "line 1: KOLO_CYCLE_TIME='0' must be greater than 0");
 }
 
+TEST(AutotuneFile, RecordsTheJobSizeItWasTunedFor) {
+  const std::string written = FormatAutotuneFile({1 << 20, 0.25, 512 << 10}, "a comment", 16);
+  EXPECT_NE(written.find("\n# tuned for: ranks=16\n"), std::string::npos) << written;
+  EXPECT_EQ(AutotuneFileRanks(written), 16);
+  EXPECT_TRUE(ParseAutotuneFile(written, "t").ok()) << "the record is a comment to the parser";
+  EXPECT_EQ(AutotuneFileRanks(FormatAutotuneFile({1 << 20, 0.25, 512 << 10}, "")), std::nullopt);
+  EXPECT_EQ(AutotuneFileRanks("KOLO_CYCLE_TIME=1\n"), std::nullopt) << "an older file";
+  EXPECT_EQ(AutotuneFileRanks("# tuned for: ranks=many\n"), std::nullopt);
+}
+
 TEST(AutotuneFile, WriteReplacesTheFileWhole) {
   const std::string path = ::testing::TempDir() + "/autotune_write_test.env";
   ASSERT_TRUE(WriteAutotuneFile(path, "KOLO_CYCLE_TIME=1\n").ok());

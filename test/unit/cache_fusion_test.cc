@@ -25,6 +25,21 @@ Request Req(const std::string& name, int64_t n) {
   return q;
 }
 
+TEST(ResponseCache, SaysWhenAGroupIsLargerThanTheCache) {
+  Request member;
+  member.op = OpType::kAllreduce;
+  member.name = "grads.0";
+  member.group = "grads";
+  member.group_size = 5;
+  EXPECT_EQ(ResponseCache(5).GroupTooLarge(member), "");
+  EXPECT_EQ(ResponseCache(0).GroupTooLarge(member), "") << "no cache, nothing to miss";
+  const std::string why = ResponseCache(4).GroupTooLarge(member);
+  EXPECT_EQ(why.find("grouped allreduce 'grads' has 5 tensors, more than KOLO_CACHE_CAPACITY=4"),
+            0u)
+      << why;
+  EXPECT_NE(why.find("Set KOLO_CACHE_CAPACITY to at least 5"), std::string::npos) << why;
+}
+
 TEST(ResponseCache, HitMissAndInvalid) {
   ResponseCache cache(4);
   EXPECT_EQ(cache.Find(Req("a", 3), 0).state, ResponseCache::State::kMiss);

@@ -27,7 +27,8 @@ auto Fields(const Config& c) {
   return std::tie(c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity, c.timeline_path,
                   c.timeline_mark_cycles, c.stall_check_seconds, c.stall_shutdown_seconds,
                   c.stall_check_disabled, c.log_level, c.idle_tick_ms, c.piece_bytes,
-                  c.in_place_threshold_bytes, c.shm_allreduce, c.hierarchical_allreduce, c.python);
+                  c.in_place_threshold_bytes, c.shm_allreduce, c.hierarchical_allreduce, c.python,
+                  c.start_timeout_seconds);
 }
 
 // The defaults are written once, in Config's initializers; the table shows
@@ -68,7 +69,8 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
       {"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "25"},
       {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"},
-      {"KOLO_PYTHON", "/opt/my python/bin/python3"}};
+      {"KOLO_PYTHON", "/opt/my python/bin/python3"},
+      {"KOLO_START_TIMEOUT", "7.5"}};
   ASSERT_EQ(values.size(), Settings().size()) << "give the new setting a value here";
   for (const Setting& s : Settings()) {
     auto it = std::find_if(values.begin(), values.end(),
@@ -213,7 +215,7 @@ TEST(Config, EveryHorovodAliasIsAHorovodName) {
     EXPECT_TRUE(s.horovod.translate) << s.name << " has an alias but no translation";
     EXPECT_NE(std::string(s.horovod.syntax), "") << s.name;
   }
-  EXPECT_EQ(aliases, 14);
+  EXPECT_EQ(aliases, 15);
 }
 
 TEST(Config, HorovodSwitchesReadLikeHorovod) {
@@ -371,6 +373,28 @@ TEST(Config, EnvironmentIncludesHorovodVariables) {
   EXPECT_NE(std::find(env.begin(), env.end(),
                       std::pair<std::string, std::string>{"HOROVOD_CONFIG_TEST_VARIABLE", "1"}),
             env.end());
+}
+
+TEST(Config, StartTimeoutIsASettingWithItsHorovodAlias) {
+  // kolorun's start timeout, in the table like every other setting: parsed,
+  // checked, documented, and no longer a silently ignored Horovod name.
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig({{"HOROVOD_START_TIMEOUT", "45"}}, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().start_timeout_seconds, 45.0);
+  EXPECT_TRUE(notes.horovod_unknown.empty());
+  c = ParseConfig({{"KOLO_START_TIMEOUT", "2.5"}, {"HOROVOD_START_TIMEOUT", "45"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().start_timeout_seconds, 2.5) << "the KOLO_ name wins";
+  EXPECT_EQ(Config().start_timeout_seconds, 30.0);
+  for (const char* bad : {"soon", "0", "-3"}) {
+    c = ParseConfig({{"HOROVOD_START_TIMEOUT", bad}}, {});
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("HOROVOD_START_TIMEOUT='" + std::string(bad) +
+                                        "' is not a positive number of seconds"),
+              std::string::npos)
+        << c.status().message();
+  }
 }
 
 TEST(Config, StallCheckNeverLaterThanShutdown) {

@@ -473,6 +473,123 @@ TEST_F(CoordinatorTest, ABarrierWaitsForRanksThatAreComputingOrBehindInStep) {
   EXPECT_EQ(c.pending(), 2u);
 }
 
+Request Refusal(Request r, const std::string& reason) {
+  r.refusal = reason;
+  r.dtype = DataType::kFloat32;  // a refusal carries no tensor
+  r.shape.clear();
+  return r;
+}
+
+TEST_F(CoordinatorTest, ARefusalFailsTheCollectiveOnEveryRankOnceAllSentIt) {
+  Coordinator c(3, no_stall);
+  c.AddRequests(1, {Allreduce("x")}, t0);
+  c.AddRequests(0, {Refusal(Allreduce("x"), "complex64 is not supported")}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty()) << "rank 2 has not called it yet";
+  c.AddRequests(2, {Allreduce("x", {9})}, t0);  // its shape is not compared with a refusal's
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(out[0].names, std::vector<std::string>{"x"});
+  EXPECT_EQ(out[0].error,
+            "allreduce 'x': rank 0 refused its input: complex64 is not supported. The "
+            "collective failed on every rank; nothing was exchanged.");
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0}) << "the refusing rank holds no entry for it";
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, EveryRefusingRankIsNamed) {
+  Coordinator c(3, no_stall);
+  c.AddRequests(2, {Refusal(Op(OpType::kBroadcast, "b"), "root out of range")}, t0);
+  c.AddRequests(1, {Op(OpType::kBroadcast, "b")}, t0);
+  c.AddRequests(0, {Refusal(Op(OpType::kBroadcast, "b"), "not contiguous")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].error.find("broadcast 'b': rank 2 refused its input: root out of range "
+                              "(rank(s) 0 refused theirs too)."),
+            0u)
+      << out[0].error;
+  EXPECT_EQ(Ranks(out[0]), (std::vector<int>{0, 2}));
+}
+
+TEST_F(CoordinatorTest, ARefusedGroupFailsAsAWhole) {
+  Coordinator c(2, no_stall);
+  auto member = [](int i, bool refused) {
+    Request r = Allreduce("g." + std::to_string(i));
+    r.group = "g";
+    r.group_size = 2;
+    return refused ? Refusal(r, "member 1 is not contiguous") : r;
+  };
+  c.AddRequests(0, {member(0, false), member(1, false)}, t0);
+  c.AddRequests(1, {member(0, true), member(1, true)}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 2u);
+  for (const Response& r : out) {
+    EXPECT_EQ(r.op, OpType::kError);
+    EXPECT_EQ(r.error.find("Group 'g' failed: allreduce 'g.0': rank 1 refused its input"), 0u)
+        << r.error;
+    EXPECT_EQ(Ranks(r), std::vector<int>{1});
+  }
+}
+
+TEST_F(CoordinatorTest, AnUnnamedRefusalPairsByNumberAndKeepsRanksInStep) {
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Refusal(Unnamed(4, "t.py:7 in f"), "dtype complex64")}, t0);
+  c.AddRequests(1, {Unnamed(4, "t.py:7 in f")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(out[0].error.find("allreduce 'allreduce.noname.4' (unnamed, called at t.py:7 in f): "
+                              "rank 0 refused its input: dtype complex64"),
+            0u)
+      << out[0].error;
+  EXPECT_EQ(out[0].unnamed_epoch, 0);
+  EXPECT_EQ(out[0].unnamed_from, 4);
+  // Number 5 pairs as usual: nobody was resynchronized.
+  c.AddRequests(0, {Unnamed(5, "t.py:9 in f")}, t0);
+  c.AddRequests(1, {Unnamed(5, "t.py:9 in f")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+}
+
+TEST_F(CoordinatorTest, ARefusingRanksNextCallOfTheNameWaitsForTheOthersNextOne) {
+  // Rank 0 refused "x", then called "x" again with a valid tensor before rank
+  // 1 reached its first "x": that is rank 0's second "x", not a duplicate.
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Refusal(Allreduce("x"), "bad"), Allreduce("x")}, t0);
+  c.AddRequests(0, {Allreduce("x")}, t0);  // sent again (a reference bit): still one
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  c.AddRequests(1, {Allreduce("x")}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  EXPECT_EQ(c.pending(), 1u) << "rank 0's second x waits";
+  c.AddRequests(1, {Allreduce("x")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(CoordinatorTest, ReferenceHoldersOfARefusedEntryAreNotAbsorbed) {
+  // Rank 1 refused "x"; its next "x" comes as a bit of rank 0's reference: it
+  // is rank 1's second "x", kept for after the refused one.
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {Allreduce("x")}, t0);
+  c.AddRequests(1, {Refusal(Allreduce("x"), "bad")}, t0);
+  RankBits whole(2);
+  whole.Set(1);
+  c.AddReference({Allreduce("x")}, whole, {}, t0);
+  auto out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kError);
+  ASSERT_EQ(c.pending(), 1u);
+  c.AddRequests(0, {Allreduce("x")}, t0);
+  out = c.ComputeResponses(t0).responses;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op, OpType::kAllreduce);
+}
+
 TEST_F(CoordinatorTest, SplitRowsGivesExtraRowsToFirstRanks) {
   EXPECT_EQ(SplitRows(10, 4, 0), 3);
   EXPECT_EQ(SplitRows(10, 4, 1), 3);

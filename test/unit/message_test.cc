@@ -30,13 +30,17 @@ Request SampleRequest() {
 }
 
 TEST(Message, RequestsRoundTrip) {
-  std::vector<Request> in = {SampleRequest(), Request()};
+  Request refusal = SampleRequest();
+  refusal.refusal = "allreduce input is not contiguous";
+  std::vector<Request> in = {SampleRequest(), Request(), refusal};
   std::vector<uint8_t> bytes = EncodeRequests(in);
   Result<std::vector<Request>> out = DecodeRequests(bytes.data(), bytes.size());
   ASSERT_TRUE(out.ok()) << out.status().ToString();
-  ASSERT_EQ(out.value().size(), 2u);
+  ASSERT_EQ(out.value().size(), 3u);
   EXPECT_TRUE(out.value()[0] == in[0]);
   EXPECT_TRUE(out.value()[1] == in[1]);
+  EXPECT_TRUE(out.value()[2] == in[2]);
+  EXPECT_EQ(out.value()[2].refusal, "allreduce input is not contiguous");
 }
 
 TEST(Message, EmptyListRoundTrips) {
@@ -118,7 +122,7 @@ TEST(Message, DigestIgnoresTheRankAndSeesEveryOtherField) {
   Request other_rank = base;
   other_rank.rank = 0;
   EXPECT_EQ(RequestDigest(base), RequestDigest(other_rank));
-  std::vector<Request> changed(14, base);
+  std::vector<Request> changed(15, base);
   changed[0].op = OpType::kBroadcast;
   changed[1].name += "x";
   changed[2].dtype = DataType::kFloat32;
@@ -133,6 +137,7 @@ TEST(Message, DigestIgnoresTheRankAndSeesEveryOtherField) {
   changed[11].ranks = {0, 3};
   changed[12].process_set = 0;
   changed[13].call_site = "train.py:58 in step";
+  changed[14].refusal = "refused";
   for (size_t i = 0; i < changed.size(); ++i) {
     EXPECT_NE(RequestDigest(changed[i]), RequestDigest(base)) << "field " << i;
   }

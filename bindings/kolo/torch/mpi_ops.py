@@ -12,6 +12,7 @@ import torch
 from kolo import _core
 from kolo.common import ops as _common_ops
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from kolo.common.refusals import announces_refusals
 from kolo._core import KoloInternalError
 from kolo.torch.basics import (  # noqa: F401  (Horovod's mpi_ops exports them too)
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -177,6 +178,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                                  _set_id(process_set), _stream(tensor))
 
 
+@announces_refusals("allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` into a new tensor; returns a handle."""
@@ -188,6 +190,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _register(h, lambda out, _input=tensor: output)
 
 
+@announces_refusals("allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` in place; returns a handle."""
@@ -230,6 +233,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     return _register(h, lambda out, _inputs=tensors: tuple(outputs))
 
 
+@announces_refusals("allreduce", tensors="tensors")
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
@@ -240,6 +244,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                     prescale_factor, postscale_factor, process_set)
 
 
+@announces_refusals("allreduce", tensors="tensors")
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In place: its result is the tuple of the input tensors."""
@@ -302,6 +307,7 @@ def _allgather_async(tensor, name, process_set):
                                  _stream(tensor))
 
 
+@announces_refusals("allgather")
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along dimension 0 (its size may differ
     between ranks; the other dimensions may not)."""
@@ -322,6 +328,7 @@ def _copy_out_parts(out, tensors):
     return tuple(_copy_out(o, t) for o, t in zip(out.take_parts(), tensors))
 
 
+@announces_refusals("allgather", tensors="tensors")
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of every tensor of the list, negotiated as one unit (one member
     failing fails all); its result is a tuple."""
@@ -340,6 +347,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # --- broadcast ---------------------------------------------------------------------------
 
+@announces_refusals("broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting ``tensor`` from global rank ``root_rank``, in place."""
     _check_tensor(tensor, "broadcast tensor")
@@ -350,6 +358,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return _register(h, lambda out: tensor)
 
 
+@announces_refusals("broadcast")
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting into a new tensor; ``tensor`` is not modified."""
     _check_tensor(tensor, "broadcast tensor")
@@ -372,6 +381,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 # --- alltoall ----------------------------------------------------------------------------
 
+@announces_refusals("alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending ``splits[i]`` rows of ``tensor`` to rank i of the set (an even split
     when None). Its result is ``(output, received_splits)``, an int32 tensor."""
@@ -417,6 +427,7 @@ def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postsca
                                      _set_id(process_set), _stream(tensor))
 
 
+@announces_refusals("reducescatter")
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing ``tensor`` over the set; rank i keeps the i-th block of rows (the
@@ -442,6 +453,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     return compression.decompress(out, ctx)
 
 
+@announces_refusals("reducescatter", tensors="tensors")
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reducescatter of every tensor of the list, negotiated as one unit; its

@@ -7,7 +7,9 @@
 //   kolo::Status s = rt.value()->Wait(h.value());         // error names ranks and values
 //
 // Enqueue* calls validate their input on the calling thread and hand the work
-// to the background thread, which is the only thread that calls MPI.
+// to the background thread, which is the only thread that calls MPI. A call
+// refused for a bad input fails at once here and is announced to the other
+// ranks, whose matching collective fails too (nobody waits for it).
 #pragma once
 
 #include <mpi.h>
@@ -194,6 +196,17 @@ class Runtime {
   // The result's `value` is the new id.
   Result<Handle> EnqueueAddProcessSet(const std::vector<int>& ranks);
   Result<Handle> EnqueueRemoveProcessSet(int process_set);
+
+  // The caller refused a collective before reaching Enqueue* (its own check of
+  // the input failed, e.g. kolo.torch's dtype check): tells the other ranks of
+  // the set, whose matching collective then fails naming this rank and
+  // `reason` instead of waiting for it. An unnamed one takes its number, as a
+  // valid call would. `op`: "allreduce", "allgather", "broadcast", "alltoall"
+  // or "reducescatter"; `count`: the tensors of a grouped call, else 1.
+  // Enqueue* announce their own refusals. Does nothing when this rank is not
+  // a member of the set (no member waits for it) or kolo is not running.
+  void AnnounceRefusal(const std::string& op, int count, const CollectiveOptions& options,
+                       const std::string& reason);
 
   // True once the operation finished (successfully or not).
   bool Poll(Handle handle) const;
