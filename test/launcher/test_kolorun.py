@@ -210,6 +210,8 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     (["-np", "2", "-x", "KOLO_UNSET_FOR_TEST", "true"], "is not set in kolorun's environment"),
     (["-np", "2"], "no command to run"),
     (["-np", "0", "true"], "not in range"),
+    (["-np", "2", "--bogus", "true"], "kolorun: unknown option '--bogus' (kolorun --help"),
+    (["-np", "2", "--hostfle", "h", "true"], "unknown option '--hostfle'; did you mean '--hostfile'?"),
     (["--log-level", "loud", "true"], "loud"),
     (["--mpi-args", "'unterminated", "true"], "unterminated quote"),
     # horovodrun flags that kolorun refuses, naming the flag and the kolorun way.
@@ -222,9 +224,23 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
 ])
 def test_bad_input_ends_with_one_clear_line_and_starts_nothing(args, message):
     r = kolorun(*args, timeout=30)
-    assert r.returncode != 0
+    assert r.returncode == 2, r.stderr
     assert message in r.stderr, r.stderr
-    assert "[0]<" not in r.stdout  # no rank ran
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stdout == ""  # no rank ran
+
+
+def test_help_prints_one_usage_line():
+    r = kolorun("--help")
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.lower().count("usage:") == 1, r.stdout
+    assert "usage: kolorun [options] [--] command args..." in r.stdout
+
+
+def test_options_after_the_program_are_the_programs():
+    r = kolorun("-np", "2", PYTHON, "-c", "import sys; print(sys.argv[1:])", "--lr", "1")
+    assert r.returncode == 0, r.stderr
+    assert "[1]<stdout>:['--lr', '1']" in r.stdout
 
 
 def test_check_build_and_version():

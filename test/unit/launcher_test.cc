@@ -7,6 +7,7 @@
 #include "command.h"
 #include "hosts.h"
 #include "options.h"
+#include "usage.h"
 
 namespace kolo::launcher {
 namespace {
@@ -311,6 +312,53 @@ std::optional<int> Parse(Args args, Options* o) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   return ParseCommandLine(static_cast<int>(argv.size()), argv.data(), o);
+}
+
+TEST(Usage, TheNearestKnownNameOrNone) {
+  const Args known = {"--np",
+                      "-np",
+                      "-H",
+                      "-h",
+                      "--help",
+                      "--hostfile",
+                      "--verbose",
+                      "--hierarchical-allreduce",
+                      "--network-interface"};
+  EXPECT_EQ(NearestName("--hostfle", known), "--hostfile");
+  EXPECT_EQ(NearestName("--verbsoe=1", known), "--verbose");  // the part before '='
+  EXPECT_EQ(NearestName("-n", known), "-np");                 // a beginning beats one edit
+  EXPECT_EQ(NearestName("--hierarchical", known), "--hierarchical-allreduce");
+  EXPECT_EQ(NearestName("--tcp-port", known), "");  // too far to be a typo
+  EXPECT_EQ(NearestName("--bogus", known), "");
+  EXPECT_TRUE(LooksLikeOption("--bogus") && LooksLikeOption("-n") && LooksLikeOption("--a=1"));
+  EXPECT_FALSE(LooksLikeOption("-") || LooksLikeOption("--") || LooksLikeOption("python"));
+  EXPECT_EQ(UnknownOptionMessage("--hostfle=h", known)
+                .rfind("unknown option '--hostfle'; did you mean '--hostfile'? (kolorun --help", 0),
+            0u);
+}
+
+TEST(Kolorun, UnknownOptionsAndBadValuesStopWithExitCode2) {
+  for (const Args& args : std::vector<Args>{{"kolorun", "-np", "2", "--bogus", "/bin/true"},
+                                            {"kolorun", "--hostfle", "h", "prog"},
+                                            {"kolorun", "-np", "0", "prog"},
+                                            {"kolorun", "--np"},
+                                            {"kolorun", "--binding", "tight", "prog"}}) {
+    Options o;
+    EXPECT_EQ(Parse(args, &o), 2) << args[args.size() - 2];
+  }
+  Options help;
+  EXPECT_EQ(Parse({"kolorun", "--help"}, &help), 0);
+}
+
+TEST(Kolorun, OptionsAfterTheProgramOrAfterDoubleDashAreThePrograms) {
+  Options o;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "python", "train.py", "--lr", "1", "--bogus"}, &o),
+            std::nullopt);
+  EXPECT_EQ(o.command, (Args{"python", "train.py", "--lr", "1", "--bogus"}));
+  Options dashed;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "--", "--odd-program-name", "-v"}, &dashed),
+            std::nullopt);
+  EXPECT_EQ(dashed.command, (Args{"--odd-program-name", "-v"}));
 }
 
 TEST(Kolorun, AutotuneFlagsSetTheAutotuneVariables) {
