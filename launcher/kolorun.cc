@@ -238,7 +238,8 @@ int Run(Options& o) {
   }
   std::vector<std::string> rank_hosts;
   for (int h : MapBySlot(used, o.np)) rank_hosts.push_back(used[h].host);
-  return Supervise({argv, launch_env, rank_hosts, o.output_dir, o.start_timeout}, server);
+  return Supervise({argv, launch_env, rank_hosts, o.output_dir, o.start_timeout, o.verbose},
+                   server);
 }
 
 }  // namespace

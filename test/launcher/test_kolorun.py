@@ -124,7 +124,9 @@ def test_rank_exit_code_becomes_kolorun_exit_code_and_is_named(tmp_path):
     start = time.monotonic()
     r = kolorun("-np", "2", PYTHON, script(tmp_path, FAIL_SCRIPT), "exit", tag)
     assert r.returncode == 3
-    assert re.search(r"kolorun: rank 1 on host \S+ exited with code 3\s*$", r.stderr), r.stderr
+    assert re.search(r"kolorun: rank 1 on host \S+ exited with code 3: see its \[1\]<stderr> lines "
+                     r"above; the other ranks were stopped \(Open MPI's messages: \S+\)\n$",
+                     r.stderr), r.stderr
     assert time.monotonic() - start < 20
     assert no_process_matches(tag)
 
@@ -138,6 +140,33 @@ def test_rank_killed_by_sigkill_ends_the_job_within_seconds(tmp_path):
     assert "kolorun: rank 1 on host" in r.stderr and "killed by signal 9 (SIGKILL)" in r.stderr
     assert elapsed < 10, elapsed
     assert no_process_matches(tag)
+
+
+def open_mpi_log(stderr):
+    m = re.search(r"\(Open MPI's messages: (\S+)\)$", stderr.rstrip())
+    assert m, stderr
+    return open(m.group(1)).read()
+
+
+def test_kolorun_speaks_alone_when_a_rank_fails():
+    r = kolorun("-np", "2", "/bin/false")
+    assert r.returncode == 1
+    # One line, kolorun's; Open MPI's banners went to the log it names.
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kolorun: rank "), r.stderr
+    assert "exited with code 1" in lines[0]
+    assert "non-zero exit code" in open_mpi_log(r.stderr)
+
+
+def test_open_mpi_failing_to_start_is_one_line_that_quotes_it(tmp_path):
+    r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--output-filename", str(tmp_path),
+                "--mpi-args", "--mca plm_rsh_agent /bin/false", "/bin/true")
+    assert r.returncode != 0
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("kolorun: mpirun exited with code 1 before any rank reported: "
+                               "Open MPI says \"ORTE was unable to reliably start one or more "
+                               "daemons.\" (Open MPI's messages: %s/mpirun.log)" % tmp_path), r.stderr
+    assert "ORTE was unable" in (tmp_path / "mpirun.log").read_text()
 
 
 def test_python_exception_shows_the_traceback_of_that_rank(tmp_path):
