@@ -188,6 +188,24 @@ Result<std::string> StartRendezvous(RendezvousServer& server, const std::vector<
          std::to_string(port.value());
 }
 
+// What kolo-rank will start on every host, found the way it will look.
+ProgramCheck ProgramsToCheck(const LaunchPlan& plan) {
+  ProgramCheck check;
+  check.rank_exec = plan.rank_exec;
+  check.program = plan.command.front();
+  auto path = plan.env.find("PATH");
+  check.path = path != plan.env.end() ? path->second : "/bin:/usr/bin";  // execvp's default
+  std::error_code ec;
+  check.cwd = fs::current_path(ec).string();
+  return check;
+}
+
+RemoteShell Shell(const Options& o, const LaunchPlan& plan, const Variables& environment) {
+  auto agent = environment.find("OMPI_MCA_plm_rsh_agent");
+  return {RemoteAgent(plan.extra_mpi_args, agent == environment.end() ? "" : agent->second),
+          o.ssh_port, o.ssh_identity_file};
+}
+
 // Plans the job, checks the hosts, and runs it (or prints it for --dry-run).
 int Run(Options& o) {
   if (o.check_build) return RunCheckBuild();
@@ -210,13 +228,6 @@ int Run(Options& o) {
   if (!planned.ok()) return Fail(planned.status().message());
   LaunchPlan plan = planned.value();
   Variables child_env = RankVariables(o, used);
-  const std::string token = NewToken();
-  RendezvousServer server(token, o.np);
-  if (!o.dry_run) {
-    Result<std::string> rendezvous = StartRendezvous(server, used);
-    if (!rendezvous.ok()) return Fail(rendezvous.status().message());
-    child_env[env::kRendezvous] = rendezvous.value();
-  }
   Result<std::vector<std::string>> user_names = UserVariables(o.env_vars, environment, &child_env);
   if (!user_names.ok()) return Fail(user_names.status().message());
   // Each rank gets the forwarded part of kolorun's environment, then kolorun's own variables.
@@ -226,6 +237,19 @@ int Run(Options& o) {
     plan.env[name] = merged[name];
   }
   for (const auto& [k, v] : child_env) plan.env[k] = v;
+  if (!o.dry_run) {
+    std::vector<std::string> problems =
+        CheckPrograms(used, ProgramsToCheck(plan), Shell(o, plan, environment), o.start_timeout);
+    for (const std::string& p : problems) Fail(p);
+    if (!problems.empty()) return 2;
+  }
+  const std::string token = NewToken();
+  RendezvousServer server(token, o.np);
+  if (!o.dry_run) {
+    Result<std::string> rendezvous = StartRendezvous(server, used);
+    if (!rendezvous.ok()) return Fail(rendezvous.status().message());
+    child_env[env::kRendezvous] = plan.env[env::kRendezvous] = rendezvous.value();
+  }
   // The token goes to the ranks but is never printed.
   Variables launch_env = child_env;
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = token;

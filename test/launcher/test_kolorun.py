@@ -159,14 +159,49 @@ def test_kolorun_speaks_alone_when_a_rank_fails():
 
 
 def test_open_mpi_failing_to_start_is_one_line_that_quotes_it(tmp_path):
+    # A remote shell that answers kolorun's check but cannot start Open MPI's daemon.
+    agent = tmp_path / "agent.sh"
+    agent.write_text('#!/bin/sh\ncase "$*" in *orted*) exit 1 ;; esac\nexec %s "$@"\n' % FAKE_SSH)
+    agent.chmod(0o755)
     r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--output-filename", str(tmp_path),
-                "--mpi-args", "--mca plm_rsh_agent /bin/false", "/bin/true")
+                "--mpi-args", "--mca plm_rsh_agent " + str(agent), "/bin/true")
     assert r.returncode != 0
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("kolorun: mpirun exited with code 1 before any rank reported: "
                                "Open MPI says \"ORTE was unable to reliably start one or more "
                                "daemons.\" (Open MPI's messages: %s/mpirun.log)" % tmp_path), r.stderr
     assert "ORTE was unable" in (tmp_path / "mpirun.log").read_text()
+
+
+def test_a_program_that_cannot_start_is_found_on_every_host_before_launch(tmp_path):
+    two_hosts = ["-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args",
+                 "--mca plm_rsh_agent " + FAKE_SSH]
+    r = kolorun(*two_hosts, "kolo_no_such_program", timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2, r.stderr  # every host's problem, at once
+    for host, line in zip(["127.0.0.1", "127.0.0.2"], lines):
+        assert line.startswith("kolorun: host '%s': 'kolo_no_such_program' is not found on the "
+                               "ranks' PATH (" % host), line
+    text = tmp_path / "notes.txt"
+    text.write_text("not a program\n")
+    r = kolorun(*two_hosts, str(text), timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.count("'%s' is not executable (chmod +x" % text) == 2, r.stderr
+    # The ranks' PATH is the one checked: -x PATH=... changes where a name is found.
+    r = kolorun("-np", "1", "-x", "PATH=" + str(tmp_path), "true")
+    assert r.returncode == 2 and "'true' is not found on the ranks' PATH (%s)" % tmp_path in r.stderr
+    r = kolorun("-np", "2", "/nonexistent/prog")
+    assert r.returncode == 2 and r.stderr == "kolorun: host 'localhost': '/nonexistent/prog' does not exist\n"
+
+
+def test_an_unreachable_remote_shell_is_named_before_launch():
+    r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args",
+                "--mca plm_rsh_agent /bin/false", "/bin/true", timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("kolorun: host '127.0.0.2': cannot check the program there through "
+                        "/bin/false: it ended with code 1, saying nothing; can this user log in "
+                        "there without a password?\n")
 
 
 def test_python_exception_shows_the_traceback_of_that_rank(tmp_path):

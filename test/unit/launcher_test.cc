@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -7,6 +9,7 @@
 #include "command.h"
 #include "hosts.h"
 #include "options.h"
+#include "program_check.h"
 #include "usage.h"
 
 namespace kolo::launcher {
@@ -560,6 +563,66 @@ TEST(PinnedGpu, KeepsTheLocalRanksEntryOrTheLocalRankItself) {
   EXPECT_NE(short_list.status().message().find("local rank 2 has no GPU of its own"),
             std::string::npos)
       << short_list.status().message();
+}
+
+}  // namespace
+}  // namespace kolo::launcher
+
+namespace kolo::launcher {
+namespace {
+
+TEST(ProgramCheck, FoundAsExecvpWouldFindIt) {
+  const std::string dir = ::testing::TempDir() + "/kolo_program_check";
+  std::filesystem::create_directories(dir + "/bin");
+  std::ofstream(dir + "/bin/tool") << "#!/bin/sh\n";
+  std::ofstream(dir + "/notes.txt") << "text\n";
+  chmod((dir + "/bin/tool").c_str(), 0755);
+  EXPECT_EQ(LocalProgramState("tool", "/nonexistent:" + dir + "/bin", "/"), "");
+  EXPECT_EQ(LocalProgramState("tool", "/usr/bin", "/"), "notfound");
+  EXPECT_EQ(LocalProgramState("tool", "bin", dir), "");   // a relative PATH entry: from cwd
+  EXPECT_EQ(LocalProgramState("bin/tool", "", dir), "");  // a path: as given, from cwd
+  EXPECT_EQ(LocalProgramState(dir + "/notes.txt", "", "/"), "notexec");
+  EXPECT_EQ(LocalProgramState(dir + "/bin", "", "/"), "isdir");
+  EXPECT_EQ(LocalProgramState("./missing", "", dir), "missing");
+  EXPECT_EQ(LocalProgramState("bin", dir, "/"), "notfound");  // a directory on PATH is not it
+}
+
+TEST(ProgramCheck, RemoteAnswersAndMessages) {
+  std::vector<std::pair<ProgramState, std::string>> found;
+  EXPECT_TRUE(ParseRemoteCheck("Welcome to node2\nnotfound train\nmissing /opt/k/kolo-rank\n" +
+                                   std::string(kKolorunCheckDone) + "\n",
+                               &found));
+  EXPECT_EQ(found, (std::vector<std::pair<ProgramState, std::string>>{
+                       {"notfound", "train"}, {"missing", "/opt/k/kolo-rank"}}));
+  std::vector<std::pair<ProgramState, std::string>> cut;
+  EXPECT_FALSE(ParseRemoteCheck("notfound train\n", &cut));  // no end mark: it did not finish
+
+  ProgramCheck check{"/opt/k/kolo-rank", "train", "/usr/bin:/bin", "/home/u/job"};
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "notfound", "train"),
+            "host 'node2': 'train' is not found on the ranks' PATH (/usr/bin:/bin); give its full "
+            "path, or set the ranks' PATH with -x PATH=...");
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "missing", "/opt/k/kolo-rank"),
+            "host 'node2': kolorun's helper '/opt/k/kolo-rank' does not exist; install kolo at "
+            "the same path on every host");
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "missing", "./train.sh"),
+            "host 'node2': './train.sh' does not exist (ranks start in /home/u/job there, else "
+            "in the home directory)");
+  // The check runs as POSIX sh whatever the login shell, with the values quoted.
+  const std::string command = RemoteCheckCommand(check);
+  EXPECT_EQ(command.rfind("sh -c '", 0), 0u) << command;
+  EXPECT_NE(command.find("/home/u/job"), std::string::npos) << command;
+}
+
+TEST(ProgramCheck, RemoteShellIsSshOrTheAgentMpirunUses) {
+  EXPECT_EQ(RemoteAgent({"--mca", "plm_rsh_agent", "/t/fake_ssh.sh -v"}, ""),
+            (Args{"/t/fake_ssh.sh", "-v"}));
+  EXPECT_EQ(RemoteAgent({"-mca", "btl", "tcp"}, "qrsh -inherit"), (Args{"qrsh", "-inherit"}));
+  EXPECT_EQ(RemoteAgent({}, "ssh : rsh"), Args{});  // Open MPI's default: ssh
+  EXPECT_EQ(RemoteShellArgv({}, "node2", 2222, "/k/id", "CMD", 5),
+            (Args{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", "2222", "-i",
+                  "/k/id", "node2", "CMD"}));
+  EXPECT_EQ(RemoteShellArgv({"qrsh", "-inherit"}, "node2", 0, "", "CMD", 5),
+            (Args{"qrsh", "-inherit", "node2", "CMD"}));
 }
 
 }  // namespace
