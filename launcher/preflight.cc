@@ -20,6 +20,7 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using udp = asio::ip::udp;
 
 bool IsLocalAddress(const asio::ip::address& a) {
   // Only this machine's own addresses: Open MPI treats other loopback
@@ -113,6 +114,82 @@ Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double time
     }
   }
   return Status::OK();
+}
+
+namespace {
+
+// The interface that holds local address `a`, or "".
+std::string InterfaceOf(const asio::ip::address& a) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    const int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char buf[NI_MAXHOST];
+    socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    boost::system::error_code ec;
+    auto local = asio::ip::make_address(std::string(buf).substr(0, std::string(buf).find('%')), ec);
+    if (!ec && local == a) name = i->ifa_name;
+  }
+  freeifaddrs(list);
+  return name;
+}
+
+}  // namespace
+
+Result<JobNetwork> NetworkReaching(const std::vector<HostSlots>& hosts) {
+  asio::io_context io;
+  udp::resolver resolver(io);
+  JobNetwork net;
+  for (const HostSlots& h : hosts) {
+    if (IsLocalHost(h.host)) continue;
+    boost::system::error_code ec;
+    auto results = resolver.resolve(h.host, "9", ec);
+    if (ec || results.empty()) {
+      return Status::InvalidArgument("host '" + h.host + "' does not resolve (" + ec.message() +
+                                     ")");
+    }
+    // A UDP "connection" sends nothing; it asks the routing table which local address is used.
+    udp::socket probe(io);
+    probe.connect(results.begin()->endpoint(), ec);
+    if (ec) {
+      return Status::InvalidArgument("no route to host '" + h.host + "' (" + ec.message() +
+                                     "); name the interface with --network-interface");
+    }
+    const asio::ip::address local = probe.local_endpoint(ec).address();
+    const std::string name = InterfaceOf(local);
+    if (ec || name.empty()) continue;
+    if (net.address.empty()) net.address = local.to_string();
+    if (std::find(net.interfaces.begin(), net.interfaces.end(), name) == net.interfaces.end()) {
+      net.interfaces.push_back(name);
+    }
+  }
+  return net;
+}
+
+Result<std::string> InterfaceAddress(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return Status::Internal("cannot list this machine's interfaces");
+  std::string address;
+  for (ifaddrs* i = list; i != nullptr && address.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || name != i->ifa_name)
+      continue;
+    char buf[NI_MAXHOST];
+    if (getnameinfo(i->ifa_addr, sizeof(sockaddr_in), buf, sizeof buf, nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      address = buf;
+    }
+  }
+  freeifaddrs(list);
+  if (address.empty()) {
+    return Status::InvalidArgument("--network-interface " + name +
+                                   ": this machine has no interface of that name with an IPv4 "
+                                   "address (ip -br addr lists them)");
+  }
+  return address;
 }
 
 namespace {

@@ -18,6 +18,18 @@ bool IsLocalHost(const std::string& host);
 // The first problem found, as a one-line message, or OK.
 Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds);
 
+// The names of this machine's interfaces that traffic to the hosts that are
+// not this machine leaves by (the routing table's answer), and the local
+// address on the first of them (where kolorun's rendezvous listens).
+struct JobNetwork {
+  std::vector<std::string> interfaces;
+  std::string address;
+};
+Result<JobNetwork> NetworkReaching(const std::vector<HostSlots>& hosts);
+
+// The first IPv4 address of interface `name`, or an error naming it.
+Result<std::string> InterfaceAddress(const std::string& name);
+
 // How kolorun reaches a remote host's shell: the remote agent's words
 // (empty: ssh), and ssh's port and identity file.
 struct RemoteShell {

@@ -95,6 +95,70 @@ def test_two_hosts_node_rank_and_hostname(tmp_path):
     assert lines["0"].startswith("0 0 2 ") and lines["1"].startswith("0 1 2 ")
 
 
+def process_tree(root):
+    """root and every process below it (mpirun, the daemons, the ranks)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open("/proc/%s/stat" % entry).read()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def listening_sockets_of_a_running_job(tmp_path, *args):
+    """(local address, process name) of every TCP socket the job listens on, taken
+    while both ranks hold the job after MPI's first allreduce."""
+    hold = tmp_path / "hold"
+    p = subprocess.Popen([KOLORUN, "-np", "2", *args, PRINT_RANKS, str(hold)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [p.stdout.readline(), p.stdout.readline()]
+        assert all("sum 3" in line for line in printed), printed
+        tree = process_tree(p.pid)
+        ss = subprocess.run(["ss", "-tlnpH"], capture_output=True, text=True, check=True).stdout
+    finally:
+        hold.write_text("")
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    sockets = []
+    for line in ss.splitlines():
+        for name, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line):
+            if int(pid) in tree:
+                sockets.append((line.split()[3], name))
+    return sockets
+
+
+def only_loopback(sockets):
+    return all(re.match(r"(127\.\d+\.\d+\.\d+|\[::1\]):\d+$", address) for address, _ in sockets)
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_on_one_host_listens_on_loopback_only(tmp_path):
+    sockets = listening_sockets_of_a_running_job(tmp_path)
+    assert only_loopback(sockets), sockets
+    # Shared memory between the ranks: no MPI transport socket at all.
+    assert not [s for s in sockets if s[1] == "print_ranks"], sockets
+    assert {"kolorun", "mpirun"} <= {name for _, name in sockets}, sockets
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_across_hosts_listens_on_the_interface_that_reaches_them(tmp_path):
+    # 127.0.0.2 is reached through lo: every listener of mpirun, the other
+    # host's daemon and the ranks' TCP transport is on lo's addresses.
+    sockets = listening_sockets_of_a_running_job(
+        tmp_path, "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH)
+    assert only_loopback(sockets), sockets
+    assert {"kolorun", "mpirun", "orted", "print_ranks"} <= {name for _, name in sockets}, sockets
+
+
 def test_the_cpp_main_job_runs_under_kolorun():
     r = kolorun("-np", "2", AVERAGE_TENSORS)
     assert r.returncode == 0, r.stderr
@@ -481,7 +545,7 @@ def test_horovodrun_command_line_runs_after_renaming_horovodrun_to_kolorun():
     assert r.returncode == 0, r.stderr
     assert "--tag-output -np 2 -H localhost:2" in r.stdout
     assert "KOLO_LOG_LEVEL=error" in r.stdout and "KOLO_HIERARCHICAL_ALLREDUCE=0" in r.stdout
-    assert "KOLO_STALL_CHECK_TIME_SECONDS=5" in r.stdout and "btl_tcp_if_include lo" in r.stdout
+    assert "KOLO_STALL_CHECK_TIME_SECONDS=5" in r.stdout and "NCCL_SOCKET_IFNAME=lo" in r.stdout
     # The program's own flags are the program's, even horovodrun's names.
     assert r.stdout.rstrip().endswith("prog -np 3 --gloo")
     assert "kolorun: --disable-cache is accepted and ignored:" in r.stderr

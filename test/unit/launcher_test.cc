@@ -147,7 +147,7 @@ TEST(Command, HorovodLikeLineForTwoHosts) {
                                    "ob1",
                                    "--mca",
                                    "btl",
-                                   "^openib",
+                                   "self,vader,tcp",
                                    "-x",
                                    "KOLO_FUSION_THRESHOLD",
                                    "-x",
@@ -190,7 +190,7 @@ TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
                                    "ob1",
                                    "--mca",
                                    "btl",
-                                   "^openib",
+                                   "self,vader,tcp",
                                    "--mca",
                                    "btl_tcp_if_include",
                                    "eth0,ib0",
@@ -205,6 +205,36 @@ TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
                                    "bar",
                                    "prog"};
   EXPECT_EQ(BuildMpirunCommand(p), want);
+}
+
+TEST(Command, OneHostUsesNoTcpAndLoopbackAcrossHostsTheJobsInterface) {
+  LaunchPlan one;
+  one.hosts = {{"localhost", 2}};
+  one.single_host = true;
+  one.network_interfaces = {"eth0"};  // no TCP transport to bind
+  one.bind_library = "/k/libkolo_bind.so";
+  std::vector<std::string> argv = BuildMpirunCommand(one);
+  std::string line = ShellQuote(argv);
+  EXPECT_NE(line.find("--mca pml ob1 --mca btl self,vader --mca oob_tcp_if_include lo"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("eth0"), std::string::npos) << line;
+  EXPECT_EQ(line.find("orte_launch_agent"), std::string::npos) << line;
+
+  LaunchPlan two;
+  two.hosts = {{"a", 1}, {"b", 1}};
+  two.network_interfaces = {"eth1"};
+  two.bind_library = "/k/libkolo_bind.so";
+  line = ShellQuote(BuildMpirunCommand(two));
+  EXPECT_NE(line.find("--mca btl self,vader,tcp --mca btl_tcp_if_include eth1 --mca "
+                      "oob_tcp_if_include eth1 --mca orte_launch_agent 'env "
+                      "LD_PRELOAD=/k/libkolo_bind.so KOLORUN_BIND_INTERFACES=eth1 orted'"),
+            std::string::npos)
+      << line;
+  // A launch agent of the user's own is left alone.
+  two.extra_mpi_args = {"--mca", "orte_launch_agent", "/opt/ompi/bin/orted"};
+  line = ShellQuote(BuildMpirunCommand(two));
+  EXPECT_EQ(line.find("LD_PRELOAD"), std::string::npos) << line;
 }
 
 TEST(Command, ManyHostsDisableTreeSpawn) {
