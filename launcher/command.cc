@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "bind_shim.h"
+
 namespace kolo::launcher {
 
 std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
@@ -14,12 +16,26 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
     // Busy-polling ranks sharing cores must yield to each other.
     argv.insert(argv.end(), {"--oversubscribe", "--mca", "mpi_yield_when_idle", "1"});
   }
-  argv.insert(argv.end(), {"--mca", "pml", "ob1", "--mca", "btl", "^openib"});
-  if (!plan.network_interfaces.empty()) {
+  argv.insert(argv.end(), {"--mca", "pml", "ob1"});
+  if (plan.single_host) {
+    argv.insert(argv.end(), {"--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", "lo"});
+  } else {
+    // Named, not "^openib": other transports (libfabric's ofi) open sockets of their own.
+    argv.insert(argv.end(), {"--mca", "btl", "self,vader,tcp"});
+  }
+  if (!plan.single_host && !plan.network_interfaces.empty()) {
     std::string nics;
     for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
     argv.insert(argv.end(),
                 {"--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics});
+    const bool own_agent = std::find(plan.extra_mpi_args.begin(), plan.extra_mpi_args.end(),
+                                     "orte_launch_agent") != plan.extra_mpi_args.end();
+    if (!plan.bind_library.empty() && !own_agent) {
+      // Each host's daemon preloads the shim (mpirun's own environment is kolorun's to set).
+      argv.insert(argv.end(), {"--mca", "orte_launch_agent",
+                               "env LD_PRELOAD=" + plan.bind_library + " " + kBindInterfaces + "=" +
+                                   nics + " orted"});
+    }
   }
   std::string rsh_args;
   if (plan.ssh_port > 0) rsh_args += "-p " + std::to_string(plan.ssh_port);

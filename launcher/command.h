@@ -20,6 +20,12 @@ struct LaunchPlan {
   int ssh_port = 0;
   std::string ssh_identity_file;
   std::vector<std::string> network_interfaces;
+  // Every host is this machine: MPI on shared memory, no TCP transport, and
+  // Open MPI's out-of-band channel on loopback.
+  bool single_host = false;
+  // libkolo_bind.so (bind_shim.h), or "": across hosts, Open MPI's daemons
+  // preload it so that they listen on `network_interfaces` only.
+  std::string bind_library;
   // Variables every rank gets: name -> value (set on kolorun's side, sent with -x).
   std::map<std::string, std::string> env;
   std::vector<std::string> extra_mpi_args;  // --mpi-args, already split

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bind_shim.h"
 #include "check_build.h"
 #include "command.h"
 #include "config.h"
@@ -52,6 +54,12 @@ Variables Environment() {
     if (eq != nullptr) env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
   }
   return env;
+}
+
+std::string JoinComma(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
+  return out;
 }
 
 // `count` distinct ports that are free on this machine now (29500 and up
@@ -135,6 +143,38 @@ Result<std::vector<std::string>> UserVariables(const std::vector<std::string>& s
   return names;
 }
 
+// The bind shim beside kolorun (build tree, or an installed bin/), or "".
+std::string BindLibrary() {
+  const std::string path = SelfDir() + "/" + kBindLibraryName;
+  return access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
+// Where the job's traffic goes when it spans hosts: --network-interface,
+// else the interfaces that reach the other hosts; and the local address
+// there, for the rendezvous. Nothing for a job on this machine alone.
+Result<JobNetwork> ChooseNetwork(Options& o, const std::vector<HostSlots>& used) {
+  JobNetwork net;
+  if (std::all_of(used.begin(), used.end(), [](const HostSlots& h) { return IsLocalHost(h.host); }))
+    return net;
+  if (o.network_interfaces.empty()) {
+    Result<JobNetwork> found = NetworkReaching(used);
+    if (!found.ok() && o.dry_run) return net;  // --dry-run needs no network
+    if (!found.ok()) return found.status();
+    net = found.value();
+    o.network_interfaces = net.interfaces;
+    if (o.verbose && !net.interfaces.empty()) {
+      std::cerr << "kolorun: the other hosts are reached through " << net.interfaces.front() << " ("
+                << net.address << ")\n";
+    }
+    return net;
+  }
+  net.interfaces = o.network_interfaces;
+  Result<std::string> address = InterfaceAddress(o.network_interfaces.front());
+  if (!address.ok() && !o.dry_run) return address.status();
+  if (address.ok()) net.address = address.value();
+  return net;
+}
+
 // The mpirun command's plan, without its variables.
 Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& used, int cores) {
   LaunchPlan plan;
@@ -146,6 +186,9 @@ Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& us
   plan.ssh_port = o.ssh_port;
   plan.ssh_identity_file = o.ssh_identity_file;
   plan.network_interfaces = o.network_interfaces;
+  plan.single_host =
+      std::all_of(used.begin(), used.end(), [](const HostSlots& h) { return IsLocalHost(h.host); });
+  plan.bind_library = BindLibrary();
   Result<std::vector<std::string>> extra = SplitArgs(o.mpi_args);
   if (!extra.ok()) return extra.status();
   plan.extra_mpi_args = extra.value();
@@ -174,18 +217,54 @@ Variables RankVariables(const Options& o, const std::vector<HostSlots>& used) {
 
 // Starts the rendezvous and returns the "address:port" that ranks reach it
 // at: loopback when every host is this machine or a loopback address,
-// otherwise all interfaces under this host's name.
-Result<std::string> StartRendezvous(RendezvousServer& server, const std::vector<HostSlots>& used) {
+// otherwise the job's address (`network.address`): never every interface.
+Result<std::string> StartRendezvous(RendezvousServer& server, const std::vector<HostSlots>& used,
+                                    const JobNetwork& network) {
   bool all_loopback = true;
   for (const HostSlots& h : used) {
     all_loopback &= IsLocalHost(h.host) || h.host.rfind("127.", 0) == 0;
   }
-  Result<int> port = server.Start(all_loopback ? "127.0.0.1" : "0.0.0.0");
+  std::string address = all_loopback ? "127.0.0.1" : network.address;
+  if (address.empty()) {
+    return Status::InvalidArgument(
+        "cannot tell which of this machine's interfaces reaches the other hosts; name it with "
+        "--network-interface");
+  }
+  Result<int> port = server.Start(address);
   if (!port.ok()) return port.status();
-  char name[256] = {0};
-  gethostname(name, sizeof name - 1);
-  return (all_loopback ? std::string("127.0.0.1") : std::string(name)) + ":" +
-         std::to_string(port.value());
+  return address + ":" + std::to_string(port.value());
+}
+
+// The variables mpirun itself starts with: the bind shim preloaded, and the
+// interfaces it may listen on (loopback for a job on this machine alone).
+void ListenOnlyWhereTheJobLives(const LaunchPlan& plan, const Variables& environment,
+                                Variables* mpirun_env) {
+  if (plan.bind_library.empty()) return;
+  const std::string nics = plan.single_host ? "lo" : JoinComma(plan.network_interfaces);
+  if (nics.empty()) return;
+  auto preload = environment.find("LD_PRELOAD");
+  (*mpirun_env)["LD_PRELOAD"] =
+      plan.bind_library +
+      (preload == environment.end() || preload->second.empty() ? "" : ":" + preload->second);
+  (*mpirun_env)[kBindInterfaces] = nics;
+}
+
+// What kolo-rank will start on every host, found the way it will look.
+ProgramCheck ProgramsToCheck(const LaunchPlan& plan) {
+  ProgramCheck check;
+  check.rank_exec = plan.rank_exec;
+  check.program = plan.command.front();
+  auto path = plan.env.find("PATH");
+  check.path = path != plan.env.end() ? path->second : "/bin:/usr/bin";  // execvp's default
+  std::error_code ec;
+  check.cwd = fs::current_path(ec).string();
+  return check;
+}
+
+RemoteShell Shell(const Options& o, const LaunchPlan& plan, const Variables& environment) {
+  auto agent = environment.find("OMPI_MCA_plm_rsh_agent");
+  return {RemoteAgent(plan.extra_mpi_args, agent == environment.end() ? "" : agent->second),
+          o.ssh_port, o.ssh_identity_file};
 }
 
 // Plans the job, checks the hosts, and runs it (or prints it for --dry-run).
@@ -206,17 +285,16 @@ int Run(Options& o) {
     Status s = CheckHosts(used, o.ssh_port, o.start_timeout);
     if (!s.ok()) return Fail(s.message());
   }
+  Result<JobNetwork> network = ChooseNetwork(o, used);
+  if (!network.ok()) return Fail(network.status().message());
   Result<LaunchPlan> planned = PlanLaunch(o, used, cores);
   if (!planned.ok()) return Fail(planned.status().message());
   LaunchPlan plan = planned.value();
-  Variables child_env = RankVariables(o, used);
-  const std::string token = NewToken();
-  RendezvousServer server(token, o.np);
-  if (!o.dry_run) {
-    Result<std::string> rendezvous = StartRendezvous(server, used);
-    if (!rendezvous.ok()) return Fail(rendezvous.status().message());
-    child_env[env::kRendezvous] = rendezvous.value();
+  if (plan.bind_library.empty() && !o.dry_run) {
+    std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
+              << "); Open MPI will listen on every network interface\n";
   }
+  Variables child_env = RankVariables(o, used);
   Result<std::vector<std::string>> user_names = UserVariables(o.env_vars, environment, &child_env);
   if (!user_names.ok()) return Fail(user_names.status().message());
   // Each rank gets the forwarded part of kolorun's environment, then kolorun's own variables.
@@ -226,8 +304,27 @@ int Run(Options& o) {
     plan.env[name] = merged[name];
   }
   for (const auto& [k, v] : child_env) plan.env[k] = v;
+  if (!o.dry_run) {
+    std::vector<std::string> problems =
+        CheckPrograms(used, ProgramsToCheck(plan), Shell(o, plan, environment), o.start_timeout);
+    for (const std::string& p : problems) Fail(p);
+    if (!problems.empty()) return 2;
+  }
+  const std::string token = NewToken();
+  RendezvousServer server(token, o.np);
+  if (!o.dry_run) {
+    Result<std::string> rendezvous = StartRendezvous(server, used, network.value());
+    if (!rendezvous.ok()) return Fail(rendezvous.status().message());
+    child_env[env::kRendezvous] = plan.env[env::kRendezvous] = rendezvous.value();
+  }
+  if (!plan.single_host && !plan.bind_library.empty() && !plan.network_interfaces.empty()) {
+    // Across hosts Open MPI's TCP transport listens in the ranks: kolo-rank preloads the shim.
+    child_env[kBindLibrary] = plan.env[kBindLibrary] = plan.bind_library;
+    child_env[kBindInterfaces] = plan.env[kBindInterfaces] = JoinComma(plan.network_interfaces);
+  }
   // The token goes to the ranks but is never printed.
   Variables launch_env = child_env;
+  ListenOnlyWhereTheJobLives(plan, environment, &launch_env);
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = token;
   const std::vector<std::string> argv = BuildMpirunCommand(plan);
   if (o.dry_run || o.verbose) {
@@ -238,7 +335,8 @@ int Run(Options& o) {
   }
   std::vector<std::string> rank_hosts;
   for (int h : MapBySlot(used, o.np)) rank_hosts.push_back(used[h].host);
-  return Supervise({argv, launch_env, rank_hosts, o.output_dir, o.start_timeout}, server);
+  return Supervise({argv, launch_env, rank_hosts, o.output_dir, o.start_timeout, o.verbose},
+                   server);
 }
 
 }  // namespace

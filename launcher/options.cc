@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "kolo/env_names.h"
+#include "usage.h"
 
 namespace kolo::launcher {
 namespace {
@@ -96,6 +97,35 @@ std::set<std::string> ValueOptions(const CLI::App& app) {
   return names;
 }
 
+// --help's usage line is kolorun's own (the program and its arguments follow
+// the options), printed once, in place of CLI11's "Usage: kolorun [OPTIONS]".
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return std::string(kUsage) + "\n";
+  }
+};
+
+// Every name kolorun accepts before the program: its own options and
+// horovodrun's flags, for "did you mean".
+std::vector<std::string> KnownOptionNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+    for (const std::string& n : opt->get_snames()) names.push_back("-" + n);
+  }
+  for (const HorovodrunFlag& f : HorovodrunFlags()) names.push_back(f.name);
+  return names;
+}
+
+// One line for a command line that CLI11 refused (a bad value, a missing one).
+int UsageError(const CLI::ParseError& e) {
+  std::string what = e.what();
+  std::replace(what.begin(), what.end(), '\n', ' ');
+  while (!what.empty() && what.back() == ' ') what.pop_back();
+  return Fail(what + "; see kolorun --help");
+}
+
 std::string Num(double v) {
   std::ostringstream os;
   os << v;
@@ -110,10 +140,8 @@ int Fail(const std::string& message, int code) {
 }
 
 std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
-  CLI::App app{
-      "kolorun: launch a kolo job on N ranks across hosts.\n"
-      "usage: kolorun [options] [--] command args...",
-      "kolorun"};
+  CLI::App app{"kolorun: launch a kolo job on N ranks across hosts.", "kolorun"};
+  app.formatter(std::make_shared<UsageFormatter>());
   AddOptions(app, o);
   // horovodrun's flags: renamed to kolorun's, ignored with a note, or refused
   // before anything starts (launcher/command.cc, HorovodrunFlags()).
@@ -125,13 +153,20 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
   std::reverse(args.begin(), args.end());  // CLI::App::parse takes them last first
   try {
     app.parse(args);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return UsageError(e);
   }
   o->start_timeout_given = app.count("--start-timeout") > 0;
-  // prefix_command(): everything after the program's name belongs to it.
+  // prefix_command(): the first argument kolorun does not know, and all after it.
   o->command = app.remaining();
-  if (!o->command.empty() && o->command.front() == "--") o->command.erase(o->command.begin());
+  if (!o->command.empty() && o->command.front() == "--") {
+    o->command.erase(o->command.begin());
+  } else if (!o->command.empty() && LooksLikeOption(o->command.front())) {
+    // Not the program: a misspelt or unknown option (which would run as the program).
+    return Fail(UnknownOptionMessage(o->command.front(), KnownOptionNames(app)));
+  }
   return std::nullopt;
 }
 

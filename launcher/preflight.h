@@ -1,11 +1,13 @@
-// Checks done before anything starts: every host resolves, and every remote
-// host's ssh port answers (probed in parallel, with a timeout).
+// Checks done before anything starts: every host resolves, every remote
+// host's ssh port answers (probed in parallel, with a timeout), and the
+// program can be started on every host.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "hosts.h"
+#include "program_check.h"
 
 namespace kolo::launcher {
 
@@ -15,5 +17,32 @@ bool IsLocalHost(const std::string& host);
 
 // The first problem found, as a one-line message, or OK.
 Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds);
+
+// The names of this machine's interfaces that traffic to the hosts that are
+// not this machine leaves by (the routing table's answer), and the local
+// address on the first of them (where kolorun's rendezvous listens).
+struct JobNetwork {
+  std::vector<std::string> interfaces;
+  std::string address;
+};
+Result<JobNetwork> NetworkReaching(const std::vector<HostSlots>& hosts);
+
+// The first IPv4 address of interface `name`, or an error naming it.
+Result<std::string> InterfaceAddress(const std::string& name);
+
+// How kolorun reaches a remote host's shell: the remote agent's words
+// (empty: ssh), and ssh's port and identity file.
+struct RemoteShell {
+  std::vector<std::string> agent;
+  int ssh_port = 0;
+  std::string identity_file;
+};
+
+// Checks `check`'s programs on every host at once (this machine in-process,
+// the others through the remote shell, in parallel, for at most
+// `timeout_seconds`); returns one line per problem, every host's.
+std::vector<std::string> CheckPrograms(const std::vector<HostSlots>& hosts,
+                                       const ProgramCheck& check, const RemoteShell& shell,
+                                       double timeout_seconds);
 
 }  // namespace kolo::launcher

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bind_shim.h"
 #include "command.h"
 #include "hosts.h"
 #include "kolo/env_names.h"
@@ -108,6 +109,20 @@ bool RegisterWithKolorun() {
       kolo::launcher::RegistrationMessage(Get(kolo::env::kToken), me), 10.0);
   if (!s.ok()) std::fprintf(stderr, "kolo-rank: rank %d: %s\n", me.rank, s.message().c_str());
   return s.ok();
+}
+
+// Across hosts Open MPI's TCP transport listens in the program's MPI library:
+// the program starts with kolorun's bind shim preloaded (bind_shim.h), which
+// narrows only Open MPI's own listeners.
+void PreloadBindShim() {
+  const std::string shim = Get(kolo::launcher::kBindLibrary);
+  if (shim.empty()) return;
+  const std::string preload = Get("LD_PRELOAD");
+  Set("LD_PRELOAD", preload.empty() ? shim : shim + ":" + preload);
+  // A program built with GCC's AddressSanitizer refuses to start when another
+  // library is preloaded before its runtime, unless told that this is wanted.
+  const std::string asan = Get("ASAN_OPTIONS");
+  Set("ASAN_OPTIONS", (asan.empty() ? "" : asan + ":") + "verify_asan_link_order=0");
 }
 
 // The rank's exit code from the command's wait status; when the command
@@ -209,6 +224,7 @@ int main(int argc, char** argv) {
   }
   SetRankEnvironment();
   if (!PinGpu() || !RegisterWithKolorun()) return 2;
+  PreloadBindShim();
   g_child = fork();
   if (g_child < 0) {
     std::perror("kolo-rank: fork");

@@ -1,5 +1,7 @@
 #include "rendezvous.h"
 
+#include <fcntl.h>
+
 #include <boost/asio.hpp>
 #include <fstream>
 #include <iomanip>
@@ -71,6 +73,8 @@ class RendezvousServer::Impl {
     tcp::endpoint ep(asio::ip::make_address(address, ec), 0);
     if (ec) return Status::InvalidArgument("rendezvous address '" + address + "': " + ec.message());
     acceptor_.open(ep.protocol(), ec);
+    // Not inherited by mpirun and the ranks that kolorun starts.
+    if (!ec) fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return Status::Internal("cannot listen for ranks on " + address + ": " + ec.message());

@@ -49,12 +49,66 @@ std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::str
   return "";
 }
 
+// Open MPI's own messages (mpirun's untagged lines: its help banners, a
+// remote daemon's errors) are not the job's output: they go to a log file,
+// created when the first one comes, that kolorun's last line names.
+class OpenMpiLog {
+ public:
+  explicit OpenMpiLog(std::string dir) : dir_(std::move(dir)) {}
+  ~OpenMpiLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  OpenMpiLog(const OpenMpiLog&) = delete;
+  OpenMpiLog& operator=(const OpenMpiLog&) = delete;
+
+  void Write(const std::string& line) {
+    if (file_ == nullptr && !Open()) return;
+    std::fprintf(file_, "%s\n", line.c_str());
+    std::fflush(file_);
+    if (first_.empty() && line.find_first_not_of("- ") != std::string::npos) first_ = line;
+    ++lines_;
+  }
+  const std::string& path() const { return path_; }
+  const std::string& first_line() const { return first_; }  // its first words, for the report
+  int lines() const { return lines_; }
+
+ private:
+  // DIR/mpirun.log with --output-filename, else a new file in the temporary directory.
+  bool Open() {
+    if (!dir_.empty()) {
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      path_ = (fs::path(dir_) / "mpirun.log").string();
+      file_ = std::fopen(path_.c_str(), "w");
+    } else {
+      std::error_code ec;
+      fs::path tmp = fs::temp_directory_path(ec);
+      std::string name = ((ec ? fs::path("/tmp") : tmp) / "kolorun-XXXXXX.log").string();
+      int fd = mkstemps(name.data(), 4);
+      if (fd >= 0) file_ = fdopen(fd, "w");
+      path_ = name;
+    }
+    if (file_ == nullptr && !warned_) {
+      std::fprintf(stderr, "kolorun: cannot write Open MPI's messages to %s: %s\n", path_.c_str(),
+                   std::strerror(errno));
+      warned_ = true;
+    }
+    return file_ != nullptr;
+  }
+
+  std::string dir_, path_, first_;
+  FILE* file_ = nullptr;
+  int lines_ = 0;
+  bool warned_ = false;
+};
+
 // Where the job's output goes: whole lines tagged with their rank on the
-// console, and per-rank files with --output-filename. kolo-rank's exit
-// markers are kept for the final report instead of printed.
+// console, and per-rank files with --output-filename; Open MPI's own lines to
+// its log (and the console too with --verbose). kolo-rank's exit markers are
+// kept for the final report instead of printed.
 class OutputSink {
  public:
-  explicit OutputSink(std::string dir) : dir_(std::move(dir)) {}
+  OutputSink(std::string dir, bool verbose) : dir_(dir), verbose_(verbose), open_mpi_(dir) {}
 
   void Write(const std::vector<OutputLine>& lines) {
     for (const OutputLine& l : lines) {
@@ -63,17 +117,21 @@ class OutputSink {
         exits_.push_back(e);
         continue;
       }
-      std::string text = l.rank < 0 ? l.text
-                                    : "[" + std::to_string(l.rank) + "]<" +
-                                          (l.is_stderr ? "stderr" : "stdout") + ">:" + l.text;
-      text += "\n";
+      if (l.rank < 0) {
+        open_mpi_.Write(l.text);
+        if (verbose_) std::fprintf(stderr, "[mpirun] %s\n", l.text.c_str());
+        continue;
+      }
+      std::string text = "[" + std::to_string(l.rank) + "]<" + (l.is_stderr ? "stderr" : "stdout") +
+                         ">:" + l.text + "\n";
       FILE* stream = l.is_stderr ? stderr : stdout;
       std::fwrite(text.data(), 1, text.size(), stream);
       std::fflush(stream);
-      if (!dir_.empty() && l.rank >= 0) WriteFile(l);
+      if (!dir_.empty()) WriteFile(l);
     }
   }
   const std::vector<RankExit>& exits() const { return exits_; }
+  const OpenMpiLog& open_mpi() const { return open_mpi_; }
 
  private:
   void WriteFile(const OutputLine& l) {
@@ -87,6 +145,8 @@ class OutputSink {
   }
 
   std::string dir_;
+  bool verbose_;
+  OpenMpiLog open_mpi_;
   std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
   std::vector<RankExit> exits_;
 };
@@ -184,29 +244,58 @@ void ForwardOutput(pollfd (&fds)[2], OutputAssembler& assembler, OutputSink& sin
   }
 }
 
+// What a rank's failure means and what to do, for the report's one line.
+std::string RankFailure(const RankExit& e) {
+  const std::string who = "rank " + std::to_string(e.rank) + " on host " + e.host;
+  const std::string tag = "[" + std::to_string(e.rank) + "]<stderr>";
+  if (e.signal != 0) {
+    const char* name = sigabbrev_np(e.signal);
+    std::string advice = e.signal == SIGKILL ? "out of memory (see dmesg on " + e.host +
+                                                   ") or killed by hand; the job was stopped"
+                                             : "see its " + tag + " lines above";
+    return who + " was killed by signal " + std::to_string(e.signal) + " (SIG" +
+           (name ? name : "?") + "): " + advice;
+  }
+  if (e.code == 127 || e.code == 126) {
+    return who + " exited with code " + std::to_string(e.code) +
+           ": the program could not be started there (" + tag + " says why)";
+  }
+  return who + " exited with code " + std::to_string(e.code) + ": see its " + tag +
+         " lines above; the other ranks were stopped";
+}
+
 // kolorun's exit code and last line: why kolorun ended the job, else the
-// first rank that failed, else mpirun's own status.
-int Report(const std::string& ended, const std::vector<RankExit>& exits, int mpirun_status) {
-  if (!ended.empty()) return Fail(ended);
+// first rank that failed, else mpirun's own status. The line names Open
+// MPI's log when Open MPI said anything.
+int Report(const std::string& ended, const std::vector<RankExit>& exits, int mpirun_status,
+           const OpenMpiLog& log) {
+  const std::string logged =
+      log.lines() > 0 ? " (Open MPI's messages: " + log.path() + ")" : std::string();
+  if (!ended.empty()) return Fail(ended + logged);
   // Ranks killed by kolorun's own teardown are not the cause.
-  if (g_signal != 0) return Fail(std::string("stopped by ") + strsignal(g_signal), 128 + g_signal);
+  if (g_signal != 0) {
+    return Fail(std::string("stopped by ") + strsignal(g_signal) + logged, 128 + g_signal);
+  }
   if (!exits.empty()) {
     const RankExit& e = exits.front();
-    if (e.signal != 0) {
-      const char* name = sigabbrev_np(e.signal);
-      std::fprintf(stderr, "kolorun: rank %d on host %s was killed by signal %d (SIG%s)\n", e.rank,
-                   e.host.c_str(), e.signal, name ? name : "?");
-      return 128 + e.signal;
-    }
-    std::fprintf(stderr, "kolorun: rank %d on host %s exited with code %d\n", e.rank,
-                 e.host.c_str(), e.code);
-    return e.code;
+    return Fail(RankFailure(e) + logged, e.signal != 0 ? 128 + e.signal : e.code);
   }
   if (WIFSIGNALED(mpirun_status)) {
-    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(mpirun_status)), 1);
+    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(mpirun_status)) + logged,
+                1);
   }
-  int code = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 1;
-  if (code != 0) return Fail("mpirun exited with code " + std::to_string(code), code);
+  const int code = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 1;
+  if (code != 0) {
+    std::string says =
+        log.first_line().empty() ? "" : ": Open MPI says \"" + log.first_line() + "\"";
+    return Fail("mpirun exited with code " + std::to_string(code) + " before any rank reported" +
+                    says + logged,
+                code);
+  }
+  if (log.lines() > 0) {
+    std::fprintf(stderr, "kolorun: Open MPI wrote %d line(s) to %s\n", log.lines(),
+                 log.path().c_str());
+  }
   return 0;
 }
 
@@ -221,7 +310,7 @@ int Supervise(const Job& job, RendezvousServer& server) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  OutputSink sink(job.output_dir);
+  OutputSink sink(job.output_dir, job.verbose);
   OutputAssembler assembler;
   pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
   Teardown teardown(m.pid);
@@ -237,7 +326,7 @@ int Supervise(const Job& job, RendezvousServer& server) {
     ForwardOutput(fds, assembler, sink);
   }
   sink.Write(assembler.Flush());
-  return Report(ended, sink.exits(), teardown.Wait());
+  return Report(ended, sink.exits(), teardown.Wait(), sink.open_mpi());
 }
 
 }  // namespace kolo::launcher

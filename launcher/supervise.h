@@ -17,6 +17,7 @@ struct Job {
   std::vector<std::string> rank_hosts;            // rank -> host, for messages
   std::string output_dir;                         // --output-filename, or ""
   double start_timeout = 30;                      // seconds for every rank to register
+  bool verbose = false;                           // Open MPI's own lines on the console too
 };
 
 // Runs `job` to its end; returns kolorun's exit code.

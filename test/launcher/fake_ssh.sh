@@ -16,8 +16,9 @@ while [ $# -gt 0 ]; do
 done
 host="$1"
 shift
-# FAKE_SSH_DELAY=S plays a host that is slow to start processes.
-sleep "${FAKE_SSH_DELAY:-0}"
+# FAKE_SSH_DELAY=S plays a host that is slow to start Open MPI's daemon
+# (kolorun's pre-flight check of the program answers at once).
+case "$*" in *orted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over

@@ -95,6 +95,70 @@ def test_two_hosts_node_rank_and_hostname(tmp_path):
     assert lines["0"].startswith("0 0 2 ") and lines["1"].startswith("0 1 2 ")
 
 
+def process_tree(root):
+    """root and every process below it (mpirun, the daemons, the ranks)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open("/proc/%s/stat" % entry).read()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def listening_sockets_of_a_running_job(tmp_path, *args):
+    """(local address, process name) of every TCP socket the job listens on, taken
+    while both ranks hold the job after MPI's first allreduce."""
+    hold = tmp_path / "hold"
+    p = subprocess.Popen([KOLORUN, "-np", "2", *args, PRINT_RANKS, str(hold)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [p.stdout.readline(), p.stdout.readline()]
+        assert all("sum 3" in line for line in printed), printed
+        tree = process_tree(p.pid)
+        ss = subprocess.run(["ss", "-tlnpH"], capture_output=True, text=True, check=True).stdout
+    finally:
+        hold.write_text("")
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    sockets = []
+    for line in ss.splitlines():
+        for name, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line):
+            if int(pid) in tree:
+                sockets.append((line.split()[3], name))
+    return sockets
+
+
+def only_loopback(sockets):
+    return all(re.match(r"(127\.\d+\.\d+\.\d+|\[::1\]):\d+$", address) for address, _ in sockets)
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_on_one_host_listens_on_loopback_only(tmp_path):
+    sockets = listening_sockets_of_a_running_job(tmp_path)
+    assert only_loopback(sockets), sockets
+    # Shared memory between the ranks: no MPI transport socket at all.
+    assert not [s for s in sockets if s[1] == "print_ranks"], sockets
+    assert {"kolorun", "mpirun"} <= {name for _, name in sockets}, sockets
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_across_hosts_listens_on_the_interface_that_reaches_them(tmp_path):
+    # 127.0.0.2 is reached through lo: every listener of mpirun, the other
+    # host's daemon and the ranks' TCP transport is on lo's addresses.
+    sockets = listening_sockets_of_a_running_job(
+        tmp_path, "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH)
+    assert only_loopback(sockets), sockets
+    assert {"kolorun", "mpirun", "orted", "print_ranks"} <= {name for _, name in sockets}, sockets
+
+
 def test_the_cpp_main_job_runs_under_kolorun():
     r = kolorun("-np", "2", AVERAGE_TENSORS)
     assert r.returncode == 0, r.stderr
@@ -124,7 +188,9 @@ def test_rank_exit_code_becomes_kolorun_exit_code_and_is_named(tmp_path):
     start = time.monotonic()
     r = kolorun("-np", "2", PYTHON, script(tmp_path, FAIL_SCRIPT), "exit", tag)
     assert r.returncode == 3
-    assert re.search(r"kolorun: rank 1 on host \S+ exited with code 3\s*$", r.stderr), r.stderr
+    assert re.search(r"kolorun: rank 1 on host \S+ exited with code 3: see its \[1\]<stderr> lines "
+                     r"above; the other ranks were stopped \(Open MPI's messages: \S+\)\n$",
+                     r.stderr), r.stderr
     assert time.monotonic() - start < 20
     assert no_process_matches(tag)
 
@@ -138,6 +204,68 @@ def test_rank_killed_by_sigkill_ends_the_job_within_seconds(tmp_path):
     assert "kolorun: rank 1 on host" in r.stderr and "killed by signal 9 (SIGKILL)" in r.stderr
     assert elapsed < 10, elapsed
     assert no_process_matches(tag)
+
+
+def open_mpi_log(stderr):
+    m = re.search(r"\(Open MPI's messages: (\S+)\)$", stderr.rstrip())
+    assert m, stderr
+    return open(m.group(1)).read()
+
+
+def test_kolorun_speaks_alone_when_a_rank_fails():
+    r = kolorun("-np", "2", "/bin/false")
+    assert r.returncode == 1
+    # One line, kolorun's; Open MPI's banners went to the log it names.
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kolorun: rank "), r.stderr
+    assert "exited with code 1" in lines[0]
+    assert "non-zero exit code" in open_mpi_log(r.stderr)
+
+
+def test_open_mpi_failing_to_start_is_one_line_that_quotes_it(tmp_path):
+    # A remote shell that answers kolorun's check but cannot start Open MPI's daemon.
+    agent = tmp_path / "agent.sh"
+    agent.write_text('#!/bin/sh\ncase "$*" in *orted*) exit 1 ;; esac\nexec %s "$@"\n' % FAKE_SSH)
+    agent.chmod(0o755)
+    r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--output-filename", str(tmp_path),
+                "--mpi-args", "--mca plm_rsh_agent " + str(agent), "/bin/true")
+    assert r.returncode != 0
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("kolorun: mpirun exited with code 1 before any rank reported: "
+                               "Open MPI says \"ORTE was unable to reliably start one or more "
+                               "daemons.\" (Open MPI's messages: %s/mpirun.log)" % tmp_path), r.stderr
+    assert "ORTE was unable" in (tmp_path / "mpirun.log").read_text()
+
+
+def test_a_program_that_cannot_start_is_found_on_every_host_before_launch(tmp_path):
+    two_hosts = ["-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args",
+                 "--mca plm_rsh_agent " + FAKE_SSH]
+    r = kolorun(*two_hosts, "kolo_no_such_program", timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2, r.stderr  # every host's problem, at once
+    for host, line in zip(["127.0.0.1", "127.0.0.2"], lines):
+        assert line.startswith("kolorun: host '%s': 'kolo_no_such_program' is not found on the "
+                               "ranks' PATH (" % host), line
+    text = tmp_path / "notes.txt"
+    text.write_text("not a program\n")
+    r = kolorun(*two_hosts, str(text), timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.count("'%s' is not executable (chmod +x" % text) == 2, r.stderr
+    # The ranks' PATH is the one checked: -x PATH=... changes where a name is found.
+    r = kolorun("-np", "1", "-x", "PATH=" + str(tmp_path), "true")
+    assert r.returncode == 2 and "'true' is not found on the ranks' PATH (%s)" % tmp_path in r.stderr
+    r = kolorun("-np", "2", "/nonexistent/prog")
+    assert r.returncode == 2 and r.stderr == "kolorun: host 'localhost': '/nonexistent/prog' does not exist\n"
+
+
+def test_an_unreachable_remote_shell_is_named_before_launch():
+    r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args",
+                "--mca plm_rsh_agent /bin/false", "/bin/true", timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("kolorun: host '127.0.0.2': cannot check the program there through "
+                        "/bin/false: it ended with code 1, saying nothing; can this user log in "
+                        "there without a password?\n")
 
 
 def test_python_exception_shows_the_traceback_of_that_rank(tmp_path):
@@ -210,6 +338,8 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     (["-np", "2", "-x", "KOLO_UNSET_FOR_TEST", "true"], "is not set in kolorun's environment"),
     (["-np", "2"], "no command to run"),
     (["-np", "0", "true"], "not in range"),
+    (["-np", "2", "--bogus", "true"], "kolorun: unknown option '--bogus' (kolorun --help"),
+    (["-np", "2", "--hostfle", "h", "true"], "unknown option '--hostfle'; did you mean '--hostfile'?"),
     (["--log-level", "loud", "true"], "loud"),
     (["--mpi-args", "'unterminated", "true"], "unterminated quote"),
     # horovodrun flags that kolorun refuses, naming the flag and the kolorun way.
@@ -222,9 +352,23 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
 ])
 def test_bad_input_ends_with_one_clear_line_and_starts_nothing(args, message):
     r = kolorun(*args, timeout=30)
-    assert r.returncode != 0
+    assert r.returncode == 2, r.stderr
     assert message in r.stderr, r.stderr
-    assert "[0]<" not in r.stdout  # no rank ran
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stdout == ""  # no rank ran
+
+
+def test_help_prints_one_usage_line():
+    r = kolorun("--help")
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.lower().count("usage:") == 1, r.stdout
+    assert "usage: kolorun [options] [--] command args..." in r.stdout
+
+
+def test_options_after_the_program_are_the_programs():
+    r = kolorun("-np", "2", PYTHON, "-c", "import sys; print(sys.argv[1:])", "--lr", "1")
+    assert r.returncode == 0, r.stderr
+    assert "[1]<stdout>:['--lr', '1']" in r.stdout
 
 
 def test_check_build_and_version():
@@ -401,7 +545,7 @@ def test_horovodrun_command_line_runs_after_renaming_horovodrun_to_kolorun():
     assert r.returncode == 0, r.stderr
     assert "--tag-output -np 2 -H localhost:2" in r.stdout
     assert "KOLO_LOG_LEVEL=error" in r.stdout and "KOLO_HIERARCHICAL_ALLREDUCE=0" in r.stdout
-    assert "KOLO_STALL_CHECK_TIME_SECONDS=5" in r.stdout and "btl_tcp_if_include lo" in r.stdout
+    assert "KOLO_STALL_CHECK_TIME_SECONDS=5" in r.stdout and "NCCL_SOCKET_IFNAME=lo" in r.stdout
     # The program's own flags are the program's, even horovodrun's names.
     assert r.stdout.rstrip().endswith("prog -np 3 --gloo")
     assert "kolorun: --disable-cache is accepted and ignored:" in r.stderr

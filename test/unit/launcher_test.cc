@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -7,6 +9,8 @@
 #include "command.h"
 #include "hosts.h"
 #include "options.h"
+#include "program_check.h"
+#include "usage.h"
 
 namespace kolo::launcher {
 namespace {
@@ -161,7 +165,7 @@ TEST(Command, HorovodLikeLineForTwoHosts) {
                                    "ob1",
                                    "--mca",
                                    "btl",
-                                   "^openib",
+                                   "self,vader,tcp",
                                    "-x",
                                    "KOLO_FUSION_THRESHOLD",
                                    "-x",
@@ -204,7 +208,7 @@ TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
                                    "ob1",
                                    "--mca",
                                    "btl",
-                                   "^openib",
+                                   "self,vader,tcp",
                                    "--mca",
                                    "btl_tcp_if_include",
                                    "eth0,ib0",
@@ -219,6 +223,36 @@ TEST(Command, SshInterfacesOversubscribeAndExtraArgs) {
                                    "bar",
                                    "prog"};
   EXPECT_EQ(BuildMpirunCommand(p), want);
+}
+
+TEST(Command, OneHostUsesNoTcpAndLoopbackAcrossHostsTheJobsInterface) {
+  LaunchPlan one;
+  one.hosts = {{"localhost", 2}};
+  one.single_host = true;
+  one.network_interfaces = {"eth0"};  // no TCP transport to bind
+  one.bind_library = "/k/libkolo_bind.so";
+  std::vector<std::string> argv = BuildMpirunCommand(one);
+  std::string line = ShellQuote(argv);
+  EXPECT_NE(line.find("--mca pml ob1 --mca btl self,vader --mca oob_tcp_if_include lo"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("eth0"), std::string::npos) << line;
+  EXPECT_EQ(line.find("orte_launch_agent"), std::string::npos) << line;
+
+  LaunchPlan two;
+  two.hosts = {{"a", 1}, {"b", 1}};
+  two.network_interfaces = {"eth1"};
+  two.bind_library = "/k/libkolo_bind.so";
+  line = ShellQuote(BuildMpirunCommand(two));
+  EXPECT_NE(line.find("--mca btl self,vader,tcp --mca btl_tcp_if_include eth1 --mca "
+                      "oob_tcp_if_include eth1 --mca orte_launch_agent 'env "
+                      "LD_PRELOAD=/k/libkolo_bind.so KOLORUN_BIND_INTERFACES=eth1 orted'"),
+            std::string::npos)
+      << line;
+  // A launch agent of the user's own is left alone.
+  two.extra_mpi_args = {"--mca", "orte_launch_agent", "/opt/ompi/bin/orted"};
+  line = ShellQuote(BuildMpirunCommand(two));
+  EXPECT_EQ(line.find("LD_PRELOAD"), std::string::npos) << line;
 }
 
 TEST(Command, ManyHostsDisableTreeSpawn) {
@@ -329,6 +363,53 @@ std::optional<int> Parse(Args args, Options* o) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   return ParseCommandLine(static_cast<int>(argv.size()), argv.data(), o);
+}
+
+TEST(Usage, TheNearestKnownNameOrNone) {
+  const Args known = {"--np",
+                      "-np",
+                      "-H",
+                      "-h",
+                      "--help",
+                      "--hostfile",
+                      "--verbose",
+                      "--hierarchical-allreduce",
+                      "--network-interface"};
+  EXPECT_EQ(NearestName("--hostfle", known), "--hostfile");
+  EXPECT_EQ(NearestName("--verbsoe=1", known), "--verbose");  // the part before '='
+  EXPECT_EQ(NearestName("-n", known), "-np");                 // a beginning beats one edit
+  EXPECT_EQ(NearestName("--hierarchical", known), "--hierarchical-allreduce");
+  EXPECT_EQ(NearestName("--tcp-port", known), "");  // too far to be a typo
+  EXPECT_EQ(NearestName("--bogus", known), "");
+  EXPECT_TRUE(LooksLikeOption("--bogus") && LooksLikeOption("-n") && LooksLikeOption("--a=1"));
+  EXPECT_FALSE(LooksLikeOption("-") || LooksLikeOption("--") || LooksLikeOption("python"));
+  EXPECT_EQ(UnknownOptionMessage("--hostfle=h", known)
+                .rfind("unknown option '--hostfle'; did you mean '--hostfile'? (kolorun --help", 0),
+            0u);
+}
+
+TEST(Kolorun, UnknownOptionsAndBadValuesStopWithExitCode2) {
+  for (const Args& args : std::vector<Args>{{"kolorun", "-np", "2", "--bogus", "/bin/true"},
+                                            {"kolorun", "--hostfle", "h", "prog"},
+                                            {"kolorun", "-np", "0", "prog"},
+                                            {"kolorun", "--np"},
+                                            {"kolorun", "--binding", "tight", "prog"}}) {
+    Options o;
+    EXPECT_EQ(Parse(args, &o), 2) << args[args.size() - 2];
+  }
+  Options help;
+  EXPECT_EQ(Parse({"kolorun", "--help"}, &help), 0);
+}
+
+TEST(Kolorun, OptionsAfterTheProgramOrAfterDoubleDashAreThePrograms) {
+  Options o;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "python", "train.py", "--lr", "1", "--bogus"}, &o),
+            std::nullopt);
+  EXPECT_EQ(o.command, (Args{"python", "train.py", "--lr", "1", "--bogus"}));
+  Options dashed;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "--", "--odd-program-name", "-v"}, &dashed),
+            std::nullopt);
+  EXPECT_EQ(dashed.command, (Args{"--odd-program-name", "-v"}));
 }
 
 TEST(Kolorun, AutotuneFlagsSetTheAutotuneVariables) {
@@ -530,6 +611,66 @@ TEST(PinnedGpu, KeepsTheLocalRanksEntryOrTheLocalRankItself) {
   EXPECT_NE(short_list.status().message().find("local rank 2 has no GPU of its own"),
             std::string::npos)
       << short_list.status().message();
+}
+
+}  // namespace
+}  // namespace kolo::launcher
+
+namespace kolo::launcher {
+namespace {
+
+TEST(ProgramCheck, FoundAsExecvpWouldFindIt) {
+  const std::string dir = ::testing::TempDir() + "/kolo_program_check";
+  std::filesystem::create_directories(dir + "/bin");
+  std::ofstream(dir + "/bin/tool") << "#!/bin/sh\n";
+  std::ofstream(dir + "/notes.txt") << "text\n";
+  chmod((dir + "/bin/tool").c_str(), 0755);
+  EXPECT_EQ(LocalProgramState("tool", "/nonexistent:" + dir + "/bin", "/"), "");
+  EXPECT_EQ(LocalProgramState("tool", "/usr/bin", "/"), "notfound");
+  EXPECT_EQ(LocalProgramState("tool", "bin", dir), "");   // a relative PATH entry: from cwd
+  EXPECT_EQ(LocalProgramState("bin/tool", "", dir), "");  // a path: as given, from cwd
+  EXPECT_EQ(LocalProgramState(dir + "/notes.txt", "", "/"), "notexec");
+  EXPECT_EQ(LocalProgramState(dir + "/bin", "", "/"), "isdir");
+  EXPECT_EQ(LocalProgramState("./missing", "", dir), "missing");
+  EXPECT_EQ(LocalProgramState("bin", dir, "/"), "notfound");  // a directory on PATH is not it
+}
+
+TEST(ProgramCheck, RemoteAnswersAndMessages) {
+  std::vector<std::pair<ProgramState, std::string>> found;
+  EXPECT_TRUE(ParseRemoteCheck("Welcome to node2\nnotfound train\nmissing /opt/k/kolo-rank\n" +
+                                   std::string(kKolorunCheckDone) + "\n",
+                               &found));
+  EXPECT_EQ(found, (std::vector<std::pair<ProgramState, std::string>>{
+                       {"notfound", "train"}, {"missing", "/opt/k/kolo-rank"}}));
+  std::vector<std::pair<ProgramState, std::string>> cut;
+  EXPECT_FALSE(ParseRemoteCheck("notfound train\n", &cut));  // no end mark: it did not finish
+
+  ProgramCheck check{"/opt/k/kolo-rank", "train", "/usr/bin:/bin", "/home/u/job"};
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "notfound", "train"),
+            "host 'node2': 'train' is not found on the ranks' PATH (/usr/bin:/bin); give its full "
+            "path, or set the ranks' PATH with -x PATH=...");
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "missing", "/opt/k/kolo-rank"),
+            "host 'node2': kolorun's helper '/opt/k/kolo-rank' does not exist; install kolo at "
+            "the same path on every host");
+  EXPECT_EQ(ProgramProblemMessage("node2", check, "missing", "./train.sh"),
+            "host 'node2': './train.sh' does not exist (ranks start in /home/u/job there, else "
+            "in the home directory)");
+  // The check runs as POSIX sh whatever the login shell, with the values quoted.
+  const std::string command = RemoteCheckCommand(check);
+  EXPECT_EQ(command.rfind("sh -c '", 0), 0u) << command;
+  EXPECT_NE(command.find("/home/u/job"), std::string::npos) << command;
+}
+
+TEST(ProgramCheck, RemoteShellIsSshOrTheAgentMpirunUses) {
+  EXPECT_EQ(RemoteAgent({"--mca", "plm_rsh_agent", "/t/fake_ssh.sh -v"}, ""),
+            (Args{"/t/fake_ssh.sh", "-v"}));
+  EXPECT_EQ(RemoteAgent({"-mca", "btl", "tcp"}, "qrsh -inherit"), (Args{"qrsh", "-inherit"}));
+  EXPECT_EQ(RemoteAgent({}, "ssh : rsh"), Args{});  // Open MPI's default: ssh
+  EXPECT_EQ(RemoteShellArgv({}, "node2", 2222, "/k/id", "CMD", 5),
+            (Args{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", "2222", "-i",
+                  "/k/id", "node2", "CMD"}));
+  EXPECT_EQ(RemoteShellArgv({"qrsh", "-inherit"}, "node2", 0, "", "CMD", 5),
+            (Args{"qrsh", "-inherit", "node2", "CMD"}));
 }
 
 }  // namespace

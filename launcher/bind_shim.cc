@@ -1,0 +1,127 @@
+// libkolo_bind.so (see bind_shim.h). A preloaded library: no C++ runtime
+// beyond what libc gives, no allocation in bind(), and it reads its two
+// variables itself because it runs inside Open MPI's processes, not kolo's.
+#include <dlfcn.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "bind_shim.h"
+
+namespace {
+
+using BindFunction = int (*)(int, const sockaddr*, socklen_t);
+
+char g_interfaces[1024];  // ",lo,eth0," (set once, before any thread starts)
+
+// Removes this library from LD_PRELOAD so that the processes Open MPI starts
+// do not inherit it (kolo-rank adds it back to the program when it is needed).
+void ForgetPreload() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr || std::strlen(preload) >= 4096) return;
+  char kept[4096] = {0};
+  char copy[4096];
+  std::strcpy(copy, preload);
+  char* save = nullptr;
+  for (char* entry = strtok_r(copy, ": ", &save); entry; entry = strtok_r(nullptr, ": ", &save)) {
+    const char* slash = std::strrchr(entry, '/');
+    if (std::strcmp(slash ? slash + 1 : entry, kolo::launcher::kBindLibraryName) == 0) continue;
+    if (kept[0] != '\0') std::strcat(kept, ":");
+    std::strcat(kept, entry);
+  }
+  if (kept[0] == '\0') {
+    unsetenv("LD_PRELOAD");
+  } else {
+    setenv("LD_PRELOAD", kept, 1);
+  }
+}
+
+__attribute__((constructor)) void Init() {
+  const char* names = std::getenv(kolo::launcher::kBindInterfaces);
+  if (names != nullptr && std::strlen(names) + 3 < sizeof g_interfaces) {
+    std::strcpy(g_interfaces, ",");
+    std::strcat(g_interfaces, names);
+    std::strcat(g_interfaces, ",");
+  }
+  ForgetPreload();
+}
+
+bool Listed(const char* interface) {
+  char key[IFNAMSIZ + 3] = ",";
+  std::strncat(key, interface, IFNAMSIZ);
+  std::strcat(key, ",");
+  return std::strstr(g_interfaces, key) != nullptr;
+}
+
+// Open MPI's TCP components, built as plugins or into its libraries.
+bool FromOpenMpi(void* caller) {
+  Dl_info info;
+  if (dladdr(caller, &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const char* name = slash ? slash + 1 : info.dli_fname;
+  static const char* const kPrefixes[] = {"mca_oob_tcp", "mca_btl_tcp", "libopen-rte",
+                                          "libopen-pal", "libmpi"};
+  for (const char* prefix : kPrefixes) {
+    if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
+
+bool IsWildcard(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (a->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
+  }
+  return false;
+}
+
+// `a` with its address replaced by the first one of its family on a listed
+// interface (link-local IPv6 skipped), else by loopback: never wider than asked.
+void Narrow(const sockaddr* a, sockaddr_storage* out) {
+  std::memcpy(out, a, a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+  ifaddrs* list = nullptr;
+  bool found = false;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->sa_family || !Listed(i->ifa_name))
+        continue;
+      if (a->sa_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(out)->sin_addr =
+            reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+        found = true;
+      } else {
+        const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+        if (IN6_IS_ADDR_LINKLOCAL(&v6)) continue;
+        reinterpret_cast<sockaddr_in6*>(out)->sin6_addr = v6;
+        found = true;
+      }
+    }
+    freeifaddrs(list);
+  }
+  if (found) return;
+  if (a->sa_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(out)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else {
+    reinterpret_cast<sockaddr_in6*>(out)->sin6_addr = in6addr_loopback;
+  }
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int bind(int fd, const sockaddr* address,
+                                                           socklen_t length) {
+  static BindFunction real = reinterpret_cast<BindFunction>(dlsym(RTLD_NEXT, "bind"));
+  if (g_interfaces[0] != '\0' && address != nullptr && IsWildcard(address) &&
+      FromOpenMpi(__builtin_return_address(0))) {
+    sockaddr_storage narrowed;
+    Narrow(address, &narrowed);
+    return real(fd, reinterpret_cast<const sockaddr*>(&narrowed), length);
+  }
+  return real(fd, address, length);
+}
