@@ -48,6 +48,6 @@ def test_fault_ends_the_job_with_a_named_error(fault):
     assert r["named"], "no line names rank 2:\n" + out
     assert r["seconds"] < bound, (r["seconds"], out)
     if survivors_report:
-        others = {0, 1} if fault != "badinput" else {0, 1, 2}
+        others = {0, 1}  # with badinput, rank 2 catches its own refusal and goes on
         assert others <= set(r["seen"]), (r["seen"], out)
         assert max(t for rank, (t, _) in r["seen"].items() if rank in others) < bound, r["seen"]
