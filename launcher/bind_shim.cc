@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,11 +51,25 @@ __attribute__((constructor)) void Init() {
   ForgetPreload();
 }
 
-bool Listed(const char* interface) {
+// Whether interface `i` is one the job lives on: its name is listed, or (IPv4)
+// its address lies in a listed network ("10.0.0.0/24").
+bool Listed(const ifaddrs* i) {
   char key[IFNAMSIZ + 3] = ",";
-  std::strncat(key, interface, IFNAMSIZ);
+  std::strncat(key, i->ifa_name, IFNAMSIZ);
   std::strcat(key, ",");
-  return std::strstr(g_interfaces, key) != nullptr;
+  if (std::strstr(g_interfaces, key) != nullptr) return true;
+  if (i->ifa_addr->sa_family != AF_INET) return false;
+  const uint32_t address =
+      ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+  for (const char* entry = g_interfaces; (entry = std::strchr(entry, ',')) != nullptr;) {
+    ++entry;
+    unsigned a = 0, b = 0, c = 0, d = 0, bits = 0;
+    if (std::sscanf(entry, "%u.%u.%u.%u/%u", &a, &b, &c, &d, &bits) != 5 || bits > 32) continue;
+    const uint32_t network = (a << 24) | (b << 16) | (c << 8) | d;
+    const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+    if ((address & mask) == (network & mask)) return true;
+  }
+  return false;
 }
 
 // Open MPI's TCP components, built as plugins or into its libraries.
@@ -89,8 +104,7 @@ void Narrow(const sockaddr* a, sockaddr_storage* out) {
   bool found = false;
   if (getifaddrs(&list) == 0) {
     for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->sa_family || !Listed(i->ifa_name))
-        continue;
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->sa_family || !Listed(i)) continue;
       if (a->sa_family == AF_INET) {
         reinterpret_cast<sockaddr_in*>(out)->sin_addr =
             reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;

@@ -9,7 +9,8 @@
 
 namespace kolo::launcher {
 
-// Interfaces to listen on, comma-separated names ("lo", "eth0"). Read by the shim.
+// Interfaces to listen on, comma-separated names ("lo", "eth0") or IPv4 networks
+// ("10.0.0.0/24": the interfaces whose address lies in one). Read by the shim.
 inline constexpr const char* kBindInterfaces = "KOLORUN_BIND_INTERFACES";
 // The shim's path; kolo-rank preloads it into the program when set (multi-host jobs,
 // where Open MPI's TCP transport listens in the ranks).

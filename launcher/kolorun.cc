@@ -161,7 +161,9 @@ Result<JobNetwork> ChooseNetwork(Options& o, const std::vector<HostSlots>& used)
     if (!found.ok() && o.dry_run) return net;  // --dry-run needs no network
     if (!found.ok()) return found.status();
     net = found.value();
-    o.network_interfaces = net.interfaces;
+    // By network, not by name: another host's interface may be called otherwise.
+    o.network_interfaces =
+        net.subnets.size() == net.interfaces.size() ? net.subnets : net.interfaces;
     if (o.verbose && !net.interfaces.empty()) {
       std::cerr << "kolorun: the other hosts are reached through " << net.interfaces.front() << " ("
                 << net.address << ")\n";
@@ -211,7 +213,11 @@ Variables RankVariables(const Options& o, const std::vector<HostSlots>& used) {
   child_env["MASTER_PORT"] = std::to_string(ports[0]);
   child_env["JAX_COORDINATOR_ADDRESS"] = JoinHostPort(master, ports[1]);
   child_env[env::kLaunchHosts] = FormatHostSpec(used);
-  if (!o.network_interfaces.empty()) child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
+  // NCCL takes interface names only; a network found by kolorun is left to NCCL's own choice.
+  if (!o.network_interfaces.empty() &&
+      o.network_interfaces.front().find('/') == std::string::npos) {
+    child_env["NCCL_SOCKET_IFNAME"] = o.network_interfaces.front();
+  }
   return child_env;
 }
 

@@ -118,8 +118,9 @@ Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double time
 
 namespace {
 
-// The interface that holds local address `a`, or "".
-std::string InterfaceOf(const asio::ip::address& a) {
+// The interface that holds local address `a`, or ""; with its IPv4 network
+// in CIDR notation in `*subnet` ("" for IPv6).
+std::string InterfaceOf(const asio::ip::address& a, std::string* subnet) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "";
   std::string name;
@@ -132,7 +133,14 @@ std::string InterfaceOf(const asio::ip::address& a) {
     if (getnameinfo(i->ifa_addr, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
     boost::system::error_code ec;
     auto local = asio::ip::make_address(std::string(buf).substr(0, std::string(buf).find('%')), ec);
-    if (!ec && local == a) name = i->ifa_name;
+    if (ec || local != a) continue;
+    name = i->ifa_name;
+    if (family == AF_INET && i->ifa_netmask != nullptr) {
+      const uint32_t mask = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+      const uint32_t network = a.to_v4().to_uint() & mask;
+      *subnet = asio::ip::address_v4(network).to_string() + "/" +
+                std::to_string(__builtin_popcount(mask));
+    }
   }
   freeifaddrs(list);
   return name;
@@ -160,11 +168,16 @@ Result<JobNetwork> NetworkReaching(const std::vector<HostSlots>& hosts) {
                                      "); name the interface with --network-interface");
     }
     const asio::ip::address local = probe.local_endpoint(ec).address();
-    const std::string name = InterfaceOf(local);
+    std::string subnet;
+    const std::string name = InterfaceOf(local, &subnet);
     if (ec || name.empty()) continue;
     if (net.address.empty()) net.address = local.to_string();
     if (std::find(net.interfaces.begin(), net.interfaces.end(), name) == net.interfaces.end()) {
       net.interfaces.push_back(name);
+    }
+    if (!subnet.empty() &&
+        std::find(net.subnets.begin(), net.subnets.end(), subnet) == net.subnets.end()) {
+      net.subnets.push_back(subnet);
     }
   }
   return net;

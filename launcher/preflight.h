@@ -23,6 +23,11 @@ Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double time
 // address on the first of them (where kolorun's rendezvous listens).
 struct JobNetwork {
   std::vector<std::string> interfaces;
+  // The IPv4 networks of those interfaces ("10.0.0.0/24"): what the job is
+  // bound to when kolorun finds the interfaces itself, since the interface
+  // names of other hosts need not match this machine's (Open MPI's
+  // *_if_include and kolo's bind shim take either).
+  std::vector<std::string> subnets;
   std::string address;
 };
 Result<JobNetwork> NetworkReaching(const std::vector<HostSlots>& hosts);

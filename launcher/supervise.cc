@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "options.h"
 #include "output.h"
@@ -47,6 +49,29 @@ std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::str
            " s (--start-timeout); is the host slow to start processes, or unreachable?";
   }
   return "";
+}
+
+// Says that mpirun did not stop the job after a rank failed, and which hosts
+// had ranks that never reported back: the ones it is likely waiting for.
+std::string Unreported(const std::vector<std::string>& rank_hosts,
+                       const std::vector<RankExit>& exits) {
+  std::vector<std::string> hosts;
+  std::string ranks;
+  for (int r = 0; r < static_cast<int>(rank_hosts.size()); ++r) {
+    if (std::any_of(exits.begin(), exits.end(), [&](const RankExit& e) { return e.rank == r; }))
+      continue;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (std::find(hosts.begin(), hosts.end(), rank_hosts[r]) == hosts.end())
+      hosts.push_back(rank_hosts[r]);
+  }
+  std::string where;
+  for (const std::string& h : hosts) where += (where.empty() ? "" : ", ") + h;
+  return "mpirun did not stop the job within 10 s of rank " + std::to_string(exits.front().rank) +
+         "'s failure; ending it. " +
+         (ranks.empty() ? std::string("Every rank reported")
+                        : "Rank(s) " + ranks + " on " + where +
+                              " never reported back: is that host cut off from the network, "
+                              "or its Open MPI daemon hung?");
 }
 
 // Open MPI's own messages (mpirun's untagged lines: its help banners, a
@@ -316,12 +341,24 @@ int Supervise(const Job& job, RendezvousServer& server) {
   Teardown teardown(m.pid);
   std::string ended;  // why kolorun ended the job itself
   const auto start = Clock::now();
+  // A rank failed: mpirun aborts the job itself, but cannot when a host is
+  // cut off (it waits for that host's daemon). Past kRankFailureGrace the
+  // bounded teardown takes over, so kolorun still ends and reports.
+  constexpr auto kRankFailureGrace = std::chrono::seconds(10);
+  std::optional<Clock::time_point> first_failure;
+  bool said_overdue = false;
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     if (ended.empty()) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       ended = CheckRendezvous(server, job.rank_hosts, elapsed, job.start_timeout);
     }
-    if (!teardown.Step(g_signal != 0 || !ended.empty())) break;
+    if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
+    const bool overdue = first_failure && Clock::now() - *first_failure > kRankFailureGrace;
+    if (overdue && !said_overdue) {
+      said_overdue = true;
+      std::fprintf(stderr, "kolorun: %s\n", Unreported(job.rank_hosts, sink.exits()).c_str());
+    }
+    if (!teardown.Step(g_signal != 0 || !ended.empty() || overdue)) break;
     if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     ForwardOutput(fds, assembler, sink);
   }

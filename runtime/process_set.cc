@@ -184,7 +184,21 @@ Status ProcessSet::WaitForRequest(MPI_Request* request) {
     int done = 0;
     KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
     if (done) return Status::OK();
-    if (Clock::now() - start < std::chrono::microseconds(50)) continue;
+    const auto waited = Clock::now() - start;
+    if (waited < std::chrono::microseconds(50)) continue;
+    // Every rank's background thread joins a round every cycle, whatever its
+    // training thread does; a round that does not complete means a rank that
+    // cannot: its process is stopped or hangs, or its host is cut off. The
+    // exchange cannot be cancelled, so kolo stops on this rank (the error goes
+    // to every pending and later operation) instead of waiting for ever.
+    const double limit = config_.stall_check_disabled ? 0 : config_.stall_shutdown_seconds;
+    if (limit > 0 && std::chrono::duration<double>(waited).count() >= limit) {
+      return Status::Aborted(
+          "the other ranks of process set " + std::to_string(info_->id) +
+          " did not answer a negotiation round for " + std::to_string(static_cast<int>(limit)) +
+          " s (KOLO_STALL_SHUTDOWN_TIME_SECONDS): a rank is stopped or hangs, or its host lost "
+          "its network; kolorun's output names the rank or host");
+    }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
   }

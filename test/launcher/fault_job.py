@@ -2,7 +2,7 @@
 (test/launcher/test_fault_matrix.py) and the chaos run (bench/chaos.py). Run under kolorun.
 
 Environment:
-  FAULT        kill | stop | raise | badinput | exit | stuck | none
+  FAULT        kill | stop | raise | badinput | exit | stuck | cut | none
   FAULT_RANK   the rank that misbehaves (default: the last)
   FAULT_STEP   the training step at which it does (default 3)
   FAULT_STAMP  a file where that rank writes the wall-clock time of the fault
@@ -11,13 +11,16 @@ kill / stop: the rank submits the step's gradients (the collective is in flight 
 every other rank), then sends itself SIGKILL / SIGSTOP. raise: it raises between two
 steps (uncaught). badinput: it submits a complex64 gradient under the name the others
 use (an input kolo refuses on the calling thread), catches the error and carries on.
-exit: it shuts kolo down and exits 0 between steps. stuck: it sleeps in user code.
+exit: it shuts kolo down and exits 0 between steps. stuck: it sleeps in user code. cut:
+it runs FAULT_CUT_CMD (the test's command that takes its host's link down), then goes on.
 
 Every rank that catches an error from kolo prints one line
     FAULT-SEEN rank=<r> at=<unix time> error=<type>: <message, first line>
 and leaves with exit code 3; a rank that finishes every step prints FAULT-NONE."""
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 
@@ -55,6 +58,9 @@ try:
             stamp()
             hvd.shutdown()
             sys.exit(0)
+        if me and fault == "cut":
+            stamp()
+            subprocess.run(shlex.split(os.environ["FAULT_CUT_CMD"]), check=True)
         if me and fault == "stuck":
             stamp()
             time.sleep(3600)

@@ -17,20 +17,21 @@ STALL_ENV = {"KOLO_STALL_CHECK_TIME_SECONDS": "2", "KOLO_STALL_SHUTDOWN_TIME_SEC
 
 
 def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=False, timeout=60,
-              python="/usr/bin/python3"):
+              python="/usr/bin/python3", hosts=None, extra_env=None):
     """One job. Returns a dict: fault, rank, step, hung, returncode, seconds (fault until
     kolorun returned), seen {rank: (seconds after the fault, error line)}, named (the
-    lines that name the faulty rank), output."""
+    lines that name the faulty rank), output. `hosts` ("a:2,b:2") places the ranks on
+    hosts started by fake_ssh.sh, as two_hosts does on 127.0.0.1 and 127.0.0.2."""
     rank = np - 1 if rank is None else rank
     with tempfile.TemporaryDirectory() as tmp:
         stamp = os.path.join(tmp, "stamp")
         env = dict(os.environ, PYTHONPATH=python_dir, FAULT=fault, FAULT_RANK=str(rank),
-                   FAULT_STEP=str(step), FAULT_STAMP=stamp, **STALL_ENV)
+                   FAULT_STEP=str(step), FAULT_STAMP=stamp, **STALL_ENV, **(extra_env or {}))
         cmd = [kolorun, "-np", str(np)]
-        if two_hosts:
-            half = np // 2
-            cmd += ["-H", "127.0.0.1:%d,127.0.0.2:%d" % (half, np - half),
-                    "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
+        if two_hosts and not hosts:
+            hosts = "127.0.0.1:%d,127.0.0.2:%d" % (np // 2, np - np // 2)
+        if hosts:
+            cmd += ["-H", hosts, "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
         cmd += [python, FAULT_JOB]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -44,7 +45,7 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
     for m in re.finditer(r"FAULT-SEEN rank=(\d+) at=([\d.]+) error=(.*)", out):
         seen[int(m.group(1))] = (float(m.group(2)) - (fault_at or 0), m.group(3))
     named = [line for line in out.splitlines()
-             if re.search(r"\brank[s]?(\(s\))? %d\b" % rank, line)
+             if re.search(r"\brank[s]?(\(s\))? (\d+, )*%d\b" % rank, line, re.IGNORECASE)
              and re.search(r"kolorun:|kolo-rank:|FAULT-SEEN", line)]
     return {"fault": fault, "rank": rank, "step": step, "np": np, "two_hosts": two_hosts,
             "hung": hung, "returncode": code, "fault_happened": fault_at is not None,

@@ -1,10 +1,12 @@
-"""The fault matrix (docs/reliability.md): one kolo.torch training job per fault, np=3,
+"""The fault matrix (docs/reliability.md): one kolo.torch training job per fault, np=3
+(a host cut off from the network: np=4 on two hosts, the second in a network namespace),
 the last rank misbehaving at step 3, stall check 2 s and stall shutdown 5 s. For each:
 nothing hangs, the other ranks get an error or are ended by kolorun, a line names the
 faulty rank, and the time from the fault until that happened is within its bound.
 Set FAULT_MATRIX_LOG=<file> to have each test append its figures (JSON lines)."""
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -51,3 +53,49 @@ def test_fault_ends_the_job_with_a_named_error(fault):
         others = {0, 1}  # with badinput, rank 2 catches its own refusal and goes on
         assert others <= set(r["seen"]), (r["seen"], out)
         assert max(t for rank, (t, _) in r["seen"].items() if rank in others) < bound, r["seen"]
+
+
+# The second host: a network namespace (/run/netns/kolo-HOST, which fake_ssh.sh enters)
+# joined to this one by a veth pair; the faulty rank takes its own side of the link down.
+CUT_HOST, CUT_LOCAL = "10.231.0.2", "10.231.0.1"
+
+
+@pytest.fixture
+def cut_off_host():
+    ns = "kolo-" + CUT_HOST
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", "kolo-va", "type", "veth", "peer", "name", "kolo-vb"],
+             ["ip", "link", "set", "kolo-vb", "netns", ns],
+             ["ip", "addr", "add", CUT_LOCAL + "/24", "dev", "kolo-va"],
+             ["ip", "link", "set", "kolo-va", "up"],
+             ["ip", "netns", "exec", ns, "ip", "addr", "add", CUT_HOST + "/24", "dev", "kolo-vb"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", "kolo-vb", "up"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", "kolo-va"], capture_output=True)
+            pytest.skip("cannot make a network namespace here (%s: %s)" % (" ".join(cmd),
+                                                                          r.stderr.strip()))
+    yield
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "link", "del", "kolo-va"], capture_output=True)
+
+
+def test_a_host_cut_off_ends_the_job_naming_it(cut_off_host):
+    # np=4, ranks 2 and 3 on the namespace's host; rank 2 cuts the link at step 3. The
+    # ranks on this side find the negotiation unanswered after the stall shutdown time
+    # (5 s) and fail; mpirun cannot reach the other host's daemon, so kolorun ends it
+    # after its 10 s grace, naming the ranks and the host that never reported back.
+    r = run_fault(KOLORUN, PYTHON_DIR, "cut", np=4, rank=2, step=3, timeout=90,
+                  hosts="%s:2,%s:2" % (CUT_LOCAL, CUT_HOST),
+                  extra_env={"FAULT_CUT_CMD": "ip link set kolo-vb down"})
+    record(r)
+    out = r["output"][-4000:]
+    assert not r["hung"], "the job hung (90 s):\n" + out
+    assert r["fault_happened"] and r["returncode"] != 0, out
+    assert {0, 1} <= set(r["seen"]), (r["seen"], out)
+    assert all("did not answer a negotiation round" in e for t, e in r["seen"].values()), r["seen"]
+    assert "Rank(s) 2, 3 on %s never reported back" % CUT_HOST in out, out
+    assert r["seconds"] < 30, (r["seconds"], out)
