@@ -32,7 +32,8 @@ void AddOptions(CLI::App& app, Options* o) {
       ->check(CLI::Range(1, 65535));
   app.add_option("-i,--ssh-identity-file", o->ssh_identity_file, "ssh identity file");
   app.add_option("--start-timeout", o->start_timeout,
-                 "Seconds to wait for hosts and ranks (default 30, or HOROVOD_START_TIMEOUT)")
+                 "Seconds to wait for hosts and ranks (default 30, or KOLO_START_TIMEOUT / "
+                 "HOROVOD_START_TIMEOUT)")
       ->check(CLI::PositiveNumber);
   app.add_option("--network-interface", o->network_interfaces, "NIC for MPI and NCCL (repeatable)")
       ->allow_extra_args(false);
@@ -172,13 +173,15 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
 
 Status ApplyStartTimeoutVariable(const std::map<std::string, std::string>& environment,
                                  Options* o) {
-  auto it = environment.find("HOROVOD_START_TIMEOUT");
+  // KOLO_START_TIMEOUT, else Horovod's name (the settings table's rule: the KOLO_ name wins).
+  auto it = environment.find("KOLO_START_TIMEOUT");
+  if (it == environment.end()) it = environment.find("HOROVOD_START_TIMEOUT");
   if (o->start_timeout_given || it == environment.end()) return Status::OK();
   const std::string& text = it->second;
   char* end = nullptr;
   const double seconds = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(seconds > 0)) {
-    return Status::InvalidArgument("HOROVOD_START_TIMEOUT='" + text +
+    return Status::InvalidArgument(it->first + "='" + text +
                                    "' is not a positive number of seconds");
   }
   o->start_timeout = seconds;

@@ -558,6 +558,11 @@ def test_horovod_start_timeout_is_the_default_of_start_timeout():
     r = kolorun("-np", "1", "--start-timeout", "5", "--dry-run", "true",
                 env={"HOROVOD_START_TIMEOUT": "soon"})
     assert r.returncode == 0, r.stderr
+    # kolo's own name is read first, as every setting's
+    r = kolorun("-np", "1", "--dry-run", "true",
+                env={"KOLO_START_TIMEOUT": "later", "HOROVOD_START_TIMEOUT": "5"})
+    assert r.returncode == 2
+    assert "KOLO_START_TIMEOUT='later' is not a positive number of seconds" in r.stderr
 
 
 def test_horovod_variables_reach_the_ranks_and_are_read_as_kolo_settings():
