@@ -160,13 +160,6 @@ def test_barrier_and_objects(rank, size):
     assert box == [{"from": 0}]
 
 
-def test_point_to_point_is_refused(rank, size):
-    with pytest.raises(NotImplementedError, match="does not implement send"):
-        dist.send(torch.ones(1), dst=(rank + 1) % size)
-    with pytest.raises(NotImplementedError, match="does not implement recv"):
-        dist.recv(torch.ones(1), src=(rank + 1) % size)
-
-
 def test_unsupported_op_is_refused(rank):
     with pytest.raises(NotImplementedError, match="BAND"):
         dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND)

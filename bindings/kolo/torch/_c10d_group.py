@@ -6,6 +6,7 @@ import torch.distributed as dist
 from kolo import _core
 from kolo.common import basics as _basics
 from kolo.torch.mpi_ops import _DTYPES, _stream
+from kolo.torch._c10d_p2p import P2PChannels
 from kolo.torch._c10d_work import (KoloWork, _called_from_cpp, _check, _completer, _context,
                                    _copy_result, _device, _parent, _shape)
 
@@ -57,12 +58,45 @@ _basics._on_new_run(_forget_sets)
 
 # --- the process group -------------------------------------------------------------------
 
-class KoloProcessGroup(dist.ProcessGroup):
-    """A torch.distributed process group on kolo's runtime (one per torch group)."""
+def _device_types():
+    return ["cpu", "cuda"] if _core.cuda_built() else ["cpu"]
 
-    def __init__(self, rank, size, set_id, group_name):
+
+class _Placeholder(torch._C._distributed_c10d.Backend):
+    """What a KoloProcessGroup registers as its backend for each device: PyTorch reads a
+    group's name, devices and default backend from its registered backends
+    (destroy_process_group(group) needs the name, monitored_barrier a CPU device). The
+    group itself runs every operation; PyTorch's C++ reaches its Python methods."""
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    # PyTorch 2.15's Backend answers these through a Python override that calls itself
+    # back (RecursionError, e.g. in batch_isend_irecv): the answers, given here.
+    supports_coalescing = property(lambda self: False)
+    supports_splitting = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
+    _supports_time_estimate = property(lambda self: False)
+
+
+class KoloProcessGroup(dist.ProcessGroup):
+    """A torch.distributed process group on kolo's runtime (one per torch group).
+    ``global_ranks``: its members (global ranks, in group order); ``timeout``: bounds its
+    point-to-point waits (collectives end by kolo's stall shutdown). Collective over the
+    members (they make the group's point-to-point communicators)."""
+
+    def __init__(self, rank, size, set_id, group_name, global_ranks, timeout=None):
         super().__init__(rank, size)
         self._set_id = set_id
+        placeholder = _Placeholder(rank, size)
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        for device in _device_types():
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM,
+                                   placeholder)
+        self._set_group_name(str(group_name))
+        self._p2p = P2PChannels(global_ranks, timeout)
         tag = "" if set_id == 0 else "g%s." % group_name
         self._bucket_prefix = "ddp." + tag
         self._label_prefix = "c10d.%s" % tag
@@ -346,29 +380,29 @@ class KoloProcessGroup(dist.ProcessGroup):
             return output_tensors
         return self._start("scatter", h, finish)
 
-    # barrier, point to point ----------------------------------------------------------
+    # barrier, point to point (_c10d_p2p.py) -------------------------------------------
 
     def barrier(self, opts=None):
         self._name("barrier")  # kolo names barriers itself; this sets the label
         return self._start("barrier", _core.barrier_async(self._set_id), lambda out: [])
 
-    def _no_p2p(self, op):
-        raise NotImplementedError(
-            "kolo's torch.distributed backend does not implement %s (kolo negotiates "
-            "collectives, not point-to-point messages); create a gloo group for it: "
-            "dist.new_group(backend=\"gloo\")" % op)
-
     def send(self, tensors, dst, tag=0):
-        self._no_p2p("send")
+        return self._p2p.start(tensors, dst, tag, recv=False)
 
     def recv(self, tensors, src, tag=0):
-        self._no_p2p("recv")
+        return self._p2p.start(tensors, src, tag, recv=True)
 
     def recv_anysource(self, tensors, tag=0):
-        self._no_p2p("recv (any source)")
+        return self._p2p.start(tensors, -1, tag, recv=True)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        self.barrier().wait()
+        return self._p2p.monitored_barrier(self.rank(), self.size(), timeout, wait_all_ranks)
+
+    def shutdown(self):
+        """destroy_process_group(): frees the group's point-to-point communicators (its kolo
+        process set stays registered: kolo removes sets collectively, and PyTorch destroys
+        a group on its members only)."""
+        self._p2p.free()
 
     # new groups (PyTorch asks the default group on every rank) -------------------------
 
@@ -388,8 +422,8 @@ class KoloProcessGroup(dist.ProcessGroup):
             set_id = _register_set(ranks)
             if me not in ranks:
                 return None
-            pg = KoloProcessGroup(ranks.index(me), len(ranks), set_id, group_name)
-            pg._set_group_name(group_name)
+            pg = KoloProcessGroup(ranks.index(me), len(ranks), set_id, group_name, ranks,
+                                  timeout or self._p2p.timeout)
             pg._set_group_desc(group_desc or "undefined")
             return pg
         # Another backend beside kolo (e.g. gloo for send/recv): PyTorch's own path.

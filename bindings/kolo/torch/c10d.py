@@ -10,7 +10,9 @@ so one kolo build serves every PyTorch that has the extension points used here
 
 The modules: this one (the version check, registration, creating groups), _c10d_group.py
 (the process group: collectives, names, kolo process sets for new groups), _c10d_work.py
-(Work objects, futures and the threads that complete them; tensors as kolo views).
+(Work objects, futures and the threads that complete them; tensors as kolo views),
+_c10d_p2p.py (point-to-point messages and monitored_barrier, on MPI outside kolo's
+negotiation).
 
 How it fits together:
  - every operation is enqueued on kolo's background thread at once and returns a ``Work``;
@@ -78,7 +80,8 @@ def _check_torch():
 _check_torch()
 
 # After the version check: these subclass what it checked for.
-from kolo.torch._c10d_group import BACKEND_NAME, KoloProcessGroup, _sets  # noqa: E402
+from kolo.torch._c10d_group import (  # noqa: E402
+    BACKEND_NAME, KoloProcessGroup, _device_types, _sets)
 
 _c10d = dist.distributed_c10d
 # PyTorch asks the default process group for new groups on every rank (members or not)
@@ -137,14 +140,15 @@ def _create(opts, backend_options=None):
             "kolo's torch.distributed backend: dist.new_group(%s) needs every rank to take "
             "part in registering the group with kolo, but %s; or use backend=\"gloo\" for "
             "this group" % (ranks, why))
-    return KoloProcessGroup(opts.group_rank, opts.group_size, set_id, group_name)
+    return KoloProcessGroup(opts.group_rank, opts.group_size, set_id, group_name, ranks,
+                            opts.timeout)
 
 
 def _register():
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    devices = ["cpu", "cuda"] if _core.cuda_built() else ["cpu"]
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices)
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
+                                  devices=_device_types())
 
 
 _register()
