@@ -1,5 +1,5 @@
 """Point-to-point on backend "kolo" (send, recv, isend, irecv, recv from any source, tags,
-batch_isend_irecv), monitored_barrier and destroying a subgroup.
+batch_isend_irecv), monitored_barrier, all_gather_coalesced and destroying a subgroup.
 Ranks are ordered by messages and barriers, never by sleeping; every wait is bounded (a
 timeout, or the 60 s limit of conftest.py)."""
 from datetime import timedelta
@@ -168,6 +168,17 @@ def test_destroy_subgroup(rank, size):
     assert t.item() == float(size)
 
 
+@pytest.mark.filterwarnings("ignore:.*all_gather_coalesced. will be deprecated")
+def test_all_gather_coalesced(rank, size):
+    inputs = [torch.full((2, 2), float(rank)), torch.zeros(0), torch.arange(3.0) + rank]
+    outputs = [[torch.full_like(t, -1.0) for t in inputs] for _ in range(size)]
+    dist.all_gather_coalesced(outputs, inputs)
+    for r, outs in enumerate(outputs):
+        assert torch.equal(outs[0], torch.full((2, 2), float(r)))
+        assert outs[1].numel() == 0
+        assert torch.equal(outs[2], torch.arange(3.0) + r)
+
+
 def test_monitored_barrier_passes(rank, size):
     for wait_all in (False, True):
         dist.monitored_barrier(timeout=timedelta(seconds=30), wait_all_ranks=wait_all)
@@ -202,3 +213,20 @@ def test_monitored_barrier_wait_all_ranks(rank, size):
         with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier"):
             dist.monitored_barrier(timeout=timedelta(seconds=0))
     dist.barrier()
+
+
+def test_barrier_left_on_a_timeout_is_joined_later(rank, size):
+    """Rank 0's lone barrier ends after its timeout ("Timed out", as gloo's); its next
+    barrier is the same one, which the others' barrier completes, and the ranks' unnamed
+    collectives stay in step."""
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="Timed out after 1 s waiting for barrier"):
+            dist.barrier(timeout=SHORT)
+        for r in range(1, size):
+            dist.send(torch.ones(1), r, tag=31)  # "I left it"
+    else:
+        dist.recv(torch.zeros(1), 0, tag=31)
+    dist.barrier()
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t)
+    assert t.tolist() == [float(sum(range(size)))] * 2

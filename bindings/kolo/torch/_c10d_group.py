@@ -1,5 +1,7 @@
 """The process group of kolo's torch.distributed backend (see c10d.py): collectives on kolo's
 runtime, named so that kolo pairs them across ranks; kolo process sets for new groups."""
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -49,14 +51,34 @@ def _register_set(ranks):
     return _sets[tuple(ranks)]
 
 
+# kolo set id -> the last barrier started on it (see KoloProcessGroup.barrier).
+_barriers = {}
+
+
 def _forget_sets():
     _sets.clear()
+    _barriers.clear()
 
 
 _basics._on_new_run(_forget_sets)
 
 
 # --- the process group -------------------------------------------------------------------
+
+def _stall_shutdown_seconds():
+    """kolo's stall shutdown time as kolo read it at init (see docs/configuration.md);
+    0: never."""
+    env = os.environ
+    if env.get("KOLO_STALL_CHECK_DISABLE", env.get("HOROVOD_STALL_CHECK_DISABLE", "0")) in (
+            "1", "true", "True"):
+        return 0.0
+    value = env.get("KOLO_STALL_SHUTDOWN_TIME_SECONDS",
+                    env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "600"))
+    try:
+        return float(value)
+    except ValueError:
+        return 600.0
+
 
 def _device_types():
     return ["cpu", "cuda"] if _core.cuda_built() else ["cpu"]
@@ -139,8 +161,8 @@ class KoloProcessGroup(dist.ProcessGroup):
         self._unnamed += 1
         return "", "%s%s.%d" % (self._label_prefix, op, self._unnamed)
 
-    def _start(self, what, handle, finish):
-        work = KoloWork(what, getattr(_context, "label", what))
+    def _start(self, what, handle, finish, timeout=None):
+        work = KoloWork(what, getattr(_context, "label", what), timeout)
         work.from_cpp = _called_from_cpp()
         _completer.submit(handle, finish, work)
         return work
@@ -232,6 +254,37 @@ class KoloProcessGroup(dist.ProcessGroup):
                            lambda out: [_copy_result(out, last), outputs][1])
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """dist.all_gather_coalesced: ``output_lists[r][i]`` gets rank r's ``inputs[i]``;
+        one grouped kolo allgather (negotiated and run as one unit). Empty tensors, which
+        have nothing to gather, are left out on every rank alike."""
+        if len(output_lists) != self.size():
+            raise ValueError("all_gather_coalesced: %d output lists for a group of %d"
+                             % (len(output_lists), self.size()))
+        for outs in output_lists:
+            if len(outs) != len(inputs):
+                raise ValueError("all_gather_coalesced: an output list holds %d tensors for "
+                                 "%d inputs" % (len(outs), len(inputs)))
+        for i, t in enumerate(inputs):
+            _check(t, "all_gather_coalesced input %d" % i)
+        full = [i for i, t in enumerate(inputs) if t.numel() > 0]
+        if not full:
+            raise ValueError("all_gather_coalesced: every input tensor is empty")
+        specs = [(inputs[i].data_ptr(), _DTYPES[inputs[i].dtype], [1, inputs[i].numel()],
+                  _device(inputs[i])) for i in full]
+
+        def finish(out):
+            for i, part in zip(full, out.take_parts()):
+                t = inputs[i]
+                rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
+                _copy_result(part, rows)
+                for row, outs in zip(rows, output_lists):
+                    outs[i].copy_(row.view(outs[i].shape))
+            return [o for outs in output_lists for o in outs]
+        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
+                                          _stream(inputs[full[0]]))
+        return self._start("all_gather_coalesced", h, finish)
 
     # reduce_scatter -------------------------------------------------------------------
 
@@ -383,8 +436,24 @@ class KoloProcessGroup(dist.ProcessGroup):
     # barrier, point to point (_c10d_p2p.py) -------------------------------------------
 
     def barrier(self, opts=None):
+        """Bounded by ``dist.barrier(timeout=...)``, else by the group's timeout, as gloo's.
+        A barrier carries no data: one that a rank left on a timeout stays pending in kolo,
+        and that rank's next barrier on the set is the same one (the other ranks' next
+        barrier completes it, and every rank numbers its unnamed collectives afresh)."""
+        timeout = getattr(opts, "timeout", None)
+        if timeout is None or timeout.total_seconds() <= 0:
+            timeout = self._p2p.timeout
+        if 0 < _stall_shutdown_seconds() <= timeout.total_seconds():
+            timeout = None  # kolo's stall shutdown ends it first, naming the missing ranks
+        left = _barriers.get(self._set_id)
+        if left is not None and not left.is_completed():
+            left._timeout = timeout
+            return left
         self._name("barrier")  # kolo names barriers itself; this sets the label
-        return self._start("barrier", _core.barrier_async(self._set_id), lambda out: [])
+        work = self._start("barrier", _core.barrier_async(self._set_id), lambda out: [],
+                           timeout)
+        _barriers[self._set_id] = work
+        return work
 
     def send(self, tensors, dst, tag=0):
         return self._p2p.start(tensors, dst, tag, recv=False)

@@ -141,9 +141,10 @@ class KoloWork(dist._Work):
     coordinator's text naming ranks); ``get_future()`` is completed with its output tensors
     by the completion thread, or by the first thread that waits for it."""
 
-    def __init__(self, what, label):
+    def __init__(self, what, label, timeout=None):
         super().__init__()
         self._what = what
+        self._timeout = timeout  # bounds wait() without a timeout of its own (barriers)
         self.label = label  # the parent name of operations its callbacks start
         self.children = 0
         self._future = _KoloFuture(self)
@@ -175,11 +176,14 @@ class KoloWork(dist._Work):
             self._future.set_exception(self._error)
 
     def wait(self, timeout=None):
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
+        limit = timeout if timeout else self._timeout
+        seconds = limit.total_seconds() if isinstance(limit, datetime.timedelta) else 0
         if not self._kolo_done.wait(seconds if seconds > 0 else None):
-            raise RuntimeError("kolo's torch.distributed backend: %s did not finish within "
-                               "%s (kolo's stall inspector reports which ranks are missing)"
-                               % (self._what, timeout))
+            raise RuntimeError(
+                "kolo's torch.distributed backend: Timed out after %g s waiting for %s (%s); it "
+                "stays pending in kolo, whose stall inspector names the ranks that are missing"
+                % (seconds, self._what, "wait(timeout=...)" if timeout else
+                   "the process group's timeout"))
         self._complete_future()
         if self._error is not None:
             raise self._error
