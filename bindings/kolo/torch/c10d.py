@@ -9,7 +9,8 @@ so one kolo build serves every PyTorch that has the extension points used here
 (``_MIN_TORCH``; checked at import). docs/api-torch-distributed.md has what is supported.
 
 The modules: this one (the version check, registration, creating groups), _c10d_group.py
-(the process group: collectives, names, kolo process sets for new groups), _c10d_work.py
+(the process group: names, barrier, point-to-point, kolo process sets for new groups),
+_c10d_collectives.py (what each collective becomes on kolo), _c10d_work.py
 (Work objects, futures and the threads that complete them; tensors as kolo views),
 _c10d_p2p.py (point-to-point messages and monitored_barrier, on MPI outside kolo's
 negotiation).
