@@ -36,6 +36,8 @@ class Collectives:
 
     def allreduce(self, tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        if len(tensors) == 1 and tensors[0].is_sparse:
+            return self._sparse_allreduce(tensors[0], op)
         for i, t in enumerate(tensors):
             _check(t, "allreduce tensor %d" % i)
         if len(tensors) != 1:
@@ -45,6 +47,35 @@ class Collectives:
                                   _device(t), self._name("allreduce", t), op, 1.0, 1.0,
                                   self._set_id, _stream(t))
         return self._start("allreduce", h, lambda out: tensors)
+
+    def _sparse_allreduce(self, t, op):
+        """A sparse COO tensor, summed in place as gloo does: every rank's indices and values
+        are gathered (one grouped kolo allgather; ranks may hold different numbers of
+        entries) and added up locally."""
+        if op != _R["sum"]:
+            raise NotImplementedError("kolo's torch.distributed backend: a sparse all_reduce "
+                                      "sums (ReduceOp.SUM), as gloo's")
+        c = t.coalesce()
+        indices = c.indices().t().contiguous()  # [nnz, sparse dims]
+        values = c.values().contiguous()  # [nnz, dense shape...]
+        if values.dtype not in _DTYPES:
+            _check(values, "sparse all_reduce values")
+        specs = [(x.data_ptr(), _DTYPES[x.dtype], list(x.shape), _device(x))
+                 for x in (indices, values)]
+
+        def finish(out, _keep=(indices, values)):
+            parts = []
+            for part, like in zip(out.take_parts(), (indices, values)):
+                whole = torch.empty(part.shape, dtype=like.dtype, device=like.device)
+                _copy_result(part, whole)
+                parts.append(whole)
+            total = torch.sparse_coo_tensor(parts[0].t(), parts[1], t.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total)
+            return [t]
+        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
+                                          _stream(values))
+        return self._start("sparse all_reduce", h, finish)
 
     def allreduce_coalesced(self, tensors, opts=None, op=None):
         if op is None:
