@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kolo/runtime.h"
+#include "p2p.h"
 #include "tree_signature.h"
 #ifdef KOLO_HAVE_XLA_FFI
 #include "jax_ffi.h"
@@ -467,6 +468,8 @@ PYBIND11_MODULE(_core, m) {
       py::dict(py::arg("kolo_allreduce") = py::capsule(JaxAllreduceHandler()));
 #endif
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
+  // Point-to-point messages of the torch.distributed backend (p2p.cc).
+  RegisterPointToPoint(m);
 
   py::class_<Output>(m, "Output")
       .def_property_readonly("shape", &Output::shape)

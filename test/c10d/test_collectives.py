@@ -160,13 +160,6 @@ def test_barrier_and_objects(rank, size):
     assert box == [{"from": 0}]
 
 
-def test_point_to_point_is_refused(rank, size):
-    with pytest.raises(NotImplementedError, match="does not implement send"):
-        dist.send(torch.ones(1), dst=(rank + 1) % size)
-    with pytest.raises(NotImplementedError, match="does not implement recv"):
-        dist.recv(torch.ones(1), src=(rank + 1) % size)
-
-
 def test_unsupported_op_is_refused(rank):
     with pytest.raises(NotImplementedError, match="BAND"):
         dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND)
@@ -183,3 +176,18 @@ def test_mismatch_raises_on_every_rank(rank, size):
     t = torch.ones(2)
     dist.all_reduce(t)
     assert t.tolist() == [float(size)] * 2
+
+
+def test_sparse_allreduce_sums(rank, size):
+    """A sparse COO tensor is summed in place, as with gloo; ranks hold different numbers
+    of entries (rank 0 none), and entries that meet add up."""
+    n = rank  # rank r holds entries 0..r-1 of dimension 0, each row [r, r]
+    t = torch.sparse_coo_tensor(torch.arange(n).view(1, n), torch.full((n, 2), float(rank)),
+                                [size, 2])
+    dist.all_reduce(t)
+    want = torch.zeros(size, 2)
+    for r in range(size):
+        want[:r] += r
+    assert t.is_sparse and torch.equal(t.to_dense(), want), t.to_dense()
+    with pytest.raises(NotImplementedError, match="sparse all_reduce sums"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)

@@ -49,7 +49,7 @@ def test_gloo_group_beside_kolo(rank, size):
     t = torch.full((2,), float(rank))
     dist.all_reduce(t, group=g)
     assert t.tolist() == [float(sum(range(size)))] * 2
-    # Point to point, which kolo refuses, on the gloo group.
+    # Point to point on the gloo group, beside kolo's own.
     if rank == 0:
         dist.send(torch.tensor([42.0]), dst=size - 1, group=g)
     elif rank == size - 1:

@@ -1,0 +1,330 @@
+"""What each torch.distributed collective becomes on kolo (see c10d.py): the collective
+methods of KoloProcessGroup, as a mixin over its naming (``_name``), its start of a Work
+(``_start``) and its kolo process set (``_set_id``)."""
+import torch
+import torch.distributed as dist
+
+from kolo import _core
+from kolo.torch.mpi_ops import _DTYPES, _stream
+from kolo.torch._c10d_work import (KoloWork, _check, _completer, _copy_result, _device,
+                                   _shape)
+
+_R = _core.REDUCE_OPS
+_OPS = {
+    dist.ReduceOp.SUM: _R["sum"],
+    dist.ReduceOp.AVG: _R["average"],
+    dist.ReduceOp.MIN: _R["min"],
+    dist.ReduceOp.MAX: _R["max"],
+    dist.ReduceOp.PRODUCT: _R["product"],
+}
+
+
+def _op_code(reduce_op, what):
+    op = getattr(reduce_op, "op", reduce_op)  # a ReduceOp object, or its RedOpType
+    for known, code in _OPS.items():
+        if op == known:
+            return code
+    raise NotImplementedError(
+        "kolo's torch.distributed backend: %s with %s is not supported; kolo reduces with "
+        "SUM, AVG, MIN, MAX and PRODUCT" % (what, op))
+
+
+class Collectives:
+    """The data collectives of a KoloProcessGroup."""
+
+    # allreduce ------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        if len(tensors) == 1 and tensors[0].is_sparse:
+            return self._sparse_allreduce(tensors[0], op)
+        for i, t in enumerate(tensors):
+            _check(t, "allreduce tensor %d" % i)
+        if len(tensors) != 1:
+            return self.allreduce_coalesced(tensors, opts, op)
+        t = tensors[0]
+        h = _core.allreduce_async(t.data_ptr(), t.data_ptr(), _DTYPES[t.dtype], _shape(t),
+                                  _device(t), self._name("allreduce", t), op, 1.0, 1.0,
+                                  self._set_id, _stream(t))
+        return self._start("allreduce", h, lambda out: tensors)
+
+    def _sparse_allreduce(self, t, op):
+        """A sparse COO tensor, summed in place as gloo does: every rank's indices and values
+        are gathered (one grouped kolo allgather; ranks may hold different numbers of
+        entries) and added up locally."""
+        if op != _R["sum"]:
+            raise NotImplementedError("kolo's torch.distributed backend: a sparse all_reduce "
+                                      "sums (ReduceOp.SUM), as gloo's")
+        c = t.coalesce()
+        indices = c.indices().t().contiguous()  # [nnz, sparse dims]
+        values = c.values().contiguous()  # [nnz, dense shape...]
+        if values.dtype not in _DTYPES:
+            _check(values, "sparse all_reduce values")
+        specs = [(x.data_ptr(), _DTYPES[x.dtype], list(x.shape), _device(x))
+                 for x in (indices, values)]
+
+        def finish(out, _keep=(indices, values)):
+            parts = []
+            for part, like in zip(out.take_parts(), (indices, values)):
+                whole = torch.empty(part.shape, dtype=like.dtype, device=like.device)
+                _copy_result(part, whole)
+                parts.append(whole)
+            total = torch.sparse_coo_tensor(parts[0].t(), parts[1], t.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total)
+            return [t]
+        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
+                                          _stream(values))
+        return self._start("sparse all_reduce", h, finish)
+
+    def allreduce_coalesced(self, tensors, opts=None, op=None):
+        if op is None:
+            op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                          "allreduce_coalesced")
+        specs = []
+        for i, t in enumerate(tensors):
+            _check(t, "allreduce_coalesced tensor %d" % i)
+            specs.append((t.data_ptr(), t.data_ptr(), _DTYPES[t.dtype], _shape(t), _device(t)))
+        h = _core.grouped_allreduce_async(specs, self._name("grouped_allreduce"), op, 1.0,
+                                          1.0, self._set_id, _stream(tensors[0]))
+        return self._start("allreduce_coalesced", h, lambda out: tensors)
+
+    # broadcast ------------------------------------------------------------------------
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        works = []
+        for i, t in enumerate(tensors):
+            _check(t, "broadcast tensor %d" % i)
+            h = _core.broadcast_async(t.data_ptr(), _DTYPES[t.dtype], _shape(t), _device(t),
+                                      int(root), self._name("broadcast"), self._set_id,
+                                      _stream(t))
+            works.append(h)
+        return self._chain("broadcast", works, tensors)
+
+    def _chain(self, what, handles, result):
+        """One Work for several kolo handles (finished in order)."""
+        for h in handles[:-1]:
+            _completer.submit(h, lambda out: None, KoloWork(what, what))
+        return self._start(what, handles[-1], lambda out: result)
+
+    # allgather ------------------------------------------------------------------------
+
+    def _allgather_handle(self, t):
+        _check(t, "allgather input")
+        return _core.allgather_async(t.data_ptr(), _DTYPES[t.dtype], [1, t.numel()],
+                                     _device(t), self._name("allgather"), self._set_id,
+                                     _stream(t))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if len(input_tensors) != 1:
+            raise NotImplementedError("kolo's torch.distributed backend: allgather takes one "
+                                      "input tensor per process")
+        t, outs = input_tensors[0], output_tensors[0]
+        if len(outs) != self.size():
+            raise ValueError("allgather: %d output tensors for a group of %d"
+                             % (len(outs), self.size()))
+
+        def finish(out):
+            rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
+            _copy_result(out, rows)
+            for row, o in zip(rows, outs):
+                o.copy_(row.view(o.shape))
+            return output_tensors
+        return self._start("allgather", self._allgather_handle(t), finish)
+
+    def all_gather_single(self, output, input, opts=None):
+        h = self._allgather_handle(input)
+        return self._start("all_gather_into_tensor", h,
+                           lambda out: [_copy_result(out, output), output][1])
+
+    _allgather_base = all_gather_single
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        hs = [self._allgather_handle(i) for i in inputs]
+        for h, o in zip(hs[:-1], outputs[:-1]):
+            _completer.submit(h, lambda out, o=o: _copy_result(out, o),
+                              KoloWork("allgather", "allgather"))
+        last = outputs[-1]
+        return self._start("allgather_into_tensor_coalesced", hs[-1],
+                           lambda out: [_copy_result(out, last), outputs][1])
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """dist.all_gather_coalesced: ``output_lists[r][i]`` gets rank r's ``inputs[i]``;
+        one grouped kolo allgather (negotiated and run as one unit). Empty tensors, which
+        have nothing to gather, are left out on every rank alike."""
+        if len(output_lists) != self.size():
+            raise ValueError("all_gather_coalesced: %d output lists for a group of %d"
+                             % (len(output_lists), self.size()))
+        for outs in output_lists:
+            if len(outs) != len(inputs):
+                raise ValueError("all_gather_coalesced: an output list holds %d tensors for "
+                                 "%d inputs" % (len(outs), len(inputs)))
+        for i, t in enumerate(inputs):
+            _check(t, "all_gather_coalesced input %d" % i)
+        full = [i for i, t in enumerate(inputs) if t.numel() > 0]
+        if not full:
+            raise ValueError("all_gather_coalesced: every input tensor is empty")
+        specs = [(inputs[i].data_ptr(), _DTYPES[inputs[i].dtype], [1, inputs[i].numel()],
+                  _device(inputs[i])) for i in full]
+
+        def finish(out):
+            for i, part in zip(full, out.take_parts()):
+                t = inputs[i]
+                rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
+                _copy_result(part, rows)
+                for row, outs in zip(rows, output_lists):
+                    outs[i].copy_(row.view(outs[i].shape))
+            return [o for outs in output_lists for o in outs]
+        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
+                                          _stream(inputs[full[0]]))
+        return self._start("all_gather_coalesced", h, finish)
+
+    # reduce_scatter -------------------------------------------------------------------
+
+    def _reduce_scatter(self, output, rows, op, what):
+        """Rank i of the group gets row i of the reduction of ``rows`` (size × numel)."""
+        if op in (_R["sum"], _R["average"]):
+            h = _core.reducescatter_async(rows.data_ptr(), _DTYPES[rows.dtype],
+                                          list(rows.shape), _device(rows), self._name(what),
+                                          op, 1.0, 1.0, self._set_id, _stream(rows))
+            return self._start(what, h, lambda out, _keep=rows: [_copy_result(out, output),
+                                                                 [output]][1])
+        # MIN, MAX, PRODUCT: kolo's reducescatter sums; reduce everything, keep our row.
+        h = _core.allreduce_async(rows.data_ptr(), rows.data_ptr(), _DTYPES[rows.dtype],
+                                  list(rows.shape), _device(rows), self._name(what), op, 1.0,
+                                  1.0, self._set_id, _stream(rows))
+
+        def finish(out):
+            output.copy_(rows[self.rank()].view(output.shape))
+            return [output]
+        return self._start(what, h, finish)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter")
+        if len(output_tensors) != 1:
+            raise NotImplementedError("kolo's torch.distributed backend: reduce_scatter takes "
+                                      "one output tensor per process")
+        output, inputs = output_tensors[0], input_tensors[0]
+        _check(output, "reduce_scatter output")
+        if len(inputs) != self.size() or any(i.numel() != output.numel() for i in inputs):
+            raise ValueError("reduce_scatter: needs %d input tensors with the output's %d "
+                             "elements each" % (self.size(), output.numel()))
+        rows = torch.stack([i.reshape(-1) for i in inputs])
+        return self._reduce_scatter(output, rows, op, "reduce_scatter")
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter_tensor")
+        _check(input, "reduce_scatter_tensor input")
+        if input.numel() != output.numel() * self.size():
+            raise ValueError("reduce_scatter_tensor: the input has %d elements, it needs the "
+                             "output's %d times the group's size %d"
+                             % (input.numel(), output.numel(), self.size()))
+        rows = input.view(self.size(), output.numel())
+        if op not in (_R["sum"], _R["average"]):
+            rows = rows.clone()  # reduced in place: the input stays as it was
+        return self._reduce_scatter(output, rows, op, "reduce_scatter_tensor")
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1]  # finished in order: the last one finishes after all
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    # alltoall -------------------------------------------------------------------------
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        _check(input, "all_to_all_single input")
+        t = input if input.dim() > 0 else input.reshape(1)
+        splits = [int(s) for s in input_split_sizes]
+        h = _core.alltoall_async(t.data_ptr(), _DTYPES[t.dtype], list(t.shape), _device(t),
+                                 splits, self._name("alltoall"), self._set_id, _stream(t))
+        want = [int(s) for s in output_split_sizes]
+
+        def finish(out):
+            if want and list(out.received_splits) != want:
+                raise RuntimeError("all_to_all_single: output_split_sizes %s, but the ranks "
+                                   "sent %s rows" % (want, list(out.received_splits)))
+            _copy_result(out, output)
+            return [output]
+        return self._start("all_to_all_single", h, finish)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        for i, t in enumerate(input_tensors):
+            _check(t, "all_to_all input %d" % i)
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        splits = [t.numel() for t in input_tensors]
+        h = _core.alltoall_async(flat.data_ptr(), _DTYPES[flat.dtype], [flat.numel()],
+                                 _device(flat), splits, self._name("alltoall"), self._set_id,
+                                 _stream(flat))
+
+        def finish(out, _keep=flat):
+            got = list(out.received_splits)
+            want = [o.numel() for o in output_tensors]
+            if got != want:
+                raise RuntimeError("all_to_all: the output tensors hold %s elements, the "
+                                   "ranks sent %s" % (want, got))
+            recv = torch.empty(sum(got), dtype=flat.dtype, device=flat.device)
+            _copy_result(out, recv)
+            for o, part in zip(output_tensors, recv.split(got)):
+                o.copy_(part.view(o.shape))
+            return output_tensors
+        return self._start("all_to_all", h, finish)
+
+    # rooted collectives over the above ------------------------------------------------
+
+    def reduce(self, tensors, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        t = tensors[0]
+        _check(t, "reduce tensor")
+        tmp = t.clone()
+        h = _core.allreduce_async(tmp.data_ptr(), tmp.data_ptr(), _DTYPES[t.dtype], _shape(t),
+                                  _device(t), self._name("reduce"), op, 1.0, 1.0,
+                                  self._set_id, _stream(t))
+        root = opts.rootRank if opts is not None else 0
+
+        def finish(out):
+            if self.rank() == root:
+                t.copy_(tmp)
+            return tensors
+        return self._start("reduce", h, finish)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        t = input_tensors[0]
+        root = opts.rootRank if opts is not None else 0
+        outs = output_tensors[0] if output_tensors else []
+
+        def finish(out):
+            if self.rank() == root:
+                rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
+                _copy_result(out, rows)
+                for row, o in zip(rows, outs):
+                    o.copy_(row.view(o.shape))
+            return output_tensors
+        return self._start("gather", self._allgather_handle(t), finish)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        out = output_tensors[0]
+        _check(out, "scatter output")
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() == root:
+            rows = torch.stack([i.reshape(-1) for i in input_tensors[0]])
+        else:
+            rows = torch.empty((self.size(), out.numel()), dtype=out.dtype, device=out.device)
+        h = _core.broadcast_async(rows.data_ptr(), _DTYPES[rows.dtype], list(rows.shape),
+                                  _device(rows), int(root), self._name("scatter"),
+                                  self._set_id, _stream(rows))
+
+        def finish(_):
+            out.copy_(rows[self.rank()].view(out.shape))
+            return output_tensors
+        return self._start("scatter", h, finish)
