@@ -44,12 +44,13 @@ fi
 # install dominates, not the download: --no-compile halves it, 60 s -> 30 s for
 # torch. Kept between runs, .venv costs nothing the second time.)
 venv_packages=(tensorflow-cpu jax optax flax torch torchvision lightning pytorch-lightning
-  deepspeed scikit-learn pytest cloudpickle mock parameterized pytest-timeout)
+  deepspeed scikit-learn pytest cloudpickle mock parameterized pytest-timeout expecttest)
 if ! .venv/bin/python -c "import importlib.util as u, sys
 sys.exit(any(u.find_spec(m) is None
              for m in ('tensorflow', 'keras', 'jax', 'optax', 'flax', 'torch', 'torchvision',
                        'lightning', 'pytorch_lightning', 'deepspeed', 'sklearn', 'pytest',
-                       'cloudpickle', 'mock', 'parameterized', 'pytest_timeout')))" \
+                       'cloudpickle', 'mock', 'parameterized', 'pytest_timeout',
+                       'expecttest')))" \
     >/dev/null 2>&1; then
   echo "setup: making .venv (pip install ${venv_packages[*]})"
   [ -x .venv/bin/pip ] || /usr/bin/python3 -m venv .venv
