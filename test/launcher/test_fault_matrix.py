@@ -63,6 +63,8 @@ CUT_HOST, CUT_LOCAL = "10.231.0.2", "10.231.0.1"
 @pytest.fixture
 def cut_off_host():
     ns = "kolo-" + CUT_HOST
+    for leftover in (["ip", "netns", "del", ns], ["ip", "link", "del", "kolo-va"]):
+        subprocess.run(leftover, capture_output=True)  # from a run that was killed
     steps = [["ip", "netns", "add", ns],
              ["ip", "link", "add", "kolo-va", "type", "veth", "peer", "name", "kolo-vb"],
              ["ip", "link", "set", "kolo-vb", "netns", ns],
