@@ -5,12 +5,9 @@ rank's reason instead of waiting for it (docs/errors.md, "Bad input on one rank"
 announces the refusals of its own checks itself."""
 import functools
 import inspect
-import threading
 
 from kolo import _core
 from kolo.common.process_sets import _set_id
-
-_active = threading.local()  # how deep this thread is in announcing entry points
 
 
 def announces_refusals(op, tensors=None):
@@ -23,18 +20,19 @@ def announces_refusals(op, tensors=None):
 
         @functools.wraps(fn)
         def entry(*args, **kwargs):
-            depth = getattr(_active, "depth", 0)
-            _active.depth = depth + 1
+            # Nothing but the call on the way in: this is every collective's submit path.
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                # Only the outermost entry point announces (broadcast_async calls
-                # broadcast_async_), and never what the core raised: it announced that.
-                if depth == 0 and not getattr(e, "_kolo_core", False):
+                # Announced once: not what the core raised (it announced that), and not
+                # again by an outer entry point (broadcast_async calls broadcast_async_).
+                if not getattr(e, "_kolo_core", False) and not getattr(e, "_kolo_announced", False):
                     _announce(op, signature, args, kwargs, tensors, e)
+                    try:
+                        e._kolo_announced = True
+                    except AttributeError:  # an exception type without a __dict__
+                        pass
                 raise
-            finally:
-                _active.depth = depth
         return entry
     return wrap
 
