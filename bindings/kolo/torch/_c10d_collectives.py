@@ -126,12 +126,16 @@ class Collectives:
                              % (len(outs), self.size()))
 
         def finish(out):
-            rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
-            _copy_result(out, rows)
-            for row, o in zip(rows, outs):
-                o.copy_(row.view(o.shape))
+            self._scatter_rows(out, t, outs)
             return output_tensors
         return self._start("allgather", self._allgather_handle(t), finish)
+
+    def _scatter_rows(self, out, like, outs):
+        """Copies a gathered result (one row of ``like``'s size per rank) into ``outs``."""
+        rows = torch.empty((self.size(), like.numel()), dtype=like.dtype, device=like.device)
+        _copy_result(out, rows)
+        for row, o in zip(rows, outs):
+            o.copy_(row.view(o.shape))
 
     def all_gather_single(self, output, input, opts=None):
         h = self._allgather_handle(input)
@@ -305,10 +309,7 @@ class Collectives:
 
         def finish(out):
             if self.rank() == root:
-                rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
-                _copy_result(out, rows)
-                for row, o in zip(rows, outs):
-                    o.copy_(row.view(o.shape))
+                self._scatter_rows(out, t, outs)
             return output_tensors
         return self._start("gather", self._allgather_handle(t), finish)
 
