@@ -38,3 +38,19 @@ class CastCompressor(Compressor):
     @classmethod
     def decompress(cls, tensor, ctx):
         return tensor if ctx is None else cls.cast(tensor, ctx)
+
+
+def compressors(cast, float16, bfloat16):
+    """Horovod's ``FP16Compressor``, ``BF16Compressor`` and ``Compression`` (``none``,
+    ``fp16``, ``bf16``) of a binding, given its ``cast`` (a CastCompressor subclass that
+    says what is floating and how to cast) and its float16 and bfloat16 dtypes."""
+    def compressor(name, dtype, words):
+        return type(name, (cast,), {
+            "dtype": dtype, "__module__": cast.__module__,
+            "__doc__": "Casts floating tensors to %s for the allreduce and back." % words})
+    fp16 = compressor("FP16Compressor", float16, "float16")
+    bf16 = compressor("BF16Compressor", bfloat16, "bfloat16")
+    compression = type("Compression", (), {
+        "none": NoneCompressor, "fp16": fp16, "bf16": bf16, "__module__": cast.__module__,
+        "__doc__": "The compressions of allreduce: none, fp16, bf16 (Horovod's names)."})
+    return fp16, bf16, compression

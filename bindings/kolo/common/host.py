@@ -1,16 +1,18 @@
 """What every binding that hands NumPy arrays to the runtime shares (kolo.tensorflow,
 kolo.jax): 64-byte-aligned result buffers, reused once the framework releases them, and
-the collectives as "kernels": NumPy arrays in, aligned NumPy arrays out."""
+the collectives as "kernels": NumPy arrays in, aligned NumPy arrays out. The NumPy
+adapter of the engine (kolo.common.collectives): views of arrays, results as arrays."""
 import math
 import sys
 
 import numpy as np
 
-from kolo import _core
-from kolo._core import KoloInternalError
+from kolo.common import collectives as engine
 
 
-def _numpy_dtype(name):
+def numpy_dtype(name):
+    """The NumPy dtype of the core's dtype ``name``, None where NumPy has none (bfloat16
+    is ml_dtypes' type, which TensorFlow and JAX hand over, when ml_dtypes is installed)."""
     if name == "bfloat16":
         try:
             import ml_dtypes
@@ -20,10 +22,8 @@ def _numpy_dtype(name):
     return np.dtype(name)
 
 
-# The core's dtype codes by NumPy dtype (bfloat16: ml_dtypes' type, which TensorFlow and
-# JAX hand over).
-NP_CODES = {_numpy_dtype(name): code for name, code in _core.DTYPES.items()
-            if _numpy_dtype(name) is not None}
+# The core's dtype codes by NumPy dtype.
+NP_CODES = engine.dtype_codes(numpy_dtype)
 
 # TensorFlow's CPU allocator aligns to 64 bytes, and a tensor it adopts must be too
 # (an unaligned buffer aborts the process in some kernels); XLA's CPU client likewise.
@@ -75,43 +75,19 @@ def empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def view(array, out=None):
+def view(array):
+    """The engine's view of a C-contiguous host array."""
     try:
         code = NP_CODES[array.dtype]
     except KeyError:
         raise TypeError("kolo does not support dtype %s" % array.dtype) from None
-    return array.ctypes.data, (out if out is not None else array).ctypes.data, code, \
-        list(array.shape)
-
-
-def spec(array):
-    data, _, code, shape = view(array)
-    return data, code, shape, -1
-
-
-def wait_all(handles):
-    """Waits for every handle (so that none is left running after an error), then raises
-    the first error."""
-    outs, error = [], None
-    for h in handles:
-        try:
-            outs.append(_core.wait(h))
-        except (KoloInternalError, ValueError) as e:
-            outs.append(None)
-            error = error or e
-    if error is not None:
-        raise error
-    return outs
+    return array.ctypes.data, code, list(array.shape), -1
 
 
 def copy_out(output, dtype):
     array = empty(tuple(output.shape), dtype)
     output.copy_to(array.ctypes.data, array.nbytes)
     return array
-
-
-def _name(name):
-    return name or ""
 
 
 # --- kernels: NumPy arrays in, aligned NumPy arrays out -----------------------------------
@@ -125,22 +101,19 @@ def allreduce_kernel(groups, name, op, prescale, postscale, set_id):
             chunk = arrays[start:start + size]
             start += size
             results = [empty(a.shape, a.dtype) for a in chunk]
-            specs = [(d, o, c, s, -1) for (d, _, c, s), o in
-                     zip((view(a) for a in chunk), (r.ctypes.data for r in results))]
-            group_name = _name(name) if len(groups) == 1 or not name else "%s.%d" % (name, i)
-            handles.append(_core.grouped_allreduce_async(specs, group_name, op,
-                                                         float(prescale), float(postscale),
-                                                         set_id, 0))
+            handles.append(engine.grouped_allreduce_async(
+                [view(a) for a in chunk], [r.ctypes.data for r in results],
+                engine.member_name(name, i, len(groups)), op, prescale, postscale, set_id))
             outs.extend(results)
-        wait_all(handles)
+        engine.wait_all(handles)
         return outs
     return run
 
 
 def allgather_kernel(name, set_id):
     def run(arrays):
-        out = _core.wait(_core.grouped_allgather_async([spec(a) for a in arrays], _name(name),
-                                                       set_id, 0))
+        out = engine.wait(engine.grouped_allgather_async([view(a) for a in arrays], name,
+                                                         set_id))
         return [copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
     return run
 
@@ -151,12 +124,10 @@ def broadcast_kernel(root_in_set, name, set_id):
         for i, a in enumerate(arrays):
             buf = empty(a.shape, a.dtype)
             buf[...] = a
-            part = name if len(arrays) == 1 or not name else "%s.%d" % (name, i)
-            handles.append(_core.broadcast_async(buf.ctypes.data, NP_CODES[a.dtype],
-                                                 list(a.shape), -1, root_in_set, _name(part),
-                                                 set_id, 0))
+            handles.append(engine.broadcast_async(
+                view(buf), root_in_set, engine.member_name(name, i, len(arrays)), set_id))
             outs.append(buf)
-        wait_all(handles)
+        engine.wait_all(handles)
         return outs
     return run
 
@@ -164,10 +135,8 @@ def broadcast_kernel(root_in_set, name, set_id):
 def alltoall_kernel(name, set_id):
     def run(arrays):
         tensor, splits = arrays
-        data, code, shape, _ = spec(tensor)
-        out = _core.wait(_core.alltoall_async(data, code, shape, -1,
-                                              [int(s) for s in splits.reshape(-1)],
-                                              _name(name), set_id, 0))
+        out = engine.wait(engine.alltoall_async(view(tensor), [int(s) for s in splits.reshape(-1)],
+                                                name, set_id))
         received = empty((len(out.received_splits),), np.int32)
         received[...] = out.received_splits
         return [copy_out(out, tensor.dtype), received]
@@ -176,8 +145,17 @@ def alltoall_kernel(name, set_id):
 
 def reducescatter_kernel(name, op, prescale, postscale, set_id):
     def run(arrays):
-        out = _core.wait(_core.grouped_reducescatter_async(
-            [spec(a) for a in arrays], _name(name), op, float(prescale), float(postscale),
-            set_id, 0))
+        out = engine.wait(engine.grouped_reducescatter_async(
+            [view(a) for a in arrays], name, op, prescale, postscale, set_id))
         return [copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
+    return run
+
+
+def scalar_kernel(start, value):
+    """A kernel without inputs (join, barrier): waits for the operation ``start()`` and
+    returns ``value(output)`` as an int32 scalar."""
+    def run(_):
+        out = empty((), np.int32)
+        out[...] = value(engine.wait(start()))
+        return [out]
     return run

@@ -9,8 +9,8 @@ alike, so this module's registry is the same on every rank.
 """
 import numbers
 
-from kolo import _core
-from kolo._core import KoloInternalError
+from kolo.common import collectives as _engine
+from kolo.common.collectives import KoloInternalError
 
 _NOT_RANKS = ("ProcessSet should be initialized with a list of process ranks or an mpi4py Comm "
               "object")
@@ -48,7 +48,7 @@ class ProcessSet:
         """The number of ranks in the set, or None while it is not registered."""
         if self.process_set_id is None:
             return None
-        return len(_query(_core.process_set_ranks, self.process_set_id))
+        return len(_query(_engine.process_set_ranks, self.process_set_id))
 
     def rank(self):
         """This process's rank within the set (its index in ``ranks``), or None while the
@@ -56,7 +56,7 @@ class ProcessSet:
         take global ranks (``root_rank``), as in Horovod; this is for reading results."""
         if self.process_set_id is None:
             return None
-        r = _query(_core.process_set_rank, self.process_set_id)
+        r = _query(_engine.process_set_rank, self.process_set_id)
         if r < 0:
             raise ValueError("Process is not part of provided process set.")
         return r
@@ -65,7 +65,7 @@ class ProcessSet:
         """Whether this process is a member, or None while ``ranks`` is unknown."""
         if self.ranks is None:
             return None
-        return _query(_core.rank) in self.ranks
+        return _query(_engine.rank) in self.ranks
 
     def __str__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (
@@ -102,29 +102,18 @@ def _set_id(process_set):
     return process_set.process_set_id
 
 
-def _root_in_set(root_rank, set_id):
-    """Horovod's root_rank is a global rank, also with a process set; the core takes the
-    root's rank within the set."""
-    root_rank = int(root_rank)
-    if set_id == 0:
-        return root_rank
-    ranks = _core.process_set_ranks(set_id)
-    if root_rank not in ranks:
-        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
-                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
-                         % (root_rank, set_id, ranks))
-    return ranks.index(root_rank)
+_root_in_set = _engine.root_in_set
 
 
 def _set_size(process_set):
     if process_set is None or process_set is global_process_set:
-        return _core.size()
+        return _engine.size()
     return process_set.size()
 
 
 def _set_rank(process_set):
     if process_set is None or process_set is global_process_set:
-        return _core.rank()
+        return _engine.rank()
     return process_set.rank()
 
 
@@ -216,7 +205,7 @@ def add_process_set(process_set):
             "implemented. Please build the process set via a list of ranks.")
     if _find(ps.ranks) is not None:
         raise ValueError("Attempted to add a duplicate process set: %s" % ps)
-    ps.process_set_id = _core.wait(_core.add_process_set_async(ps.ranks)).value
+    ps.process_set_id = _engine.add_process_set(ps.ranks)
     _registry[ps.process_set_id] = ps
     return ps
 
@@ -230,7 +219,7 @@ def remove_process_set(process_set):
     process_set._invalidate()
     _registry.pop(pid, None)
     try:
-        _core.wait(_core.remove_process_set_async(pid))
+        _engine.remove_process_set(pid)
     except ValueError:  # unknown to the core
         return False
     return True

@@ -1,12 +1,12 @@
 """Refusals reach every rank: a collective that this rank refuses before calling the core
 (a check in Python: an unsupported dtype, a non-contiguous tensor, bad splits) is announced
-through ``_core.refuse``, so that the other ranks' matching collective fails with this
+through the engine (``collectives.refuse``), so that the other ranks' matching collective fails with this
 rank's reason instead of waiting for it (docs/errors.md, "Bad input on one rank"). The core
 announces the refusals of its own checks itself."""
 import functools
 import inspect
 
-from kolo import _core
+from kolo.common import collectives as _engine
 from kolo.common.process_sets import _set_id
 
 
@@ -51,4 +51,4 @@ def _announce(op, signature, args, kwargs, tensors, error):
         except TypeError:
             pass
     name = bound.arguments.get("name") or ""
-    _core.refuse(op, str(name), set_id, count, "%s: %s" % (type(error).__name__, error))
+    _engine.refuse(op, str(name), set_id, count, "%s: %s" % (type(error).__name__, error))

@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from kolo import _core
+from kolo.common import collectives as _engine
 
 available = False
 try:
@@ -31,7 +31,7 @@ try:
     from jax._src.callback import _OrderedIOEffect
     from jax._src.interpreters import mlir as _mlir
 
-    _handlers = getattr(_core, "xla_ffi_handlers", {})
+    _handlers = _engine.xla_ffi_handlers()
     if "kolo_allreduce" in _handlers:
         jax.ffi.register_ffi_target("kolo_allreduce", _handlers["kolo_allreduce"],
                                     platform="cpu")
@@ -73,6 +73,7 @@ def allreduce(leaves, name, op, prescale, postscale, set_id, tree_digest, tree):
     handler checks that the ranks' trees agree: ``tree_digest`` (1..65521) goes out as the
     shape of a zero-size allreduce, and on a mismatch ``tree``, one line per leaf ("path
     dtype shape"), names the first leaf that differs."""
-    return allreduce_p.bind(*leaves, name=name or "", call_site="" if name else _core.call_site(),
+    call_site = "" if name else _engine.call_site()
+    return allreduce_p.bind(*leaves, name=name or "", call_site=call_site,
                             op=int(op), prescale=float(prescale), postscale=float(postscale),
                             process_set=int(set_id), tree_digest=int(tree_digest), tree=tree)

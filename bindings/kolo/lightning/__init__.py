@@ -32,18 +32,10 @@ except ImportError:  # only pytorch_lightning is installed
                           "pytorch-lightning)") from None
     from kolo.lightning.pytorch_lightning import KoloEnvironment, KoloStrategy  # noqa: F401
 else:
-    from kolo.lightning.strategy import EnvironmentMixin as _EnvironmentMixin
-    from kolo.lightning.strategy import StrategyMixin as _StrategyMixin
+    from kolo.lightning.strategy import declare as _declare
 
-    class KoloEnvironment(_EnvironmentMixin, _ClusterEnvironment):
-        """Ranks and world size as kolorun started them (lightning.pytorch)."""
-
-    class KoloStrategy(_StrategyMixin, _ParallelStrategy):
-        __doc__ = _StrategyMixin.__doc__
-        _environment_class = KoloEnvironment
-        _misconfiguration_class = MisconfigurationException
-
-    KoloStrategy.register_strategies(_StrategyRegistry)
+    KoloEnvironment, KoloStrategy = _declare(__name__, _ClusterEnvironment, _ParallelStrategy,
+                                             _StrategyRegistry, MisconfigurationException)
 
     if "pytorch_lightning" in sys.modules:
         import kolo.lightning.pytorch_lightning  # noqa: F401

@@ -6,20 +6,9 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.strategies import ParallelStrategy as _ParallelStrategy
 from pytorch_lightning.strategies import StrategyRegistry as _StrategyRegistry
 
-from kolo.lightning.strategy import EnvironmentMixin as _EnvironmentMixin
-from kolo.lightning.strategy import StrategyMixin as _StrategyMixin
+from kolo.lightning.strategy import declare
 
-
-class KoloEnvironment(_EnvironmentMixin, _ClusterEnvironment):
-    """Ranks and world size as kolorun started them (pytorch_lightning)."""
-
-
-class KoloStrategy(_StrategyMixin, _ParallelStrategy):
-    __doc__ = _StrategyMixin.__doc__
-    _environment_class = KoloEnvironment
-    _misconfiguration_class = MisconfigurationException
-
-
-KoloStrategy.register_strategies(_StrategyRegistry)
+KoloEnvironment, KoloStrategy = declare(__name__, _ClusterEnvironment, _ParallelStrategy,
+                                        _StrategyRegistry, MisconfigurationException)
 
 __all__ = ["KoloStrategy", "KoloEnvironment"]

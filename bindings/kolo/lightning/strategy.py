@@ -439,3 +439,17 @@ class StrategyMixin:
 
     def _misconfiguration(self, message):
         return self._misconfiguration_class(message)
+
+
+def declare(package, cluster_environment, parallel_strategy, strategy_registry,
+            misconfiguration):
+    """``KoloEnvironment`` and ``KoloStrategy`` over one Lightning package's base classes
+    (lightning.pytorch's or pytorch_lightning's), with ``strategy="kolo"`` registered in
+    its registry; ``package`` is kolo's module that exports them."""
+    environment = type("KoloEnvironment", (EnvironmentMixin, cluster_environment), {
+        "__module__": package, "__doc__": "Ranks and world size as kolorun started them."})
+    strategy = type("KoloStrategy", (StrategyMixin, parallel_strategy), {
+        "__module__": package, "__doc__": StrategyMixin.__doc__,
+        "_environment_class": environment, "_misconfiguration_class": misconfiguration})
+    strategy.register_strategies(strategy_registry)
+    return environment, strategy

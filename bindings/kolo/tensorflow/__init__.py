@@ -2,8 +2,8 @@
 
 Every public name of ``horovod.tensorflow`` that TensorFlow 2 can run is here with
 Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the table and
-docs/moving-from-horovod.md the differences. Pure Python over ``kolo._core``: one kolo
-build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
+docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
+(``kolo.common.collectives``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
 from kolo.tensorflow import util  # noqa: F401
 from kolo.tensorflow.compression import Compression  # noqa: F401

@@ -1,7 +1,8 @@
 """Gradient compression for allreduce, as in Horovod's ``horovod.tensorflow.compression``."""
 import tensorflow as tf
 
-from kolo.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
+from kolo.common.compression import (  # noqa: F401
+    CastCompressor, Compressor, NoneCompressor, compressors)
 
 
 class _TensorFlowCast(CastCompressor):
@@ -9,17 +10,5 @@ class _TensorFlowCast(CastCompressor):
     cast = staticmethod(tf.cast)
 
 
-class FP16Compressor(_TensorFlowCast):
-    """Casts floating tensors to float16 for the allreduce and back."""
-    dtype = tf.float16
-
-
-class BF16Compressor(_TensorFlowCast):
-    """Casts floating tensors to bfloat16 for the allreduce and back."""
-    dtype = tf.bfloat16
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
+FP16Compressor, BF16Compressor, Compression = compressors(_TensorFlowCast, tf.float16,
+                                                          tf.bfloat16)

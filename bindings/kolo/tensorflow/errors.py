@@ -12,7 +12,7 @@ TensorFlow picks the error class from the Python base class alone: a ValueError 
 """
 import tensorflow as tf
 
-from kolo._core import KoloInternalError
+from kolo.common.collectives import KoloInternalError
 
 
 class _MessageOnly:

@@ -6,6 +6,7 @@ import warnings
 
 import tensorflow as tf
 
+from kolo.common.ops import reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.mpi_ops import Average, Sum, global_process_set
@@ -78,7 +79,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """This rank's block of rows of the reduction over the set (Average or Sum; the first
     ``rows % size`` ranks get one row more)."""
-    op = _ops._reducescatter_op(op)
+    op = reducescatter_op(op, "kolo.tensorflow")
     compressed, ctx = compression.compress(_ops._check(tensor, "reducescatter input"))
     out = _ops._reducescatter(compressed, name, op, process_set, prescale_factor,
                               postscale_factor)
@@ -89,7 +90,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, ignore_name_scope=False, name=None):
     """A list with the reducescatter of every tensor, negotiated as one unit."""
-    op = _ops._reducescatter_op(op)
+    op = reducescatter_op(op, "kolo.tensorflow")
     compressed = [compression.compress(_ops._check(t, "reducescatter input")) for t in tensors]
     out = _ops._grouped_reducescatter([c for c, _ in compressed], name, op, process_set,
                                       prescale_factor, postscale_factor)

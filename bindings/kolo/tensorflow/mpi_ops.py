@@ -1,8 +1,8 @@
 """The collectives of ``kolo.tensorflow``, with the names, defaults and gradients of
 Horovod 0.28's ``horovod.tensorflow.mpi_ops`` (docs/api-tensorflow.md).
 
-Nothing here is compiled against TensorFlow: tensors reach ``kolo._core`` as NumPy
-arrays that share their memory.
+Nothing here is compiled against TensorFlow: tensors reach kolo's engine
+(kolo.common.collectives) as NumPy arrays that share their memory.
 - Eagerly, an input is a DLPack view of the tensor, and a result is written into a
   64-byte-aligned NumPy buffer that TensorFlow adopts through DLPack: no copies.
 - Inside ``tf.function`` every collective is one stateful ``tf.numpy_function``:
@@ -22,11 +22,11 @@ runtime's buffer; a broadcast copies its input once into the buffer it overwrite
 import numpy as np
 import tensorflow as tf
 
-from kolo import _core
+from kolo.common import collectives as _engine
 from kolo.common import host as _host
 from kolo.common import ops as _common_ops
+from kolo.common.collectives import KoloInternalError
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from kolo._core import KoloInternalError
 from kolo.common.basics import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
@@ -63,7 +63,7 @@ def _set_id(process_set):
 
 def _check_registered(set_id, described):
     try:
-        _core.process_set_ranks(set_id)
+        _engine.process_set_ranks(set_id)
     except (ValueError, KoloInternalError):
         raise ValueError("process set %s is not registered with kolo: it was removed, or its "
                          "process_set_id was set by hand; register it with add_process_set() "
@@ -72,7 +72,7 @@ def _check_registered(set_id, described):
 
 # The core's dtype codes by TensorFlow dtype (kolo.common.host has them by the NumPy dtype
 # that tf.numpy_function hands over).
-_TF_CODES = {tf.as_dtype(name): code for name, code in _core.DTYPES.items()}
+_TF_CODES = _engine.dtype_codes(tf.as_dtype)
 _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 
 
@@ -359,10 +359,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     return output if splits is None else (output, received)
 
 
-def _reducescatter_op(op):
-    return _common_ops.reducescatter_op(op, "kolo.tensorflow")
-
-
 def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_process_set,
                            prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter of every tensor: rank i keeps the i-th block of rows (the first
@@ -395,21 +391,16 @@ def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
 
 
 def _scalar_kernel(start, value):
-    """The kernel of join and barrier in a graph: no inputs; waits for the operation
-    ``start()`` and returns ``value(output)`` as an int32 scalar."""
-    def run(_):
-        out = _host.empty((), np.int32)
-        out[...] = value(_core.wait(start()))
-        return [out]
-    return lambda name: run
+    """The kernel of join and barrier in a graph (no inputs, an int32 scalar out)."""
+    return lambda name: _host.scalar_kernel(start, value)
 
 
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
     others' allreduces with zeros. Returns the global rank that joined last."""
     if tf.executing_eagerly():
-        return int(_raising_tf_errors(lambda: _core.wait(_core.join_async(0)).value))
-    return _graph_op(_scalar_kernel(lambda: _core.join_async(0), lambda out: out.value), None,
+        return int(_raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value))
+    return _graph_op(_scalar_kernel(_engine.join_async, lambda out: out.value), None,
                      [], [tf.int32], [tf.TensorShape([])], "join")[0]
 
 
@@ -417,9 +408,9 @@ def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     set_id = _set_id(process_set)
     if tf.executing_eagerly():
-        _raising_tf_errors(lambda: _core.wait(_core.barrier_async(set_id)))
+        _raising_tf_errors(lambda: _engine.wait(_engine.barrier_async(set_id)))
         return None
-    return _graph_op(_scalar_kernel(lambda: _core.barrier_async(set_id), lambda out: 0), None,
+    return _graph_op(_scalar_kernel(lambda: _engine.barrier_async(set_id), lambda out: 0), None,
                      [], [tf.int32], [tf.TensorShape([])], "barrier")[0]
 
 
@@ -436,7 +427,7 @@ def size_op(process_set_id=0, name=None):
     """The number of ranks of the process set (default: all), as a tensor."""
     if process_set_id != 0:
         _check_registered(process_set_id, "id %d" % process_set_id)
-    return _query_op(lambda: len(_core.process_set_ranks(process_set_id)), name or "KoloSize")
+    return _query_op(lambda: len(_engine.process_set_ranks(process_set_id)), name or "KoloSize")
 
 
 def local_size_op(name=None):
@@ -458,5 +449,5 @@ def process_set_included_op(process_set_id=0, name=None):
     """1 when this process belongs to the process set, else 0, as a tensor."""
     if process_set_id != 0:
         _check_registered(process_set_id, "id %d" % process_set_id)
-    return _query_op(lambda: int(_core.process_set_rank(process_set_id) >= 0),
+    return _query_op(lambda: int(_engine.process_set_rank(process_set_id) >= 0),
                      name or "KoloProcessSetIncluded")

@@ -4,12 +4,13 @@ methods of KoloProcessGroup, as a mixin over its naming (``_name``), its start o
 import torch
 import torch.distributed as dist
 
-from kolo import _core
-from kolo.torch.mpi_ops import _DTYPES, _stream
-from kolo.torch._c10d_work import (KoloWork, _check, _completer, _copy_result, _device,
-                                   _shape)
+from kolo.common import collectives as _engine
+from kolo.torch._tensors import DTYPES as _DTYPES
+from kolo.torch._tensors import stream as _stream
+from kolo.torch._tensors import view as _flat_view
+from kolo.torch._c10d_work import KoloWork, _check, _completer, _copy_result, _view
 
-_R = _core.REDUCE_OPS
+_R = _engine.REDUCE_OPS
 _OPS = {
     dist.ReduceOp.SUM: _R["sum"],
     dist.ReduceOp.AVG: _R["average"],
@@ -43,9 +44,8 @@ class Collectives:
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts, op)
         t = tensors[0]
-        h = _core.allreduce_async(t.data_ptr(), t.data_ptr(), _DTYPES[t.dtype], _shape(t),
-                                  _device(t), self._name("allreduce", t), op, 1.0, 1.0,
-                                  self._set_id, _stream(t))
+        h = _engine.allreduce_async(_view(t), t.data_ptr(), self._name("allreduce", t), op,
+                                    1.0, 1.0, self._set_id, _stream(t))
         return self._start("allreduce", h, lambda out: tensors)
 
     def _sparse_allreduce(self, t, op):
@@ -60,8 +60,6 @@ class Collectives:
         values = c.values().contiguous()  # [nnz, dense shape...]
         if values.dtype not in _DTYPES:
             _check(values, "sparse all_reduce values")
-        specs = [(x.data_ptr(), _DTYPES[x.dtype], list(x.shape), _device(x))
-                 for x in (indices, values)]
 
         def finish(out, _keep=(indices, values)):
             parts = []
@@ -73,20 +71,21 @@ class Collectives:
             with torch.no_grad():
                 t.copy_(total)
             return [t]
-        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
-                                          _stream(values))
+        h = _engine.grouped_allgather_async([_flat_view(x) for x in (indices, values)],
+                                            self._name("grouped_allgather"), self._set_id,
+                                            _stream(values))
         return self._start("sparse all_reduce", h, finish)
 
     def allreduce_coalesced(self, tensors, opts=None, op=None):
         if op is None:
             op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                           "allreduce_coalesced")
-        specs = []
         for i, t in enumerate(tensors):
             _check(t, "allreduce_coalesced tensor %d" % i)
-            specs.append((t.data_ptr(), t.data_ptr(), _DTYPES[t.dtype], _shape(t), _device(t)))
-        h = _core.grouped_allreduce_async(specs, self._name("grouped_allreduce"), op, 1.0,
-                                          1.0, self._set_id, _stream(tensors[0]))
+        h = _engine.grouped_allreduce_async([_view(t) for t in tensors],
+                                            [t.data_ptr() for t in tensors],
+                                            self._name("grouped_allreduce"), op, 1.0, 1.0,
+                                            self._set_id, _stream(tensors[0]))
         return self._start("allreduce_coalesced", h, lambda out: tensors)
 
     # broadcast ------------------------------------------------------------------------
@@ -96,9 +95,8 @@ class Collectives:
         works = []
         for i, t in enumerate(tensors):
             _check(t, "broadcast tensor %d" % i)
-            h = _core.broadcast_async(t.data_ptr(), _DTYPES[t.dtype], _shape(t), _device(t),
-                                      int(root), self._name("broadcast"), self._set_id,
-                                      _stream(t))
+            h = _engine.broadcast_async(_view(t), int(root), self._name("broadcast"),
+                                        self._set_id, _stream(t))
             works.append(h)
         return self._chain("broadcast", works, tensors)
 
@@ -112,9 +110,8 @@ class Collectives:
 
     def _allgather_handle(self, t):
         _check(t, "allgather input")
-        return _core.allgather_async(t.data_ptr(), _DTYPES[t.dtype], [1, t.numel()],
-                                     _device(t), self._name("allgather"), self._set_id,
-                                     _stream(t))
+        return _engine.allgather_async(_flat_view(t, [1, t.numel()]), self._name("allgather"),
+                                       self._set_id, _stream(t))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
@@ -171,8 +168,6 @@ class Collectives:
         full = [i for i, t in enumerate(inputs) if t.numel() > 0]
         if not full:
             raise ValueError("all_gather_coalesced: every input tensor is empty")
-        specs = [(inputs[i].data_ptr(), _DTYPES[inputs[i].dtype], [1, inputs[i].numel()],
-                  _device(inputs[i])) for i in full]
 
         def finish(out):
             for i, part in zip(full, out.take_parts()):
@@ -182,8 +177,9 @@ class Collectives:
                 for row, outs in zip(rows, output_lists):
                     outs[i].copy_(row.view(outs[i].shape))
             return [o for outs in output_lists for o in outs]
-        h = _core.grouped_allgather_async(specs, self._name("grouped_allgather"), self._set_id,
-                                          _stream(inputs[full[0]]))
+        h = _engine.grouped_allgather_async(
+            [_flat_view(inputs[i], [1, inputs[i].numel()]) for i in full],
+            self._name("grouped_allgather"), self._set_id, _stream(inputs[full[0]]))
         return self._start("all_gather_coalesced", h, finish)
 
     # reduce_scatter -------------------------------------------------------------------
@@ -191,15 +187,13 @@ class Collectives:
     def _reduce_scatter(self, output, rows, op, what):
         """Rank i of the group gets row i of the reduction of ``rows`` (size × numel)."""
         if op in (_R["sum"], _R["average"]):
-            h = _core.reducescatter_async(rows.data_ptr(), _DTYPES[rows.dtype],
-                                          list(rows.shape), _device(rows), self._name(what),
-                                          op, 1.0, 1.0, self._set_id, _stream(rows))
+            h = _engine.reducescatter_async(_flat_view(rows), self._name(what), op, 1.0, 1.0,
+                                            self._set_id, _stream(rows))
             return self._start(what, h, lambda out, _keep=rows: [_copy_result(out, output),
                                                                  [output]][1])
         # MIN, MAX, PRODUCT: kolo's reducescatter sums; reduce everything, keep our row.
-        h = _core.allreduce_async(rows.data_ptr(), rows.data_ptr(), _DTYPES[rows.dtype],
-                                  list(rows.shape), _device(rows), self._name(what), op, 1.0,
-                                  1.0, self._set_id, _stream(rows))
+        h = _engine.allreduce_async(_flat_view(rows), rows.data_ptr(), self._name(what), op,
+                                    1.0, 1.0, self._set_id, _stream(rows))
 
         def finish(out):
             output.copy_(rows[self.rank()].view(output.shape))
@@ -248,8 +242,8 @@ class Collectives:
         _check(input, "all_to_all_single input")
         t = input if input.dim() > 0 else input.reshape(1)
         splits = [int(s) for s in input_split_sizes]
-        h = _core.alltoall_async(t.data_ptr(), _DTYPES[t.dtype], list(t.shape), _device(t),
-                                 splits, self._name("alltoall"), self._set_id, _stream(t))
+        h = _engine.alltoall_async(_flat_view(t), splits, self._name("alltoall"), self._set_id,
+                                   _stream(t))
         want = [int(s) for s in output_split_sizes]
 
         def finish(out):
@@ -267,9 +261,8 @@ class Collectives:
             _check(t, "all_to_all input %d" % i)
         flat = torch.cat([t.reshape(-1) for t in input_tensors])
         splits = [t.numel() for t in input_tensors]
-        h = _core.alltoall_async(flat.data_ptr(), _DTYPES[flat.dtype], [flat.numel()],
-                                 _device(flat), splits, self._name("alltoall"), self._set_id,
-                                 _stream(flat))
+        h = _engine.alltoall_async(_flat_view(flat, [flat.numel()]), splits,
+                                   self._name("alltoall"), self._set_id, _stream(flat))
 
         def finish(out, _keep=flat):
             got = list(out.received_splits)
@@ -291,9 +284,8 @@ class Collectives:
         t = tensors[0]
         _check(t, "reduce tensor")
         tmp = t.clone()
-        h = _core.allreduce_async(tmp.data_ptr(), tmp.data_ptr(), _DTYPES[t.dtype], _shape(t),
-                                  _device(t), self._name("reduce"), op, 1.0, 1.0,
-                                  self._set_id, _stream(t))
+        h = _engine.allreduce_async(_view(tmp), tmp.data_ptr(), self._name("reduce"), op, 1.0,
+                                    1.0, self._set_id, _stream(t))
         root = opts.rootRank if opts is not None else 0
 
         def finish(out):
@@ -321,9 +313,8 @@ class Collectives:
             rows = torch.stack([i.reshape(-1) for i in input_tensors[0]])
         else:
             rows = torch.empty((self.size(), out.numel()), dtype=out.dtype, device=out.device)
-        h = _core.broadcast_async(rows.data_ptr(), _DTYPES[rows.dtype], list(rows.shape),
-                                  _device(rows), int(root), self._name("scatter"),
-                                  self._set_id, _stream(rows))
+        h = _engine.broadcast_async(_flat_view(rows), int(root), self._name("scatter"),
+                                    self._set_id, _stream(rows))
 
         def finish(_):
             out.copy_(rows[self.rank()].view(out.shape))

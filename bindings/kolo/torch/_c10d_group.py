@@ -7,7 +7,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from kolo import _core
+from kolo.common import collectives as _engine
+from kolo.common.basics import cuda_built as _cuda_built
 from kolo.common import basics as _basics
 from kolo.torch._c10d_collectives import Collectives
 from kolo.torch._c10d_p2p import P2PChannels
@@ -25,10 +26,10 @@ _sets = {}
 def _register_set(ranks):
     """The kolo set of ``ranks`` (sorted global ranks): 0 for all ranks; else registered,
     collectively (every rank calls this for every new group, members or not)."""
-    if ranks == list(range(_core.size())):
+    if ranks == list(range(_engine.size())):
         return 0
     if tuple(ranks) not in _sets:
-        _sets[tuple(ranks)] = _core.wait(_core.add_process_set_async(list(ranks))).value
+        _sets[tuple(ranks)] = _engine.add_process_set(ranks)
     return _sets[tuple(ranks)]
 
 
@@ -62,7 +63,7 @@ def _stall_shutdown_seconds():
 
 
 def _device_types():
-    return ["cpu", "cuda"] if _core.cuda_built() else ["cpu"]
+    return ["cpu", "cuda"] if _cuda_built() else ["cpu"]
 
 
 class _Placeholder(torch._C._distributed_c10d.Backend):
@@ -165,7 +166,7 @@ class KoloProcessGroup(Collectives, dist.ProcessGroup):
             left._timeout = timeout
             return left
         self._name("barrier")  # kolo names barriers itself; this sets the label
-        work = self._start("barrier", _core.barrier_async(self._set_id), lambda out: [],
+        work = self._start("barrier", _engine.barrier_async(self._set_id), lambda out: [],
                            timeout)
         _barriers[self._set_id] = work
         return work
@@ -193,10 +194,10 @@ class KoloProcessGroup(Collectives, dist.ProcessGroup):
     def new_group(self, ranks, timeout=None, backend=None, pg_options=None, group_name=None,
                   group_desc=None):
         ranks = sorted(int(r) for r in ranks)
-        me = _core.rank()
+        me = _engine.rank()
         backend = str(dist.Backend(backend)) if backend else BACKEND_NAME
         if backend == BACKEND_NAME:
-            if ranks != list(range(_core.size())) and not str(group_name).isdigit():
+            if ranks != list(range(_engine.size())) and not str(group_name).isdigit():
                 # PyTorch names a group by a hash of its ranks only with
                 # use_local_synchronization=True, where non-members never come here.
                 raise NotImplementedError(

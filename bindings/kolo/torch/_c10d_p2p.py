@@ -2,7 +2,7 @@
 (from one rank or from any), isend/irecv (and so batch_isend_irecv, PyTorch's loop over
 them) and monitored_barrier.
 
-They go straight to MPI (kolo._core.P2PComm, bindings/p2p.cc), outside kolo's negotiation:
+They go straight to MPI (the engine's p2p_comm: bindings/p2p.cc), outside kolo's negotiation:
 a message between two ranks needs no agreement of the others. Every process group has two
 communicators of its own, made with the group (collective over its members): one for the
 user's messages, one for monitored_barrier, so that neither meets the other's messages,
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo import _core
+from kolo.common import collectives as _engine
 
 _PREFIX = "kolo's torch.distributed backend: "
 
@@ -173,9 +173,8 @@ class P2PChannels:
         self._error = None
         self._user = self._monitor = None
         try:
-            self._user = _core.P2PComm.create(list(global_ranks), _core.rank(), _core.size())
-            self._monitor = _core.P2PComm.create(list(global_ranks), _core.rank(),
-                                                 _core.size())
+            self._user = _engine.p2p_comm(global_ranks)
+            self._monitor = _engine.p2p_comm(global_ranks)
         except RuntimeError as e:
             self._error = str(e)
 

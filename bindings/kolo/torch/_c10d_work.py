@@ -1,6 +1,6 @@
 """The Work objects and their completion for kolo's torch.distributed backend (see c10d.py):
 a pool of threads waits on kolo's handles, marks each Work done and completes its future;
-tensors are handed to kolo._core as (pointer, dtype, shape, device)."""
+tensors reach the engine (kolo.common.collectives) through kolo.torch._tensors."""
 import concurrent.futures
 import datetime
 import os
@@ -11,8 +11,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo import _core
-from kolo.torch.mpi_ops import _DTYPES
+from kolo.common import collectives as _engine
+from kolo.torch import _tensors
+from kolo.torch._tensors import DTYPES as _DTYPES
 
 _TORCH_DISTRIBUTED_DIR = os.path.dirname(dist.distributed_c10d.__file__) + os.sep
 # This package's backend modules (c10d.py, _c10d_*.py): frames to skip in _called_from_cpp.
@@ -41,27 +42,14 @@ def _check(tensor, what):
                          ".contiguous() first" % what)
 
 
-def _device(tensor):
-    return tensor.device.index if tensor.is_cuda else -1
-
-
-def _shape(tensor):
-    return list(tensor.shape) if tensor.dim() > 0 else [1]  # kolo has no 0-d tensors
+def _view(tensor):
+    """The engine's view of a checked tensor; kolo has no 0-d tensors here: one element."""
+    return _tensors.view(tensor, list(tensor.shape) if tensor.dim() > 0 else [1])
 
 
 def _copy_result(out, dest):
     """Copies a finished kolo operation's output into ``dest`` (any layout)."""
-    nbytes = dest.numel() * dest.element_size()
-    if out.nbytes != nbytes:
-        raise RuntimeError("kolo's torch.distributed backend: the result has %d bytes, the "
-                           "output tensor %d (shape %s)" % (out.nbytes, nbytes,
-                                                            list(dest.shape)))
-    if dest.is_contiguous():
-        out.copy_to(dest.data_ptr(), nbytes)
-    else:
-        tmp = torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
-        out.copy_to(tmp.data_ptr(), nbytes)
-        dest.copy_(tmp)
+    _tensors.copy_into(out, dest, "kolo's torch.distributed backend")
 
 
 # --- Work and completion -----------------------------------------------------------------
@@ -238,7 +226,7 @@ class _Completer:
     @staticmethod
     def _run(handle, finish, work):
         try:
-            result = finish(_core.wait(handle))
+            result = finish(_engine.wait(handle))
         except BaseException as e:  # noqa: B902  (every error belongs to the Work)
             work._finish(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
         else:

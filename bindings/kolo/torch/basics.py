@@ -3,7 +3,6 @@
 lives in ``kolo.common.basics``, shared by every binding."""
 import torch
 
-from kolo import _core
 from kolo.common.basics import (  # noqa: F401
     _on_new_run, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
     gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,

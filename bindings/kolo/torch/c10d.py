@@ -4,8 +4,8 @@ name ``"kolo"``, then ``dist.init_process_group(backend="kolo")`` runs DDP and t
 path, the stall inspector and the timeline).
 
 Python-level only: a ``torch.distributed.ProcessGroup`` subclass whose methods hand
-tensors to ``kolo._core`` as (pointer, dtype, shape, device), with no link against libtorch,
-so one kolo build serves every PyTorch that has the extension points used here
+tensors to kolo's engine (``kolo.common.collectives``) as (pointer, dtype, shape, device),
+with no link against libtorch, so one kolo build serves every PyTorch that has the extension points used here
 (``_MIN_TORCH``; checked at import). docs/api-torch-distributed.md has what is supported.
 
 The modules: this one (the version check, registration, creating groups), _c10d_group.py
@@ -36,7 +36,6 @@ import os
 import torch
 import torch.distributed as dist
 
-from kolo import _core
 from kolo.common import basics as _basics
 
 # The oldest PyTorch this backend runs on; see _check_torch() for what it needs.
@@ -98,7 +97,7 @@ def _start_kolo(timeout):
     """Starts kolo's runtime (collective over the kolorun job). PyTorch's timeout becomes
     kolo's stall shutdown time unless KOLO_STALL_SHUTDOWN_TIME_SECONDS is set or the
     timeout is PyTorch's default (kolo's own default, 10 minutes, is then kept)."""
-    if _core.is_initialized():
+    if _basics.is_initialized():
         return
     default = getattr(_c10d, "default_pg_timeout", None)
     if (timeout is not None and timeout != default
@@ -116,7 +115,7 @@ def _create(opts, backend_options=None):
     ranks = sorted(int(r) for r in (opts.global_ranks_in_group or []))
     is_world = not ranks
     _start_kolo(opts.timeout)
-    size, rank = _core.size(), _core.rank()
+    size, rank = _basics.size(), _basics.rank()
     if is_world:
         if opts.group_size != size or opts.group_rank != rank:
             raise RuntimeError(

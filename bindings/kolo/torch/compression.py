@@ -1,7 +1,8 @@
 """Gradient compression for allreduce, as in Horovod."""
 import torch
 
-from kolo.common.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401
+from kolo.common.compression import (  # noqa: F401
+    CastCompressor, Compressor, NoneCompressor, compressors)
 
 
 class _TorchCast(CastCompressor):
@@ -9,17 +10,5 @@ class _TorchCast(CastCompressor):
     cast = staticmethod(lambda tensor, dtype: tensor.to(dtype))
 
 
-class FP16Compressor(_TorchCast):
-    """Casts floating tensors to float16 for the allreduce and back."""
-    dtype = torch.float16
-
-
-class BF16Compressor(_TorchCast):
-    """Casts floating tensors to bfloat16 for the allreduce and back."""
-    dtype = torch.bfloat16
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
+FP16Compressor, BF16Compressor, Compression = compressors(_TorchCast, torch.float16,
+                                                          torch.bfloat16)

@@ -1,0 +1,313 @@
+"""kolo.jax's collectives on pytrees, differentiable over the flat list of leaves
+(``jax.custom_vjp``), and objects, join and barrier (see kolo.jax)."""
+import functools
+import pickle
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from kolo.common import collectives as _engine
+from kolo.common import host as _host
+from kolo.common.collectives import KoloInternalError
+from kolo.common.compression import NoneCompressor
+from kolo.common.ops import Average, Sum, check_op, reducescatter_op
+from kolo.common.process_sets import (
+    _root_in_set, _set_id, _set_size, global_process_set)
+from kolo.jax import _xla
+from kolo.jax._trees import (
+    _adopt, _after_dispatched_collectives, _allgather_object_in_set, _flatten, _host_view,
+    _run, _sentinel, _shape, _signature, _signature_text, _structured, _traced)
+
+def _in_place_in_jit(leaves):
+    """Whether traced leaves go to XLA's FFI handler (in place, no copies) rather than an
+    io_callback: on the CPU, when kolo was built with XLA's FFI headers."""
+    return _traced(leaves) and _xla.available and jax.default_backend() == "cpu"
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _allreduce_leaves(cfg, *leaves):
+    name, op, pre, post, set_id, paths = cfg
+    signature = _signature(leaves, paths, False)
+    if _in_place_in_jit(leaves):
+        # XLA's FFI handler checks the trees (the same sentinel as _structured) and then
+        # reduces the leaves in place.
+        return tuple(_xla.allreduce(leaves, name, op, pre, post, set_id,
+                                    _sentinel(signature).shape[1],
+                                    _signature_text(signature)))
+    kernel = _structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
+                         signature, "allreduce", set_id, name)
+    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+
+
+def _allreduce_fwd(cfg, *leaves):
+    return _allreduce_leaves(cfg, *leaves), None
+
+
+def _allreduce_bwd(cfg, _, cotangents):
+    name, op, pre, post, set_id, paths = cfg
+    return _allreduce_leaves((None, op, pre, post, set_id, paths), *cotangents)
+
+
+_allreduce_leaves.defvjp(_allreduce_fwd, _allreduce_bwd)
+
+
+def allreduce(tree, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=global_process_set, compression=NoneCompressor):
+    """The reduction (``op``, default the average) over the set's ranks of every leaf, as
+    a tree of the same structure; all leaves are negotiated and fused as one unit.
+    Differentiable: the cotangent is reduced the same way."""
+    check_op(op, "kolo.jax")
+    leaves, treedef, paths = _flatten(tree, "allreduce")
+    if not leaves:
+        return tree
+    pairs = [compression.compress(x) for x in leaves]
+    cfg = (name, op, float(prescale_factor), float(postscale_factor), _set_id(process_set),
+           tuple(paths))
+    reduced = _allreduce_leaves(cfg, *[c for c, _ in pairs])
+    return jax.tree_util.tree_unflatten(
+        treedef, [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)])
+
+
+def _gathered_shape(x, set_size, stack):
+    if stack:
+        return (set_size,) + tuple(x.shape)
+    return (x.shape[0] * set_size,) + tuple(x.shape[1:])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _allgather_leaves(cfg, *leaves):
+    name, set_id, set_size, paths = cfg
+    if not _traced(leaves):
+        kernel = _structured(_host.allgather_kernel(name, set_id),
+                             _signature(leaves, paths, True), "allgather", set_id, name)
+        return tuple(_run(kernel, leaves, None))
+    # Inside jit the result's shape is fixed when tracing: every rank must send the same
+    # first dimensions. Each rank sends its row counts along (one more array in the
+    # group) and every rank checks all of them, so all raise or none does.
+    rows = np.asarray([[x.shape[0] for x in leaves]], np.int32)
+    gathered = _structured(_host.allgather_kernel(name, set_id),
+                           _signature((rows,) + tuple(leaves), ("<rows>",) + paths, True),
+                           "allgather", set_id, name)
+
+    def kernel(arrays):
+        out = gathered(arrays)
+        _check_same_rows(out[0].reshape(set_size, len(leaves)), paths)
+        return out
+    shapes = [_shape(rows, (set_size, len(leaves)))] + [
+        _shape(x, _gathered_shape(x, set_size, False)) for x in leaves]
+    return tuple(_run(kernel, (rows,) + tuple(leaves), shapes)[1:])
+
+
+def _check_same_rows(every, paths):
+    for i, p in enumerate(paths):
+        if len(set(every[:, i].tolist())) > 1:
+            raise KoloInternalError(
+                "allgather inside jax.jit needs the same first dimension on every rank (the "
+                "result's shape is fixed when tracing); the leaf at %s has %s rows on the "
+                "set's ranks in order; call it outside jit for differing sizes"
+                % (p, every[:, i].tolist()))
+
+
+def _allgather_fwd(cfg, *leaves):
+    return _allgather_leaves(cfg, *leaves), tuple(x.shape[0] for x in leaves)
+
+
+def _allgather_bwd(cfg, rows, cotangents):
+    name, set_id, set_size, paths = cfg
+    averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
+    counts = _allgather_leaves((None, set_id, set_size, paths),
+                               *[jnp.asarray([n], jnp.int64 if jax.config.jax_enable_x64
+                                             else jnp.int32) for n in rows])
+    mine = _engine.set_rank(set_id)
+    out = []
+    for g, n, c in zip(averaged, rows, counts):
+        start = jnp.sum(c[:mine])
+        out.append(jax.lax.dynamic_slice_in_dim(g, start, n, axis=0))
+    return tuple(out)
+
+
+_allgather_leaves.defvjp(_allgather_fwd, _allgather_bwd)
+
+
+def allgather(tree, name=None, process_set=global_process_set, stack=False):
+    """Every leaf of every rank of the set, concatenated along axis 0 in rank order (the
+    first dimension may differ between ranks eagerly; inside jit it must not). With
+    ``stack=True`` the leaves get a new leading axis of the set's size instead (their shapes
+    must be equal). Differentiable: the cotangent is averaged over the ranks and this
+    rank's rows are kept."""
+    leaves, treedef, paths = _flatten(tree, "allgather")
+    if not leaves:
+        return tree
+    for x, p in zip(leaves, paths):
+        if x.ndim == 0 and not stack:
+            raise ValueError("allgather: the leaf at %s is a scalar; it needs at least one "
+                             "dimension to concatenate (or pass stack=True)" % p)
+    n = _set_size(process_set)
+    if stack:
+        leaves = [x[None] for x in leaves]
+    out = _allgather_leaves((name, _set_id(process_set), n, tuple(paths)), *leaves)
+    return jax.tree_util.tree_unflatten(treedef, list(out))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _broadcast_leaves(cfg, *leaves):
+    name, root_in_set, root_rank, set_id, paths = cfg
+    kernel = _structured(_host.broadcast_kernel(root_in_set, name, set_id),
+                         _signature(leaves, paths, False), "broadcast", set_id, name)
+    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+
+
+def _broadcast_fwd(cfg, *leaves):
+    return _broadcast_leaves(cfg, *leaves), None
+
+
+def _broadcast_bwd(cfg, _, cotangents):
+    name, root_in_set, root_rank, set_id, paths = cfg
+    averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
+    if _engine.rank() != root_rank:
+        return tuple(jnp.zeros_like(g) for g in averaged)
+    return averaged
+
+
+_broadcast_leaves.defvjp(_broadcast_fwd, _broadcast_bwd)
+
+
+def broadcast(tree, root_rank=0, name=None, process_set=global_process_set):
+    """Global rank ``root_rank``'s tree on every rank of the set (same structure, shapes
+    and dtypes everywhere). Differentiable: the root's cotangent is the average over the
+    ranks, the others' zero."""
+    leaves, treedef, paths = _flatten(tree, "broadcast")
+    if not leaves:
+        return tree
+    set_id = _set_id(process_set)
+    cfg = (name, _root_in_set(root_rank, set_id), int(root_rank), set_id, tuple(paths))
+    return jax.tree_util.tree_unflatten(treedef, list(_broadcast_leaves(cfg, *leaves)))
+
+
+def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
+    """Returns ``params`` (any pytree) with root_rank's values on every rank: the start of
+    training, so that every rank begins from the same weights."""
+    return broadcast(params, root_rank, name="broadcast_parameters", process_set=process_set)
+
+
+def _rows_here(rows, set_size, rank_in_set):
+    return rows // set_size + (1 if rank_in_set < rows % set_size else 0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _reducescatter_leaves(cfg, *leaves):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths, _ = cfg
+    kernel = _structured(_host.reducescatter_kernel(name, op, pre, post, set_id),
+                         _signature(leaves, paths, False), "reducescatter", set_id, name)
+    shapes = [_shape(x, (_rows_here(x.shape[0], set_size, rank_in_set),) + tuple(x.shape[1:]))
+              for x in leaves]
+    return tuple(_run(kernel, leaves, shapes))
+
+
+def _reducescatter_fwd(cfg, *leaves):
+    return _reducescatter_leaves(cfg, *leaves), None
+
+
+def _reducescatter_bwd(cfg, _, cotangents):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths, rows = cfg
+    factor = pre * post * (set_size if op == Sum else 1)
+    scaled = [g * factor if factor != 1 else g for g in cotangents]
+    # Blocks differ by a row when rows % size != 0, and inside jit an allgather needs equal
+    # ones: every block is padded to the largest and the padding dropped after.
+    most = [-(-n // set_size) for n in rows]
+    padded = [jnp.pad(g, [(0, m - g.shape[0])] + [(0, 0)] * (g.ndim - 1))
+              for g, m in zip(scaled, most)]
+    gathered = _allgather_leaves((None, set_id, set_size, paths), *padded)
+    out = []
+    for g, n, m in zip(gathered, rows, most):
+        keep = np.concatenate([np.arange(i * m, i * m + _rows_here(n, set_size, i))
+                               for i in range(set_size)])
+        out.append(jnp.take(g, keep, axis=0))
+    return tuple(out)
+
+
+_reducescatter_leaves.defvjp(_reducescatter_fwd, _reducescatter_bwd)
+
+
+def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Every leaf reduced over the set (Average or Sum); rank i keeps the i-th block of rows
+    (the first ``rows % size`` ranks one row more). Differentiable (Horovod's rule): the
+    allgather of the cotangent, times the set's size for Sum, times the scale factors."""
+    op = reducescatter_op(op, "kolo.jax")
+    leaves, treedef, paths = _flatten(tree, "reducescatter")
+    if not leaves:
+        return tree
+    for x, p in zip(leaves, paths):
+        if x.ndim == 0:
+            raise ValueError("reducescatter: the leaf at %s is a scalar; it needs a first "
+                             "dimension to scatter" % p)
+    set_id = _set_id(process_set)
+    cfg = (name, op, float(prescale_factor), float(postscale_factor), set_id,
+           _set_size(process_set), _engine.set_rank(set_id), tuple(paths),
+           tuple(x.shape[0] for x in leaves))
+    return jax.tree_util.tree_unflatten(treedef, list(_reducescatter_leaves(cfg, *leaves)))
+
+
+def alltoall(array, splits=None, name=None, process_set=global_process_set):
+    """Sends ``splits[i]`` rows of ``array`` to rank i of the set (an even split when None).
+    Returns the received rows, and ``(output, received_splits)`` when ``splits`` is given.
+    Inside jit only the even split (``splits=None``): the received row count of uneven
+    splits is only known when it runs."""
+    leaves, _, _ = _flatten(array, "alltoall")
+    if len(leaves) != 1:
+        raise TypeError("alltoall takes one array, not a tree")
+    x = leaves[0]
+    set_id = _set_id(process_set)
+    if _traced([x]):
+        if splits is not None:
+            raise NotImplementedError(
+                "kolo.jax.alltoall with splits runs eagerly, not inside jax.jit: the number "
+                "of rows it receives is only known when it runs (splits=None, the even "
+                "split, works inside jit)")
+        exchange = _host.alltoall_kernel(name, set_id)
+        kernel = lambda arrays: exchange([arrays[0], np.zeros(0, np.int32)])[:1]  # noqa: E731
+        return _run(kernel, [x], [_shape(x)])[0]
+    split_array = np.asarray([] if splits is None else splits, np.int32).reshape(-1)
+    out, received = _host.alltoall_kernel(name, set_id)([_host_view(x), split_array])
+    output = _adopt(out)
+    return output if splits is None else (output, jnp.asarray(received))
+
+
+
+# --- objects, join, barrier ---------------------------------------------------------------
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    _after_dispatched_collectives()
+    return _allgather_object_in_set(obj, _set_id(process_set))
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Global rank ``root_rank``'s ``obj`` on every rank of the set (pickled; the size
+    travels first). The root gets its own object back."""
+    _after_dispatched_collectives()
+    set_id = _set_id(process_set)
+    root = _root_in_set(root_rank, set_id)
+    is_root = _engine.rank() == int(root_rank)
+    data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
+    size = np.asarray([data.size if is_root else 0], np.int64)
+    (size,) = _host.broadcast_kernel(root, (name or "object") + ".sz", set_id)([size])
+    payload = data if is_root else np.zeros(int(size[0]), np.uint8)
+    (payload,) = _host.broadcast_kernel(root, (name or "object") + ".t", set_id)([payload])
+    return obj if is_root else pickle.loads(payload.tobytes())
+
+
+def join():
+    """This rank has no more data: until every rank has joined, it takes part in the
+    others' allreduces with zeros. Returns the global rank that joined last."""
+    _after_dispatched_collectives()
+    return int(_engine.wait(_engine.join_async()).value)
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called it."""
+    _after_dispatched_collectives()
+    _engine.wait(_engine.barrier_async(_set_id(process_set)))
+
