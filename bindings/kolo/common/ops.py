@@ -2,12 +2,11 @@
 handling of the deprecated ``average=`` argument."""
 import warnings
 
-from kolo import _core
-from kolo._core import KoloInternalError
+from kolo.common.collectives import REDUCE_OPS, KoloInternalError
 
-Average, Sum, Min, Max, Product = (_core.REDUCE_OPS[n]
+Average, Sum, Min, Max, Product = (REDUCE_OPS[n]
                                    for n in ("average", "sum", "min", "max", "product"))
-Adasum = max(_core.REDUCE_OPS.values()) + 1  # a name kolo knows but does not run
+Adasum = max(REDUCE_OPS.values()) + 1  # a name kolo knows but does not run
 OPS = (Average, Sum, Min, Max, Product)
 ADASUM = "Adasum is not supported by kolo; use op=hvd.Average (the default) or op=hvd.Sum"
 

@@ -9,13 +9,15 @@ name, docs/moving-from-horovod.md what Keras 3 changes.
 import keras
 import tensorflow as tf
 
-from kolo.tensorflow import (  # noqa: F401
-    Average, Compression, HorovodInternalError, KoloInternalError, Max, Min, Product,
-    ProcessSet, Sum, add_process_set, allgather_object, broadcast_object, broadcast_variables,
-    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
-    global_process_set, init, is_homogeneous, is_initialized, join, local_rank, local_size,
-    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
-    rocm_built, shutdown, size, start_timeline, stop_timeline)
+from kolo.tensorflow.compression import Compression  # noqa: F401
+from kolo.tensorflow.functions import (  # noqa: F401
+    allgather_object, broadcast_object, broadcast_variables)
+from kolo.tensorflow.mpi_ops import (  # noqa: F401
+    Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet, Sum,
+    add_process_set, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+    gloo_enabled, global_process_set, init, is_homogeneous, is_initialized, join, local_rank,
+    local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
+    remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
