@@ -66,9 +66,10 @@ def alternate(rounds, commands, out, quiet=True):
             yield i, name, run_job(argv, out, quiet)
 
 
-def spread(values):
-    """One side's job figures (ms): every job's, their median, and slowest / fastest."""
-    return {"job_median_ms": values, "median_ms": statistics.median(values),
+def spread(values, unit="ms"):
+    """One side's job figures (in ``unit``): every job's, their median, and slowest /
+    fastest."""
+    return {"job_median_" + unit: values, "median_" + unit: statistics.median(values),
             "slowest_over_fastest": max(values) / min(values)}
 
 
