@@ -306,7 +306,9 @@ import os, signal, threading, time, torch
 import kolo.torch as hvd
 hvd.init()
 if hvd.rank() == 1:
-    time.sleep(6)      # never submits "waited.on" before rank 0 is interrupted
+    # Submits "waited.on" only once rank 0 has been interrupted: it waits for rank 0's
+    # go-ahead, which rank 0 broadcasts after its interruptions.
+    assert hvd.broadcast_object(None, root_rank=0, name="go") == "go"
 else:
     h = hvd.allreduce_async(torch.ones(2), name="waited.on")
     sent = []
@@ -328,6 +330,7 @@ else:
         hvd.synchronize(h)
     except TimeoutError as e:
         print("alarm:", e, flush=True)
+    hvd.broadcast_object("go", root_rank=0, name="go")
 if hvd.rank() == 1:
     hvd.allreduce(torch.ones(2), name="waited.on")
 else:
