@@ -24,7 +24,6 @@ Debian's /usr/bin/python3 and needs no PyTorch; gloo runs on .venv's PyTorch. ko
 gloo rendezvous through env:// (kolorun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -241,11 +240,7 @@ def main():
     args = parser.parse_args()
     rank, result = alone(args) if args.what == "alone" else jobs(args)
     if rank == 0:
-        text = json.dumps(result, indent=1)
-        print(text)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text + "\n")
+        standalone_jobs.write_result(result, args.out)
 
 
 if __name__ == "__main__":

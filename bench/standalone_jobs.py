@@ -73,6 +73,15 @@ def spread(values, unit="ms"):
             "slowest_over_fastest": max(values) / min(values)}
 
 
+def write_result(result, out=None):
+    """Prints a benchmark's JSON object and, given ``out``, writes it there too."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
 def commit():
     """The commit measured (short hash; empty outside a git checkout)."""
     return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],

@@ -24,7 +24,6 @@ and warm-up counts. As in torch_bench.py, a step's time is the slowest rank's an
 reports its median step.
 """
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -299,6 +298,23 @@ def compare_with_torch(args, label, python, paths, skip, copies, benchmark, env)
     return result
 
 
+def add_compare_arguments(p, prefix, paths):
+    """The `jobs` subcommand's options of compare_with_torch's callers: ``paths`` are the
+    framework's, chosen by --<prefix>-paths and run on --<prefix>-python."""
+    p.add_argument("--jobs", type=int, default=5)
+    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
+    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--%s-paths" % prefix, default=",".join(paths))
+    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
+    p.add_argument("--copies-jobs", type=int, default=None,
+                   help="rounds that also run `copies` (default: all)")
+    p.add_argument("--mbytes", type=float, default=100)
+    p.add_argument("--%s-python" % prefix, default=".venv/bin/python")
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+
+
 def jobs(args):
     copies_jobs = [("tensorflow", ["--framework", "tf"], args.tf_python),
                    ("torch", ["--framework", "torch"], args.torch_python)]
@@ -322,28 +338,12 @@ def main():
     p.add_argument("--mbytes", type=float, default=100)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
-    p = sub.add_parser("jobs")
-    p.add_argument("--jobs", type=int, default=5)
-    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
-    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--tf-paths", default=",".join(TF_PATHS))
-    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
-    p.add_argument("--copies-jobs", type=int, default=None,
-                   help="rounds that also run `copies` (default: all)")
-    p.add_argument("--mbytes", type=float, default=100)
-    p.add_argument("--tf-python", default=".venv/bin/python")
-    p.add_argument("--torch-python", default="/usr/bin/python3")
+    add_compare_arguments(sub.add_parser("jobs"), "tf", TF_PATHS)
     args = parser.parse_args()
     hvd, result = {"alone": alone, "copies": copies, "jobs": jobs}[args.what](args)
     result["settings"] = {k: v for k, v in os.environ.items() if k.startswith(("KOLO_", "MALLOC_"))}
     if hvd is None or hvd.rank() == 0:
-        text = json.dumps(result, indent=1)
-        print(text)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text + "\n")
+        standalone_jobs.write_result(result, args.out)
     if hvd is not None:
         hvd.shutdown()
 
