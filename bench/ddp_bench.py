@@ -28,15 +28,14 @@ As in tf_bench.py, a step's time is the slowest rank's, a job reports its median
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_bench import resnet50_shapes, run_job, small_shapes, time_steps  # noqa: E402
+import standalone_jobs  # noqa: E402
+from tf_bench import resnet50_shapes, small_shapes, time_steps  # noqa: E402
 
 PATHS = ("ddp_kolo", "ddp_gloo", "kolo_optimizer", "ddp_kolo_views", "ddp_gloo_views",
          "ddp_floor")
@@ -133,37 +132,30 @@ def goal_ratios(summary):
 
 
 def jobs(args):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    build = os.path.join(root, os.environ.get("BUILD", "build"))
-    kolorun = [os.path.join(build, "launcher", "kolorun"), "-np", str(args.np)]
-    os.environ["PYTHONPATH"] = os.path.join(build, "python") + (
-        ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    python = os.path.join(root, args.python) if not os.path.isabs(args.python) else args.python
+    kolorun = standalone_jobs.kolorun(args.np)
+    python = standalone_jobs.interpreter(args.python)
     load = os.getloadavg()
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
         for model in args.models.split(","):
-            medians = {p: [] for p in args.paths.split(",")}
-            for i in range(args.jobs):
-                for path in medians:
-                    cmd = kolorun + [python, os.path.abspath(__file__), "--out", out, "alone",
-                                     "--path", path, "--model", model, "--steps",
-                                     str(args.steps), "--warmup", str(args.warmup)]
-                    medians[path].append(run_job(cmd, out)["median_ms"])
-                    print("%s job %d %-16s %9.2f ms" % (model, i + 1, path, medians[path][-1]),
-                          file=sys.stderr)
-            summary = {p: {"job_median_ms": m, "median_ms": statistics.median(m),
-                           "slowest_over_fastest": max(m) / min(m)} for p, m in medians.items()}
+            commands = {p: kolorun + [python, os.path.abspath(__file__), "--out", out, "alone",
+                                      "--path", p, "--model", model, "--steps",
+                                      str(args.steps), "--warmup", str(args.warmup)]
+                        for p in args.paths.split(",")}
+            medians = {p: [] for p in commands}
+            for i, path, job in standalone_jobs.alternate(args.jobs, commands, out):
+                medians[path].append(job["median_ms"])
+                print("%s job %d %-16s %9.2f ms" % (model, i + 1, path, medians[path][-1]),
+                      file=sys.stderr)
+            summary = {p: standalone_jobs.spread(m) for p, m in medians.items()}
             ratios = goal_ratios(summary)
             rows[model] = {"paths": summary, "ratios": ratios}
             for name, ratio in ratios.items():
                 print("%s: %-42s %.2f" % (model, name, ratio), file=sys.stderr)
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    return {"benchmark": "ddp", "commit": commit, "np": args.np, "jobs": args.jobs,
-            "steps": args.steps, "warmup": args.warmup, "load_before": list(load),
-            "models": rows}
+    return {"benchmark": "ddp", "commit": standalone_jobs.commit(), "np": args.np,
+            "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
+            "load_before": list(load), "models": rows}
 
 
 def main():

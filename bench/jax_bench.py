@@ -29,17 +29,17 @@ and warm-up counts. As in tf_bench.py, a step's time is the slowest rank's (ever
 with jax.block_until_ready) and a job reports its median step.
 """
 import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_bench import MODELS, compare_with_torch, measure_copies, time_steps  # noqa: E402
+import standalone_jobs  # noqa: E402
+from tf_bench import (MODELS, add_compare_arguments, compare_with_torch,  # noqa: E402
+                      measure_copies, time_steps)
 
 JAX_PATHS = ("jit_donated", "jit_optimizer", "jit_allreduce", "eager", "psum", "plain_jit")
-TORCH_STRATEGIES = ("kolo", "kolo_grouped")
 
 
 def _jax():
@@ -171,29 +171,13 @@ def main():
     p.add_argument("--mbytes", type=float, default=100)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
-    p = sub.add_parser("jobs")
-    p.add_argument("--jobs", type=int, default=5)
-    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
-    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--jax-paths", default=",".join(JAX_PATHS))
-    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
-    p.add_argument("--copies-jobs", type=int, default=None,
-                   help="rounds that also run `copies` (default: all)")
-    p.add_argument("--mbytes", type=float, default=100)
-    p.add_argument("--jax-python", default=".venv/bin/python")
-    p.add_argument("--torch-python", default="/usr/bin/python3")
+    add_compare_arguments(sub.add_parser("jobs"), "jax", JAX_PATHS)
     args = parser.parse_args()
     kj, result = {"alone": alone, "copies": copies, "jobs": jobs}[args.what](args)
     result["settings"] = {k: v for k, v in os.environ.items()
                           if k.startswith(("KOLO_", "MALLOC_", "XLA_", "JAX_"))}
     if kj is None or kj.rank() == 0:
-        text = json.dumps(result, indent=1)
-        print(text)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text + "\n")
+        standalone_jobs.write_result(result, args.out)
     if kj is not None:
         kj.shutdown()
 

@@ -24,16 +24,17 @@ and warm-up counts. As in torch_bench.py, a step's time is the slowest rank's an
 reports its median step.
 """
 import argparse
-import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import standalone_jobs  # noqa: E402
 
 TF_PATHS = ("tape_eager", "tape_function", "grouped_eager", "grouped_function", "plain_tape")
 TORCH_STRATEGIES = ("kolo", "kolo_grouped")
@@ -220,33 +221,18 @@ def copies(args):
 
 # --- the comparison: jobs alternated ------------------------------------------
 
-def run_job(cmd, out):
-    """Runs one kolorun job; its output only shows when it fails (TensorFlow's start-up
-    lines would bury the progress)."""
-    job = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if job.returncode != 0:
-        sys.stderr.write(job.stderr)
-        raise SystemExit("tf_bench: job failed (exit %d): %s" % (job.returncode, " ".join(cmd)))
-    with open(out) as f:
-        return json.load(f)
-
-
 def compare_with_torch(args, label, python, paths, skip, copies, benchmark, env):
     """The comparison: each of the framework's ``paths`` (this script's `alone --path`,
     labelled "<label> <path>") and each of torch_bench.py's strategies in a kolorun job of
     its own, ``args.jobs`` rounds with the jobs alternated; ``copies`` are
     (framework, extra `copies` arguments, interpreter) jobs run in each round up to
     ``args.copies_jobs``. Paths in ``skip`` get no ratio (they do no allreduce)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    build = os.path.join(root, os.environ.get("BUILD", "build"))
-    kolorun = [os.path.join(build, "launcher", "kolorun"), "-np", str(args.np)]
-    os.environ["PYTHONPATH"] = os.path.join(build, "python") + (
-        ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    kolorun = standalone_jobs.kolorun(args.np)
     for key, value in env.items():
         os.environ.setdefault(key, value)
-    python, torch_python = (os.path.join(root, p) for p in (python, args.torch_python))
+    python, torch_python = (standalone_jobs.interpreter(p) for p in (python, args.torch_python))
     me = os.path.abspath(sys.argv[0])
-    torch_bench = os.path.join(root, "bench", "torch_bench.py")
+    torch_bench = os.path.join(standalone_jobs.ROOT, "bench", "torch_bench.py")
     counts = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model]
     medians = {label + " " + p: [] for p in paths}
     medians.update({"torch " + s: [] for s in args.torch_strategies.split(",")})
@@ -256,34 +242,36 @@ def compare_with_torch(args, label, python, paths, skip, copies, benchmark, env)
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
-        for i in range(args.jobs):
-            for name in medians:
-                framework, path = name.split(" ")
-                if framework == label:
-                    cmd = kolorun + [python, me, "--out", out, "alone", "--path", path] + counts
-                else:
-                    cmd = kolorun + [torch_python, torch_bench, "--out", out, "alone",
-                                     "--strategy", path] + counts
-                job = run_job(cmd, out)
-                medians[name].append(job["median_ms"])
-                versions.update({k: job[k] for k in (label, "jax_cpu_collectives") if k in job})
-                if "minor_faults_per_step" in job:
-                    faults[name].append(job["minor_faults_per_step"])
-                print("job %d %-28s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
-            if args.copies_jobs is None or args.copies_jobs > i:
-                for framework, extra, interpreter in copies:
-                    cmd = kolorun + [os.path.join(root, interpreter), me, "--out", out,
-                                     "copies"] + extra + ["--mbytes", str(args.mbytes)]
-                    copy_runs[framework].append(run_job(cmd, out))
-    summary = {name: {"job_median_ms": m, "median_ms": statistics.median(m),
-                      "slowest_over_fastest": max(m) / min(m)} for name, m in medians.items()}
+        commands = {}
+        for name in medians:
+            framework, path = name.split(" ")
+            if framework == label:
+                commands[name] = kolorun + [python, me, "--out", out, "alone", "--path",
+                                            path] + counts
+            else:
+                commands[name] = kolorun + [torch_python, torch_bench, "--out", out, "alone",
+                                            "--strategy", path] + counts
+        for framework, extra, interp in copies:
+            argv = kolorun + [standalone_jobs.interpreter(interp), me, "--out", out,
+                              "copies"] + extra + ["--mbytes", str(args.mbytes)]
+            commands[("copies", framework)] = (
+                lambda i, argv=argv: argv if args.copies_jobs is None or args.copies_jobs > i
+                else None)
+        for i, name, job in standalone_jobs.alternate(args.jobs, commands, out):
+            if isinstance(name, tuple):
+                copy_runs[name[1]].append(job)
+                continue
+            medians[name].append(job["median_ms"])
+            versions.update({k: job[k] for k in (label, "jax_cpu_collectives") if k in job})
+            if "minor_faults_per_step" in job:
+                faults[name].append(job["minor_faults_per_step"])
+            print("job %d %-28s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
+    summary = {name: standalone_jobs.spread(m) for name, m in medians.items()}
     for name, f in faults.items():
         if f:
             summary[name]["minor_faults_per_step"] = statistics.median(f)
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    result = {"benchmark": benchmark, "commit": commit, "model": args.model, "np": args.np,
-              "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
+    result = {"benchmark": benchmark, "commit": standalone_jobs.commit(), "model": args.model,
+              "np": args.np, "jobs": args.jobs, "steps": args.steps, "warmup": args.warmup,
               "load_before": list(load), "versions": versions, "paths": summary,
               "ratios": {}}
     for mine in (n for n in summary if n.startswith(label + " ") and n.split(" ")[1] not in skip):
@@ -310,6 +298,23 @@ def compare_with_torch(args, label, python, paths, skip, copies, benchmark, env)
     return result
 
 
+def add_compare_arguments(p, prefix, paths):
+    """The `jobs` subcommand's options of compare_with_torch's callers: ``paths`` are the
+    framework's, chosen by --<prefix>-paths and run on --<prefix>-python."""
+    p.add_argument("--jobs", type=int, default=5)
+    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
+    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--%s-paths" % prefix, default=",".join(paths))
+    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
+    p.add_argument("--copies-jobs", type=int, default=None,
+                   help="rounds that also run `copies` (default: all)")
+    p.add_argument("--mbytes", type=float, default=100)
+    p.add_argument("--%s-python" % prefix, default=".venv/bin/python")
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+
+
 def jobs(args):
     copies_jobs = [("tensorflow", ["--framework", "tf"], args.tf_python),
                    ("torch", ["--framework", "torch"], args.torch_python)]
@@ -333,28 +338,12 @@ def main():
     p.add_argument("--mbytes", type=float, default=100)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
-    p = sub.add_parser("jobs")
-    p.add_argument("--jobs", type=int, default=5)
-    p.add_argument("--np", type=int, default=int(os.environ.get("NP", 2)))
-    p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--tf-paths", default=",".join(TF_PATHS))
-    p.add_argument("--torch-strategies", default=",".join(TORCH_STRATEGIES))
-    p.add_argument("--copies-jobs", type=int, default=None,
-                   help="rounds that also run `copies` (default: all)")
-    p.add_argument("--mbytes", type=float, default=100)
-    p.add_argument("--tf-python", default=".venv/bin/python")
-    p.add_argument("--torch-python", default="/usr/bin/python3")
+    add_compare_arguments(sub.add_parser("jobs"), "tf", TF_PATHS)
     args = parser.parse_args()
     hvd, result = {"alone": alone, "copies": copies, "jobs": jobs}[args.what](args)
     result["settings"] = {k: v for k, v in os.environ.items() if k.startswith(("KOLO_", "MALLOC_"))}
     if hvd is None or hvd.rank() == 0:
-        text = json.dumps(result, indent=1)
-        print(text)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text + "\n")
+        standalone_jobs.write_result(result, args.out)
     if hvd is not None:
         hvd.shutdown()
 

@@ -3,6 +3,10 @@ process (3 ranks on 2 cores stay fast), and 64-bit types enabled so that float64
 are real dtypes rather than silently truncated to 32 bits. Every rank runs every test in
 file order, so every rank runs the same collectives in the same order."""
 import os
+import sys
+
+# test/common: the helpers that several test folders share (rank_values.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +

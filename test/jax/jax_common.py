@@ -1,10 +1,6 @@
 """What the kolo.jax tests share: the ranks, the dtypes, deterministic values every rank can
-compute for every rank, the upstream gradients of the gradient tests, and a small model
-with its single-process reference.
-
-Values are small integers so that sums, products and averages are exact in every dtype
-(uint8/int8 and bfloat16 included at np=3), and every rank can compute the expected result
-locally.
+compute for every rank (test/common/rank_values.py's, as JAX arrays), the upstream
+gradients of the gradient tests, and a small model with its single-process reference.
 """
 import numpy as np
 import jax
@@ -12,6 +8,7 @@ import jax.numpy as jnp
 
 import kolo.jax as kj
 from kolo._core import KoloInternalError  # noqa: F401  (kolo's HorovodInternalError)
+from rank_values import base, reducescatter_rows, values  # noqa: F401  (test/common)
 
 kj.init()
 R, N = kj.rank(), kj.size()
@@ -21,36 +18,11 @@ NUMERIC = [jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64, jnp.int8, jnp.in
 FLOATS = [jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64]
 WITH_BOOL = NUMERIC + [jnp.bool_]  # allgather, broadcast, alltoall
 F64 = jnp.float64
+val = values(N)  # val(r, shape, kind="plain"): rank r's input, a NumPy int64 array
 
 
 def ids(dtypes):
     return [jnp.dtype(d).name for d in dtypes]
-
-
-def base(shape):
-    """0, 1, 2, ... over the elements, reshaped."""
-    n = int(np.prod(shape)) if shape else 1
-    return np.arange(n, dtype=np.int64).reshape(shape)
-
-
-def val(r, shape, kind="plain"):
-    """Rank r's input (a numpy int64 array; make it a jax array with const()).
-
-    plain:   (i % 3) + r + 1          in 1..N+3    (Sum <= 3*6 at np=3)
-    avg:     (i % 3) + N * r          sum over ranks divisible by N: Average is exact
-    minmax:  (i + 2 r) % 5            min/max differ per element and per rank
-    prod:    (i + r) % 2 + 1          in {1, 2}: products <= 2**N
-    """
-    b = base(shape)
-    if kind == "plain":
-        return b % 3 + r + 1
-    if kind == "avg":
-        return b % 3 + N * r
-    if kind == "minmax":
-        return (b + 2 * r) % 5
-    if kind == "prod":
-        return (b + r) % 2 + 1
-    raise ValueError(kind)
 
 
 def const(a, dtype):
@@ -88,11 +60,6 @@ def assert_array(x, dtype, shape):
     assert isinstance(x, jax.Array), type(x)
     assert x.dtype == jnp.dtype(dtype), (x.dtype, dtype)
     assert x.shape == tuple(shape), (x.shape, shape)
-
-
-def reducescatter_rows(rows, r, n):
-    """Horovod splits dim 0 as evenly as possible, the first ranks taking one more."""
-    return rows // n + (1 if r < rows % n else 0)
 
 
 def up(r, shape, i=0):

@@ -152,14 +152,20 @@ def test_use_after_shutdown_and_init_again_fail_clearly(tmp_path):
 
 
 PEER_SHUTDOWN = """
-import time, torch
+import torch
 import kolo.torch as hvd
 hvd.init()
 hvd.allreduce(torch.ones(1), name="last")
 if hvd.rank() == 1:
     hvd.shutdown()
 else:
-    time.sleep(1.0)  # rank 1's shutdown reaches this rank's background thread
+    # Rank 1 never submits this one: it fails once rank 1's shutdown has reached this
+    # rank's background thread, so what follows runs after it, whatever the timing.
+    try:
+        hvd.allreduce(torch.ones(1), name="never.answered")
+        print("pending: completed", flush=True)
+    except hvd.KoloInternalError as e:
+        print("pending:", e, flush=True)
     print("queries still answer:", hvd.rank(), hvd.size(), flush=True)
     try:
         hvd.allreduce(torch.ones(1), name="after")
@@ -171,6 +177,8 @@ else:
 def test_after_another_rank_shuts_down_queries_answer_and_collectives_say_why(tmp_path):
     r, _ = run(2, PEER_SHUTDOWN, tmp_path)
     assert r.returncode == 0, r.stderr
+    assert re.search(r"\[0\]<stdout>:pending: kolo (was shut down by rank 1 |is not running)",
+                     r.stdout), r.stdout
     assert "[0]<stdout>:queries still answer: 0 2" in r.stdout
     assert re.search(r"\[0\]<stdout>:allreduce: kolo is not running.*shut down by rank 1 ", r.stdout), \
         r.stdout
@@ -298,7 +306,9 @@ import os, signal, threading, time, torch
 import kolo.torch as hvd
 hvd.init()
 if hvd.rank() == 1:
-    time.sleep(6)      # never submits "waited.on" before rank 0 is interrupted
+    # Submits "waited.on" only once rank 0 has been interrupted: it waits for rank 0's
+    # go-ahead, which rank 0 broadcasts after its interruptions.
+    assert hvd.broadcast_object(None, root_rank=0, name="go") == "go"
 else:
     h = hvd.allreduce_async(torch.ones(2), name="waited.on")
     sent = []
@@ -320,6 +330,7 @@ else:
         hvd.synchronize(h)
     except TimeoutError as e:
         print("alarm:", e, flush=True)
+    hvd.broadcast_object("go", root_rank=0, name="go")
 if hvd.rank() == 1:
     hvd.allreduce(torch.ones(2), name="waited.on")
 else:

@@ -298,7 +298,11 @@ def test_reducescatter_family():
 
 def test_join_returns_the_last_rank_to_join_on_every_rank():
     for last in range(N):
-        time.sleep(0.3 if R == last else 0.0)
+        if R == last:
+            # Joined ranks contribute zeros, so this allreduce completes only once every
+            # other rank is inside join(): rank `last` joins last by construction.
+            alone = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="compat.join.last%d" % last)
+            assert alone.tolist() == [1.0]
         got = hvd.join(device=-1)
         assert type(got) is int
         assert hvd.allgather(torch.tensor([got])).tolist() == [last] * N
@@ -357,7 +361,8 @@ def test_synchronize_keeps_the_handle_when_a_signal_interrupts_the_wait(monkeypa
 
 
 def test_synchronize_keeps_the_handle_when_an_alarm_fires():
-    # Real: rank 0 waits for a partner that comes 1 s later; an alarm handler raises.
+    # Real: rank 0 waits for partners that come only after its alarm fired (they wait for
+    # its go-ahead, a broadcast it sends afterwards); an alarm handler raises.
     class Alarm(Exception):
         pass
 
@@ -365,7 +370,7 @@ def test_synchronize_keeps_the_handle_when_an_alarm_fires():
         raise Alarm()
     x = torch.full((2,), float(R))
     if R != 0:
-        time.sleep(1.0)
+        assert hvd.broadcast_object(None, root_rank=0, name="compat.alarm.go") == "go"
         assert torch.equal(hvd.allreduce(x, name="compat.alarm", op=hvd.Sum),
                            torch.full((2,), N * (N - 1) / 2.0))
         return
@@ -380,4 +385,5 @@ def test_synchronize_keeps_the_handle_when_an_alarm_fires():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        hvd.broadcast_object("go", root_rank=0, name="compat.alarm.go")
     assert torch.equal(hvd.synchronize(h), torch.full((2,), N * (N - 1) / 2.0))

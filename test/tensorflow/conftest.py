@@ -2,6 +2,10 @@
 single-process references must see the same arithmetic as the ranks) and one thread per
 pool, so that 3 ranks on 2 cores stay fast. Every rank runs every test in file order."""
 import os
+import sys
+
+# test/common: the helpers that several test folders share (rank_values.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

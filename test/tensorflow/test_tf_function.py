@@ -30,13 +30,13 @@ def test_allreduce_in_tf_function(dtype):
         shapes.append(out.shape.as_list())
         return out, hvd.allreduce(x, op=hvd.Max, name="tf.fn.max")
 
-    every = [val(r, (2, 3), dtype) for r in range(N)]
+    every = [val(r, (2, 3)) for r in range(N)]
     s, m = f(const(every[R], dtype))
     assert s.dtype == dtype and shapes == [[2, 3]]
     assert_equal(s, total(every))
     assert_equal(m, np.stack(every).max(0))
     # A second call runs the collectives again, on the new values (no retrace).
-    twice = [val(r + 1, (2, 3), dtype) for r in range(N)]
+    twice = [val(r + 1, (2, 3)) for r in range(N)]
     s, _ = f(const(twice[R], dtype))
     assert_equal(s, total(twice))
     assert len(shapes) == 1
@@ -48,7 +48,7 @@ def test_allreduce_average_and_scales_in_tf_function():
         return (hvd.allreduce(x), hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0,
                                                  postscale_factor=1.5))
 
-    every = [val(r, (4,), tf.float32, "avg") for r in range(N)]
+    every = [val(r, (4,), "avg") for r in range(N)]
     avg, scaled = f(const(every[R], tf.float32))
     assert_equal(avg, total(every) / N)
     assert_equal(scaled, total(every) * 3)
@@ -60,8 +60,8 @@ def test_grouped_allreduce_in_tf_function(dtype):
     def f(a, b):
         return hvd.grouped_allreduce([a, b], op=hvd.Sum)
 
-    a = [val(r, (3,), dtype) for r in range(N)]
-    b = [val(r, (2, 2), dtype) for r in range(N)]
+    a = [val(r, (3,)) for r in range(N)]
+    b = [val(r, (2, 2)) for r in range(N)]
     out = f(const(a[R], dtype), const(b[R], dtype))
     assert len(out) == 2 and out[1].shape == (2, 2)
     assert_equal(out[0], total(a))
@@ -78,7 +78,7 @@ def test_allgather_in_tf_function(dtype):
         shapes.append(out.shape.as_list())
         return out
 
-    every = [val(r, (r + 1, 2), dtype) for r in range(N)]
+    every = [val(r, (r + 1, 2)) for r in range(N)]
     out = f(const(every[R], dtype))
     assert_equal(out, np.concatenate([expect(e, dtype) for e in every]))
     assert shapes[0][1:] == [2]
@@ -93,7 +93,7 @@ def test_allgather_in_tf_function_with_an_unknown_first_dim_retraces_nothing():
         return hvd.allgather(x, name="tf.fn.ag")
 
     for step in range(2):
-        every = [val(r + step, (r + step + 1, 3), tf.float64) for r in range(N)]
+        every = [val(r + step, (r + step + 1, 3)) for r in range(N)]
         assert_equal(f(const(every[R], tf.float64)), np.concatenate(every))
     assert len(traces) == 1
 
@@ -103,8 +103,8 @@ def test_grouped_allgather_in_tf_function():
     def f(a, b):
         return hvd.grouped_allgather([a, b])
 
-    a = [val(r, (r + 1, 2), tf.float32) for r in range(N)]
-    b = [val(r, (1,), tf.float32) for r in range(N)]
+    a = [val(r, (r + 1, 2)) for r in range(N)]
+    b = [val(r, (1,)) for r in range(N)]
     out = f(const(a[R], tf.float32), const(b[R], tf.float32))
     assert_equal(out[0], np.concatenate(a))
     assert_equal(out[1], np.concatenate(b))
@@ -118,21 +118,21 @@ def test_broadcast_in_tf_function(dtype):
         assert out.shape.as_list() == [2, 3]
         return out
 
-    out = f(const(val(R, (2, 3), dtype), dtype))
-    assert_equal(out, expect(val(N - 1, (2, 3), dtype), dtype))
+    out = f(const(val(R, (2, 3)), dtype))
+    assert_equal(out, expect(val(N - 1, (2, 3)), dtype))
 
 
 def test_broadcast_variables_in_tf_function():
-    v = [tf.Variable(const(val(R, (3,), tf.float32), tf.float32)),
-         tf.Variable(const(val(R, (2,), tf.int64), tf.int64))]
+    v = [tf.Variable(const(val(R, (3,)), tf.float32)),
+         tf.Variable(const(val(R, (2,)), tf.int64))]
 
     @tf.function
     def f():
         hvd.broadcast_variables(v, root_rank=N - 1)
 
     f()
-    assert_equal(v[0], val(N - 1, (3,), tf.float32))
-    assert_equal(v[1], val(N - 1, (2,), tf.int64))
+    assert_equal(v[0], val(N - 1, (3,)))
+    assert_equal(v[1], val(N - 1, (2,)))
 
 
 def _splits(r):
@@ -179,7 +179,7 @@ def test_reducescatter_in_tf_function(dtype):
         return out
 
     rows = 2 * N + 1
-    every = [val(r, (rows, 2), dtype) for r in range(N)]
+    every = [val(r, (rows, 2)) for r in range(N)]
     out = f(const(every[R], dtype))
     start = sum(reducescatter_rows(rows, k, N) for k in range(R))
     assert_equal(out, total(every)[start:start + reducescatter_rows(rows, R, N)])
@@ -191,7 +191,7 @@ def test_grouped_reducescatter_in_tf_function():
     def f(a):
         return hvd.grouped_reducescatter([a, a * 2], op=hvd.Sum)
 
-    every = [val(r, (N, 2), tf.float32) for r in range(N)]
+    every = [val(r, (N, 2)) for r in range(N)]
     out = f(const(every[R], tf.float32))
     assert_equal(out[0], total(every)[R:R + 1])
     assert_equal(out[1], 2 * total(every)[R:R + 1])

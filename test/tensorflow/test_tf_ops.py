@@ -9,7 +9,6 @@ horovod/tensorflow/functions.py (broadcast_object, allgather_object, broadcast_v
 horovod/common/util.py (the deprecated ``average``).
 """
 import inspect
-import time
 import warnings
 
 import numpy as np
@@ -148,7 +147,7 @@ def reduce_np(op, every):
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
 @pytest.mark.parametrize("op", OPS)
 def test_allreduce(op, dtype):
-    every = [val(r, (2, 3), dtype, KIND[op]) for r in range(N)]
+    every = [val(r, (2, 3), KIND[op]) for r in range(N)]
     out = hvd.allreduce(const(every[R], dtype), op=getattr(hvd, op))
     assert isinstance(out, tf.Tensor) and out.dtype == dtype
     assert_equal(out, reduce_np(op, every))
@@ -157,7 +156,7 @@ def test_allreduce(op, dtype):
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_allreduce_prescale_postscale(op, dtype):
-    every = [val(r, (5,), dtype, KIND[op]) for r in range(N)]
+    every = [val(r, (5,), KIND[op]) for r in range(N)]
     out = hvd.allreduce(const(every[R], dtype), op=getattr(hvd, op), prescale_factor=2.0,
                         postscale_factor=1.5)
     assert out.dtype == dtype
@@ -165,7 +164,7 @@ def test_allreduce_prescale_postscale(op, dtype):
 
 
 def test_allreduce_defaults_to_average_and_takes_variables_and_names():
-    every = [val(r, (4,), tf.float64, "avg") for r in range(N)]
+    every = [val(r, (4,), "avg") for r in range(N)]
     x = tf.Variable(const(every[R], tf.float64))
     assert_equal(hvd.allreduce(x), reduce_np("Average", every))
     assert_equal(hvd.allreduce(x.read_value(), name="tf.ops.named", op=hvd.Sum),
@@ -215,7 +214,7 @@ def test_adasum_is_not_implemented():
 @pytest.mark.parametrize("compression", ["fp16", "bf16"])
 def test_allreduce_compression_keeps_the_dtype(compression):
     comp = getattr(hvd.Compression, compression)
-    every = [val(r, (3,), tf.float32) for r in range(N)]
+    every = [val(r, (3,)) for r in range(N)]
     out = hvd.allreduce(const(every[R], tf.float32), op=hvd.Sum, compression=comp)
     assert out.dtype == tf.float32
     assert_equal(out, reduce_np("Sum", every))
@@ -228,8 +227,8 @@ def test_allreduce_compression_keeps_the_dtype(compression):
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
 def test_grouped_allreduce(dtype):
-    a = [val(r, (3,), dtype) for r in range(N)]
-    b = [val(r, (2, 2), dtype) for r in range(N)]
+    a = [val(r, (3,)) for r in range(N)]
+    b = [val(r, (2, 2)) for r in range(N)]
     out = hvd.grouped_allreduce([const(a[R], dtype), const(b[R], dtype)], op=hvd.Sum)
     assert isinstance(out, list) and len(out) == 2
     assert out[0].dtype == dtype and out[1].dtype == dtype
@@ -238,8 +237,8 @@ def test_grouped_allreduce(dtype):
 
 
 def test_grouped_allreduce_average_scales_and_empty():
-    a = [val(r, (3,), tf.float32, "avg") for r in range(N)]
-    b = [val(r, (2,), tf.float32, "avg") for r in range(N)]
+    a = [val(r, (3,), "avg") for r in range(N)]
+    b = [val(r, (2,), "avg") for r in range(N)]
     out = hvd.grouped_allreduce([const(a[R], tf.float32), const(b[R], tf.float32)],
                                 prescale_factor=2.0, postscale_factor=1.5)
     assert_equal(out[0], reduce_np("Average", a) * 3)
@@ -250,7 +249,7 @@ def test_grouped_allreduce_average_scales_and_empty():
 # --- IndexedSlices ----------------------------------------------------------------------
 
 def _slices(r, dtype=tf.float64):
-    values = const(val(r, (r + 1, 2), dtype), dtype)
+    values = const(val(r, (r + 1, 2)), dtype)
     indices = tf.constant([(r + i) % 4 for i in range(r + 1)], tf.int64)
     return tf.IndexedSlices(values, indices, dense_shape=tf.constant([4, 2], tf.int64))
 
@@ -280,7 +279,7 @@ def test_indexed_slices_take_only_sum_and_average():
 
 
 def test_grouped_allreduce_mixes_indexed_slices_and_tensors():
-    dense = [val(r, (3,), tf.float64) for r in range(N)]
+    dense = [val(r, (3,)) for r in range(N)]
     out = hvd.grouped_allreduce([_slices(R), const(dense[R], tf.float64)], op=hvd.Sum)
     assert isinstance(out[0], tf.IndexedSlices) and not isinstance(out[1], tf.IndexedSlices)
     assert_equal(out[0].values, np.concatenate([as_np(_slices(r).values) for r in range(N)]))
@@ -291,27 +290,27 @@ def test_grouped_allreduce_mixes_indexed_slices_and_tensors():
 
 @pytest.mark.parametrize("dtype", WITH_BOOL, ids=ids(WITH_BOOL))
 def test_allgather_with_differing_first_dims(dtype):
-    every = [val(r, (r + 1, 2), dtype) for r in range(N)]
+    every = [val(r, (r + 1, 2)) for r in range(N)]
     out = hvd.allgather(const(every[R], dtype))
     assert out.dtype == dtype
     assert_equal(out, np.concatenate([expect(e, dtype) for e in every]))
 
 
 def test_allgather_1d_3d_and_an_empty_contribution():
-    one = [val(r, (r + 2,), tf.int64) for r in range(N)]
+    one = [val(r, (r + 2,)) for r in range(N)]
     assert_equal(hvd.allgather(const(one[R], tf.int64)), np.concatenate(one))
-    three = [val(r, (r + 1, 2, 3), tf.float64) for r in range(N)]
+    three = [val(r, (r + 1, 2, 3)) for r in range(N)]
     assert_equal(hvd.allgather(const(three[R], tf.float64)), np.concatenate(three))
     rows = [0 if r == 0 else r for r in range(N)]  # rank 0 sends nothing
-    parts = [val(r, (rows[r], 2), tf.float32) for r in range(N)]
+    parts = [val(r, (rows[r], 2)) for r in range(N)]
     out = hvd.allgather(const(parts[R], tf.float32))
     assert_equal(out, np.concatenate(parts).reshape(-1, 2))
 
 
 @pytest.mark.parametrize("dtype", WITH_BOOL, ids=ids(WITH_BOOL))
 def test_grouped_allgather(dtype):
-    a = [val(r, (r + 1, 2), dtype) for r in range(N)]
-    b = [val(r, (2,), dtype) for r in range(N)]
+    a = [val(r, (r + 1, 2)) for r in range(N)]
+    b = [val(r, (2,)) for r in range(N)]
     out = hvd.grouped_allgather([const(a[R], dtype), const(b[R], dtype)])
     assert isinstance(out, list) and len(out) == 2
     assert_equal(out[0], np.concatenate([expect(e, dtype) for e in a]))
@@ -323,40 +322,40 @@ def test_grouped_allgather(dtype):
 @pytest.mark.parametrize("dtype", WITH_BOOL, ids=ids(WITH_BOOL))
 def test_broadcast(dtype):
     root = N - 1
-    x = const(val(R, (2, 3), dtype), dtype)
+    x = const(val(R, (2, 3)), dtype)
     out = hvd.broadcast(x, root)
     assert out.dtype == dtype
-    assert_equal(out, expect(val(root, (2, 3), dtype), dtype))
-    assert_equal(x, expect(val(R, (2, 3), dtype), dtype))  # the input is untouched
+    assert_equal(out, expect(val(root, (2, 3)), dtype))
+    assert_equal(x, expect(val(R, (2, 3)), dtype))  # the input is untouched
     assert_equal(hvd.broadcast(x, 0, name="tf.ops.bcast0"),
-                 expect(val(0, (2, 3), dtype), dtype))
+                 expect(val(0, (2, 3)), dtype))
 
 
 @pytest.mark.parametrize("dtype", WITH_BOOL, ids=ids(WITH_BOOL))
 def test_broadcast_in_place_on_variables(dtype):
     root = N - 1
-    v1 = tf.Variable(const(val(R, (3,), dtype), dtype))
-    v2 = tf.Variable(const(val(R + 1, (2, 2), dtype), dtype))
+    v1 = tf.Variable(const(val(R, (3,)), dtype))
+    v2 = tf.Variable(const(val(R + 1, (2, 2)), dtype))
     res = hvd.broadcast_([v1, v2], root)
-    assert_equal(v1, expect(val(root, (3,), dtype), dtype))
-    assert_equal(v2, expect(val(root + 1, (2, 2), dtype), dtype))
+    assert_equal(v1, expect(val(root, (3,)), dtype))
+    assert_equal(v2, expect(val(root + 1, (2, 2)), dtype))
     # Horovod: "Returns: the tensor values of the updated variables".
     assert len(res) == 2
-    assert_equal(res[0], expect(val(root, (3,), dtype), dtype))
-    assert_equal(res[1], expect(val(root + 1, (2, 2), dtype), dtype))
+    assert_equal(res[0], expect(val(root, (3,)), dtype))
+    assert_equal(res[1], expect(val(root + 1, (2, 2)), dtype))
 
 
 def test_broadcast_in_place_and_broadcast_variables_with_mixed_dtypes():
     dtypes = WITH_BOOL
-    made = [tf.Variable(const(val(R + i, (2,), d), d)) for i, d in enumerate(dtypes)]
+    made = [tf.Variable(const(val(R + i, (2,)), d)) for i, d in enumerate(dtypes)]
     hvd.broadcast_(made, 0)
     for i, (v, d) in enumerate(zip(made, dtypes)):
-        assert_equal(v, expect(val(i, (2,), d), d))
-    made = [tf.Variable(const(val(R + i, (i + 1,), d), d)) for i, d in enumerate(dtypes)]
+        assert_equal(v, expect(val(i, (2,)), d))
+    made = [tf.Variable(const(val(R + i, (i + 1,)), d)) for i, d in enumerate(dtypes)]
     hvd.broadcast_variables(made, root_rank=N - 1)
     for i, (v, d) in enumerate(zip(made, dtypes)):
         assert v.dtype == d and v.shape == (i + 1,)
-        assert_equal(v, expect(val(N - 1 + i, (i + 1,), d), d))
+        assert_equal(v, expect(val(N - 1 + i, (i + 1,)), d))
 
 
 # --- alltoall ---------------------------------------------------------------------------
@@ -416,7 +415,7 @@ def _rs_expect(op, every, rows, r=R):
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_reducescatter(op, dtype):
     rows = 2 * N + 1
-    every = [val(r, (rows, 2), dtype, KIND[op]) for r in range(N)]
+    every = [val(r, (rows, 2), KIND[op]) for r in range(N)]
     out = hvd.reducescatter(const(every[R], dtype), op=getattr(hvd, op))
     assert out.dtype == dtype
     assert out.shape == (reducescatter_rows(rows, R, N), 2)
@@ -425,10 +424,10 @@ def test_reducescatter(op, dtype):
 
 def test_reducescatter_defaults_to_average_and_scales():
     rows = N
-    every = [val(r, (rows, 3), tf.float64, "avg") for r in range(N)]
+    every = [val(r, (rows, 3), "avg") for r in range(N)]
     assert_equal(hvd.reducescatter(const(every[R], tf.float64)),
                  _rs_expect("Average", every, rows))
-    every = [val(r, (rows + 1,), tf.int32) for r in range(N)]
+    every = [val(r, (rows + 1,)) for r in range(N)]
     out = hvd.reducescatter(const(every[R], tf.int32), op=hvd.Sum, prescale_factor=2.0,
                             postscale_factor=1.5)
     assert_equal(out, _rs_expect("Sum", every, rows + 1) * 3)
@@ -436,13 +435,13 @@ def test_reducescatter_defaults_to_average_and_scales():
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
 def test_grouped_reducescatter(dtype):
-    a = [val(r, (N, 2), dtype) for r in range(N)]
-    b = [val(r, (N + 1,), dtype) for r in range(N)]
+    a = [val(r, (N, 2)) for r in range(N)]
+    b = [val(r, (N + 1,)) for r in range(N)]
     out = hvd.grouped_reducescatter([const(a[R], dtype), const(b[R], dtype)], op=hvd.Sum)
     assert isinstance(out, list) and len(out) == 2
     assert_equal(out[0], _rs_expect("Sum", a, N))
     assert_equal(out[1], _rs_expect("Sum", b, N + 1))
-    avg = [val(r, (N,), dtype, "avg") for r in range(N)]
+    avg = [val(r, (N,), "avg") for r in range(N)]
     out = hvd.grouped_reducescatter([const(avg[R], dtype)])  # Average by default
     assert_equal(out[0], _rs_expect("Average", avg, N))
 
@@ -473,7 +472,10 @@ def test_objects_of_different_types_on_different_ranks_without_names():
 def test_join_returns_the_last_rank_to_join():
     for last in range(N):
         if R == last:
-            time.sleep(0.5)
+            # Joined ranks contribute zeros, so this allreduce completes only once every
+            # other rank is inside join(): rank `last` joins last by construction.
+            alone = hvd.allreduce(tf.ones(1), op=hvd.Sum, name="tf.join.last%d" % last)
+            assert_equal(alone, [1.0])
         got = int(hvd.join())
         assert got == last
 
@@ -481,12 +483,12 @@ def test_join_returns_the_last_rank_to_join():
 def test_joined_ranks_contribute_zeros_to_allreduce():
     # Horovod's test_horovod_join_allreduce: the rank that joined first adds nothing.
     first = N - 1
-    x = const(val(R, (3,), tf.float32), tf.float32)
+    x = const(val(R, (3,)), tf.float32)
     if R == first:
         last = int(hvd.join())
     else:
         out = hvd.allreduce(x, op=hvd.Sum, name="tf.join.sum")
-        assert_equal(out, reduce_np("Sum", [val(r, (3,), tf.float32) for r in range(N)
+        assert_equal(out, reduce_np("Sum", [val(r, (3,)) for r in range(N)
                                             if r != first]))
         last = int(hvd.join())
     assert hvd.allgather_object(last) == [last] * N and last != first

@@ -1,14 +1,13 @@
 """What the kolo.tensorflow tests share: the ranks, the dtypes, deterministic values every
-rank can compute for every rank, and the upstream gradients of the gradient tests.
-
-Values are small integers so that sums, products and averages are exact in every dtype
-(uint8/int8 included at np=3), and every rank can compute the expected result locally.
+rank can compute for every rank (test/common/rank_values.py's, as TensorFlow tensors), and
+the upstream gradients of the gradient tests.
 """
 import numpy as np
 import tensorflow as tf
 
 import kolo.tensorflow as hvd
 from kolo._core import KoloInternalError  # noqa: F401  (kolo's HorovodInternalError)
+from rank_values import base, reducescatter_rows, values  # noqa: F401  (test/common)
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -21,36 +20,11 @@ NUMERIC = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64, 
 FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 WITH_BOOL = NUMERIC + [tf.bool]  # allgather, broadcast, alltoall
 F64 = tf.float64
+val = values(N)  # val(r, shape, kind="plain"): rank r's input, a NumPy int64 array
 
 
 def ids(dtypes):
     return [d.name for d in dtypes]
-
-
-def base(shape):
-    """0, 1, 2, ... over the elements, reshaped."""
-    n = int(np.prod(shape)) if shape else 1
-    return np.arange(n, dtype=np.int64).reshape(shape)
-
-
-def val(r, shape, dtype, kind="plain"):
-    """Rank r's input (a numpy int64 array; cast with tf.constant(..., dtype)).
-
-    plain:   (i % 3) + r + 1          in 1..N+3    (Sum <= 3*6 at np=3)
-    avg:     (i % 3) + N * r          sum over ranks divisible by N: Average is exact
-    minmax:  (i + 2 r) % 5            min/max differ per element and per rank
-    prod:    (i + r) % 2 + 1          in {1, 2}: products <= 2**N
-    """
-    b = base(shape)
-    if kind == "plain":
-        return b % 3 + r + 1
-    if kind == "avg":
-        return b % 3 + N * r
-    if kind == "minmax":
-        return (b + 2 * r) % 5
-    if kind == "prod":
-        return (b + r) % 2 + 1
-    raise ValueError(kind)
 
 
 def const(a, dtype):
@@ -80,11 +54,6 @@ def assert_equal(got, want, dtype=None):
         assert np.array_equal(got_np, want_np)
     else:
         assert np.array_equal(got_np, want_np.astype(np.float64)), (got_np, want_np)
-
-
-def reducescatter_rows(rows, r, n):
-    """Horovod splits dim 0 as evenly as possible, the first ranks taking one more."""
-    return rows // n + (1 if r < rows % n else 0)
 
 
 def up(r, shape, i=0):
