@@ -20,7 +20,7 @@
 #include "autotune.h"
 #include "config.h"
 #include "executor.h"
-#include "kolo/runtime.h"
+#include "kolo/runtime_types.h"
 #include "mutex.h"
 #include "process_set.h"
 #include "timeline.h"
