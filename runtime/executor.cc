@@ -25,12 +25,10 @@ void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point 
 }
 
 void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* result) {
-  if (timeline_ != nullptr && timeline_->active()) {
-    timeline_->Span(entry.request.name, "QUEUE", entry.enqueued, entry.picked_up);
-    timeline_->Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
-  }
-  on_done_(entry);
-  entry.work->Complete(status, entry.part, result);
+  Finished& f = finished_.emplace_back();
+  f.entry = std::move(entry);
+  f.status = status;
+  if (result != nullptr) f.result = std::move(*result);
 }
 
 uint8_t* Executor::FusionBuffer(size_t bytes) {
@@ -42,8 +40,8 @@ void Executor::Execute(Job job, const Movers& movers) {
   try {
     Run(job, movers);
   } catch (const std::exception& e) {
-    // The entries not completed yet (not moved out) fail with the reason; the
-    // loop then stops kolo.
+    // The entries not finished yet (not moved out) fail with the reason; the
+    // loop completes them and stops kolo.
     const Status status =
         Status::Internal(std::string("kolo's background thread stopped on an "
                                      "exception (") +

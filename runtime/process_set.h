@@ -14,7 +14,7 @@
 
 #include "config.h"
 #include "coordinator.h"
-#include "executor.h"
+#include "job.h"
 #include "ops/data_mover.h"
 #include "response_cache.h"
 #include "work.h"

@@ -45,9 +45,8 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
     KOLO_RETURN_IF_ERROR(
         rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   }
+  rt->executor_ = std::make_unique<Executor>(&rt->timeline_);
   RuntimeImpl* raw = rt.get();
-  rt->executor_ = std::make_unique<Executor>(&rt->timeline_,
-                                             [raw](const TensorEntry& e) { raw->ForgetName(e); });
   rt->running_ = true;
   rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
   return rt;
@@ -163,10 +162,11 @@ Status RuntimeImpl::RemoveProcessSet(int id) {
   auto it = sets_.find(id);
   if (it != sets_.end()) {
     for (TensorEntry& e : it->second->TakeAll()) {
-      executor_->Finish(std::move(e), Status::Aborted("process set " + std::to_string(id) +
-                                                      " was removed while this operation waited"));
+      Complete(std::move(e), Status::Aborted("process set " + std::to_string(id) +
+                                             " was removed while this operation waited"));
     }
     executor_->DrainGpu();  // nothing may still run on the set's NCCL communicators
+    CompleteExecuted();
     gpu_->Forget(it->second->comm());
     sets_.erase(it);
   }
