@@ -167,8 +167,7 @@ Status RuntimeImpl::RemoveProcessSet(int id) {
     }
     executor_->DrainGpu();  // nothing may still run on the set's NCCL communicators
     CompleteExecuted();
-    gpu_->Forget(it->second->comm());
-    sets_.erase(it);
+    sets_.erase(it);  // with its NCCL communicators
   }
   MutexLock lock(&sets_mutex_);
   set_infos_.erase(id);
@@ -202,9 +201,9 @@ Status RuntimeImpl::Shutdown() {
   if (thread_.joinable()) thread_.join();
   running_ = false;
   timeline_.Stop();
-  sets_.clear();
+  sets_.clear();  // with their NCCL communicators, before the streams of gpu_
   executor_.reset();
-  gpu_.reset();  // NCCL communicators, streams and buffers
+  gpu_.reset();  // streams and buffers
   mpi_ops_.reset();
   global_comm_ = MpiComm();
   if (owns_mpi_) {
