@@ -38,7 +38,7 @@ class Executor {
   }
 
  private:
-  // A GPU collective enqueued but not finished: its entries complete when
+  // A GPU collective enqueued but not finished: its entries finish when
   // the token says so.
   struct InFlight {
     Gpu* gpu = nullptr;
