@@ -20,9 +20,9 @@
 #include "bind_shim.h"
 #include "check_build.h"
 #include "command.h"
-#include "config.h"
 #include "hosts.h"
 #include "kolo/env_names.h"
+#include "kolo/launch_settings.h"
 #include "options.h"
 #include "preflight.h"
 #include "rendezvous.h"
@@ -98,16 +98,16 @@ std::string SelfDir() {
 // virtual environment: .venv/bin/kolorun asks .venv/bin/python3), otherwise the
 // default, the interpreter that the build tree's kolo package is built for.
 int RunCheckBuild() {
-  Result<Config> config = ParseConfig(KoloEnvironment(), {});
-  if (!config.ok()) return Fail(config.status().message());
-  if (!config.value().python.empty() && Environment().count("KOLO_PYTHON")) {
-    return CheckBuild(config.value().python, "from KOLO_PYTHON");
+  Result<LaunchSettings> settings = ReadLaunchSettings();
+  if (!settings.ok()) return Fail(settings.status().message());
+  if (!settings.value().python.empty() && settings.value().python_given) {
+    return CheckBuild(settings.value().python, "from KOLO_PYTHON");
   }
   const std::string beside = SelfDir() + "/python3";
   if (access(beside.c_str(), X_OK) == 0) {
     return CheckBuild(beside, "beside kolorun (KOLO_PYTHON is unset)");
   }
-  return CheckBuild(Config{}.python, "the default (KOLO_PYTHON is unset)");
+  return CheckBuild(DefaultLaunchSettings().python, "the default (KOLO_PYTHON is unset)");
 }
 
 // The hosts that get ranks, with the ranks they get; sets o.np when it was 0.

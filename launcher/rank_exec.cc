@@ -21,8 +21,8 @@
 #include "command.h"
 #include "hosts.h"
 #include "kolo/env_names.h"
+#include "kolo/launch_settings.h"
 #include "rendezvous.h"
-#include "runtime/config.h"
 
 namespace {
 
@@ -149,10 +149,9 @@ int ReportExit(int status) {
 // shutdown time (KOLO_STALL_SHUTDOWN_TIME_SECONDS or its HOROVOD_ alias),
 // none when stall checks are off. A bad value is the rank's to report.
 double StopLimitSeconds() {
-  kolo::Result<kolo::Config> config = kolo::ParseConfig(kolo::KoloEnvironment(), {});
-  if (!config.ok()) return kolo::Config().stall_shutdown_seconds;
-  if (config.value().stall_check_disabled) return 0;
-  return config.value().stall_shutdown_seconds;
+  kolo::Result<kolo::LaunchSettings> settings = kolo::ReadLaunchSettings();
+  if (!settings.ok()) return kolo::DefaultLaunchSettings().stall_shutdown_seconds;
+  return settings.value().stall_shutdown_seconds;
 }
 
 // Waits for the command to end and returns its wait status. A command

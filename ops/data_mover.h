@@ -110,10 +110,10 @@ Result<HostMoverChoice> MakeHostMover(MPI_Comm comm, const MpiOps* ops,
 
 // What the executor needs to move one process set's bytes.
 struct Movers {
-  HostMover* host = nullptr;  // host tensors
-  Gpu* device = nullptr;      // device tensors
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0;  // this process within the set
+  HostMover* host = nullptr;         // host tensors
+  Gpu* device = nullptr;             // device tensors
+  GpuComms* device_comms = nullptr;  // the set's, for `device`
+  int rank = 0;                      // this process within the set
   int size = 1;
 };
 

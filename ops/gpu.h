@@ -32,6 +32,15 @@ struct GpuOutput {
   int64_t bytes = 0;
 };
 
+// The device communicators of one process set: NCCL's, one group per device,
+// made collectively over the set's MPI communicator on first use (Gpu's
+// collectives make them). A process set owns its own (Gpu::MakeComms) and
+// destroys them with itself, once no work runs on them.
+class GpuComms {
+ public:
+  virtual ~GpuComms() = default;
+};
+
 class Gpu {
  public:
   // Work in flight on kolo's stream; polled with Poll().
@@ -39,8 +48,6 @@ class Gpu {
 
   virtual ~Gpu() = default;
 
-  // Whether this build has the GPU path (CUDA and NCCL).
-  virtual bool built() const = 0;
   // CUDA devices this process can use (0 without a GPU, driver or GPU build).
   virtual int DeviceCount() = 0;
   // OK when kolo can run a collective on `device` with `dtype` here, or a
@@ -52,27 +59,32 @@ class Gpu {
   // stream waits on it, so the host never blocks.
   virtual Result<std::shared_ptr<void>> MarkReady(int device, void* stream) = 0;
 
-  // Collectives over the process set whose MPI communicator is `comm`; every
-  // member calls them in the same order (the negotiation guarantees it). The
-  // NCCL communicator for (comm, device) is made on first use. Each call
-  // enqueues work on kolo's stream for `device` and returns at once.
+  // The (still empty) communicators of the process set on `comm`, which
+  // must outlive them. Not collective: nothing is made before first use.
+  virtual std::unique_ptr<GpuComms> MakeComms(MPI_Comm comm) = 0;
+
+  // Collectives over the process set whose communicators are `comms` (from
+  // this Gpu's MakeComms); every member calls them in the same order (the
+  // negotiation guarantees it). The communicator for `device` is made on
+  // first use. Each call enqueues work on kolo's stream for `device` and
+  // returns at once.
   // kAverage is native (ncclAvg); prescale is applied before the reduction,
   // postscale after.
-  virtual Result<Token> Allreduce(MPI_Comm comm, int device, const std::vector<GpuTensor>& tensors,
-                                  DataType dtype, ReduceOp op, double prescale,
-                                  double postscale) = 0;
-  virtual Result<Token> Broadcast(MPI_Comm comm, int device, const GpuTensor& tensor, int64_t bytes,
-                                  int root) = 0;
+  virtual Result<Token> Allreduce(GpuComms& comms, int device,
+                                  const std::vector<GpuTensor>& tensors, DataType dtype,
+                                  ReduceOp op, double prescale, double postscale) = 0;
+  virtual Result<Token> Broadcast(GpuComms& comms, int device, const GpuTensor& tensor,
+                                  int64_t bytes, int root) = 0;
   // Rank i's `recv_bytes[i]` land one after the other in `out`.
-  virtual Result<Token> Allgatherv(MPI_Comm comm, int device, const GpuTensor& tensor,
+  virtual Result<Token> Allgatherv(GpuComms& comms, int device, const GpuTensor& tensor,
                                    int64_t send_bytes, const std::vector<int64_t>& recv_bytes,
                                    GpuOutput* out) = 0;
-  virtual Result<Token> Alltoallv(MPI_Comm comm, int device, const GpuTensor& tensor,
+  virtual Result<Token> Alltoallv(GpuComms& comms, int device, const GpuTensor& tensor,
                                   const std::vector<int64_t>& send_bytes,
                                   const std::vector<int64_t>& recv_bytes, GpuOutput* out) = 0;
   // Reduces the input (sum of `counts` elements); this rank keeps block
   // `rank` of counts[rank] elements in `out`.
-  virtual Result<Token> ReduceScatter(MPI_Comm comm, int device, const GpuTensor& tensor,
+  virtual Result<Token> ReduceScatter(GpuComms& comms, int device, const GpuTensor& tensor,
                                       const std::vector<int64_t>& counts, DataType dtype,
                                       ReduceOp op, double prescale, double postscale,
                                       GpuOutput* out) = 0;
@@ -81,14 +93,15 @@ class Gpu {
   // communicator reported an asynchronous error: the communicator is then
   // aborted and every later call on it fails.
   virtual Result<bool> Poll(const Token& token) = 0;
-  // Destroys the communicators made for `comm` (its process set was removed).
-  virtual void Forget(MPI_Comm comm) = 0;
 };
 
 // `hierarchical`: allreduce on sets across hosts as reduce-scatter within the
 // host, allreduce across hosts, allgather within the host.
 std::unique_ptr<Gpu> MakeGpu(bool hierarchical);
 
+// Whether this build has the GPU path (CUDA and NCCL), as it was compiled:
+// asks no device and loads nothing.
+bool NcclBuilt();
 // NCCL's version code this build links (e.g. 21805 for 2.18.5), or 0 without NCCL.
 int NcclVersionCode();
 

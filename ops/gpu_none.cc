@@ -12,36 +12,37 @@ Status NotBuilt() {
 
 class NoGpu : public Gpu {
  public:
-  bool built() const override { return false; }
   int DeviceCount() override { return 0; }
   Status CheckDevice(int, DataType) override { return NotBuilt(); }
   Result<std::shared_ptr<void>> MarkReady(int, void*) override { return NotBuilt(); }
-  Result<Token> Allreduce(MPI_Comm, int, const std::vector<GpuTensor>&, DataType, ReduceOp, double,
+  std::unique_ptr<GpuComms> MakeComms(MPI_Comm) override { return std::make_unique<GpuComms>(); }
+  Result<Token> Allreduce(GpuComms&, int, const std::vector<GpuTensor>&, DataType, ReduceOp, double,
                           double) override {
     return NotBuilt();
   }
-  Result<Token> Broadcast(MPI_Comm, int, const GpuTensor&, int64_t, int) override {
+  Result<Token> Broadcast(GpuComms&, int, const GpuTensor&, int64_t, int) override {
     return NotBuilt();
   }
-  Result<Token> Allgatherv(MPI_Comm, int, const GpuTensor&, int64_t, const std::vector<int64_t>&,
+  Result<Token> Allgatherv(GpuComms&, int, const GpuTensor&, int64_t, const std::vector<int64_t>&,
                            GpuOutput*) override {
     return NotBuilt();
   }
-  Result<Token> Alltoallv(MPI_Comm, int, const GpuTensor&, const std::vector<int64_t>&,
+  Result<Token> Alltoallv(GpuComms&, int, const GpuTensor&, const std::vector<int64_t>&,
                           const std::vector<int64_t>&, GpuOutput*) override {
     return NotBuilt();
   }
-  Result<Token> ReduceScatter(MPI_Comm, int, const GpuTensor&, const std::vector<int64_t>&,
+  Result<Token> ReduceScatter(GpuComms&, int, const GpuTensor&, const std::vector<int64_t>&,
                               DataType, ReduceOp, double, double, GpuOutput*) override {
     return NotBuilt();
   }
   Result<bool> Poll(const Token&) override { return NotBuilt(); }
-  void Forget(MPI_Comm) override {}
 };
 
 }  // namespace
 
 std::unique_ptr<Gpu> MakeGpu(bool) { return std::make_unique<NoGpu>(); }
+
+bool NcclBuilt() { return false; }
 
 int NcclVersionCode() { return 0; }
 

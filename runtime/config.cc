@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "config.h"
+#include "kolo/launch_settings.h"
 
 extern char** environ;
 
@@ -250,6 +251,26 @@ std::vector<std::pair<std::string, std::string>> KoloEnvironment() {
   }
   return out;
 }
+
+namespace {
+
+LaunchSettings ForLauncher(const Config& config, const ConfigNotes& notes) {
+  LaunchSettings s;
+  s.python = config.python;
+  s.python_given = notes.Given("KOLO_PYTHON");
+  s.stall_shutdown_seconds = config.stall_check_disabled ? 0 : config.stall_shutdown_seconds;
+  return s;
+}
+
+}  // namespace
+
+Result<LaunchSettings> ReadLaunchSettings() {
+  ConfigNotes notes;
+  KOLO_ASSIGN_OR_RETURN(Config config, ParseConfig(KoloEnvironment(), {}, &notes));
+  return ForLauncher(config, notes);
+}
+
+LaunchSettings DefaultLaunchSettings() { return ForLauncher(Config{}, ConfigNotes{}); }
 
 std::string SettingsMarkdownTable() {
   const Config defaults;

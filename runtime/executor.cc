@@ -25,12 +25,10 @@ void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point 
 }
 
 void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* result) {
-  if (timeline_ != nullptr && timeline_->active()) {
-    timeline_->Span(entry.request.name, "QUEUE", entry.enqueued, entry.picked_up);
-    timeline_->Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
-  }
-  on_done_(entry);
-  entry.work->Complete(status, entry.part, result);
+  Finished& f = finished_.emplace_back();
+  f.entry = std::move(entry);
+  f.status = status;
+  if (result != nullptr) f.result = std::move(*result);
 }
 
 uint8_t* Executor::FusionBuffer(size_t bytes) {
@@ -42,8 +40,8 @@ void Executor::Execute(Job job, const Movers& movers) {
   try {
     Run(job, movers);
   } catch (const std::exception& e) {
-    // The entries not completed yet (not moved out) fail with the reason; the
-    // loop then stops kolo.
+    // The entries not finished yet (not moved out) fail with the reason; the
+    // loop completes them and stops kolo.
     const Status status =
         Status::Internal(std::string("kolo's background thread stopped on an "
                                      "exception (") +
@@ -243,22 +241,22 @@ Result<Gpu::Token> Executor::StartOnDevice(const Response& r, const TensorEntry*
                                            const std::vector<GpuTensor>& tensors,
                                            const Movers& movers, InFlight& f) {
   Gpu& gpu = *movers.device;
-  const MPI_Comm comm = movers.comm;
+  GpuComms& comms = *movers.device_comms;
   const int device = r.device;
   switch (r.op) {
     case OpType::kAllreduce:
       f.phase = "NCCL_ALLREDUCE";
-      return gpu.Allreduce(comm, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
+      return gpu.Allreduce(comms, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
     case OpType::kBroadcast:
       f.phase = "NCCL_BROADCAST";
-      return gpu.Broadcast(comm, device, tensors[0], static_cast<int64_t>(first->input.NumBytes()),
+      return gpu.Broadcast(comms, device, tensors[0], static_cast<int64_t>(first->input.NumBytes()),
                            r.root);
     case OpType::kAllgather: {
       f.phase = "NCCL_ALLGATHER";
       const std::vector<int64_t>& shape = first->request.shape;
       const int64_t row_bytes = RowBytes(shape, r.dtype);
       f.result.shape = StackedShape(shape, r.sizes);
-      return gpu.Allgatherv(comm, device, tensors[0], shape[0] * row_bytes,
+      return gpu.Allgatherv(comms, device, tensors[0], shape[0] * row_bytes,
                             RowsToBytes(r.sizes, row_bytes), &f.output);
     }
     case OpType::kAlltoall: {
@@ -268,7 +266,7 @@ Result<Gpu::Token> Executor::StartOnDevice(const Response& r, const TensorEntry*
       // The split counts are host data: exchanged through the host mover first.
       KOLO_RETURN_IF_ERROR(movers.host->AlltoallCounts(e.splits, &f.result.received_splits));
       f.result.shape = StackedShape(e.request.shape, f.result.received_splits);
-      return gpu.Alltoallv(comm, device, tensors[0], RowsToBytes(e.splits, row_bytes),
+      return gpu.Alltoallv(comms, device, tensors[0], RowsToBytes(e.splits, row_bytes),
                            RowsToBytes(f.result.received_splits, row_bytes), &f.output);
     }
     case OpType::kReducescatter: {
@@ -276,7 +274,7 @@ Result<Gpu::Token> Executor::StartOnDevice(const Response& r, const TensorEntry*
       const std::vector<int64_t>& shape = first->request.shape;
       f.result.shape = shape;
       f.result.shape[0] = SplitRows(shape[0], movers.size, movers.rank);
-      return gpu.ReduceScatter(comm, device, tensors[0], BlockCounts(shape, movers.size), r.dtype,
+      return gpu.ReduceScatter(comms, device, tensors[0], BlockCounts(shape, movers.size), r.dtype,
                                r.reduce_op, r.prescale, r.postscale, &f.output);
     }
     default:

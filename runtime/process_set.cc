@@ -40,11 +40,12 @@ ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
     : info_(std::move(info)),
       comm_(std::move(comm)),
       host_mover_(std::move(host)),
+      gpu_comms_(gpu->MakeComms(comm_.get())),
       config_(config),
       cache_(config.cache_capacity) {
   movers_.host = host_mover_.get();
   movers_.device = gpu;
-  movers_.comm = comm_.get();
+  movers_.device_comms = gpu_comms_.get();
   movers_.rank = rank();
   movers_.size = size();
   if (info_->rank_in_set == 0) {

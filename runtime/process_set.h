@@ -1,6 +1,7 @@
-// One process set as the background thread sees it: its communicator and data
-// movers, the tensors waiting on it, its response cache, its coordinator (on
-// its rank 0), and the negotiation round that decides what is ready everywhere.
+// One process set as the background thread sees it: its communicators (MPI,
+// and NCCL's once a device tensor used them) and data movers, the tensors waiting on it, its
+// response cache, its coordinator (on its rank 0), and the negotiation round that decides what is
+// ready everywhere.
 #pragma once
 
 #include <limits>
@@ -14,7 +15,7 @@
 
 #include "config.h"
 #include "coordinator.h"
-#include "executor.h"
+#include "job.h"
 #include "ops/data_mover.h"
 #include "response_cache.h"
 #include "work.h"
@@ -41,7 +42,8 @@ struct NegotiationOutcome {
 class ProcessSet {
  public:
   // `host`: the set's host mover (MakeHostMover); `gpu` moves its device
-  // tensors and outlives the set.
+  // tensors and outlives the set. The set owns its device communicators
+  // (made from `gpu` on first use, destroyed with the set).
   ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
              std::unique_ptr<HostMover> host, Gpu* gpu, const Config& config);
 
@@ -103,6 +105,7 @@ class ProcessSet {
   std::shared_ptr<const ProcessSetInfo> info_;
   MpiComm comm_;
   std::unique_ptr<HostMover> host_mover_;
+  std::unique_ptr<GpuComms> gpu_comms_;  // over comm_: destroyed before it
   Movers movers_;
   Config config_;
 

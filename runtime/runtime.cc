@@ -55,7 +55,7 @@ Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int
 
 }  // namespace
 
-bool BuiltWithCuda() { return MakeGpu(false)->built(); }
+bool BuiltWithCuda() { return NcclBuilt(); }
 int GpuCount() { return MakeGpu(false)->DeviceCount(); }
 int NcclVersion() { return NcclVersionCode(); }
 

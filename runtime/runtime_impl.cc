@@ -1,6 +1,7 @@
 // The queue and the background thread: callers enqueue entries; the loop
 // takes them, negotiates each process set, runs the control operations itself
-// and hands data responses, with their entries, to the executor.
+// and hands data responses, with their entries, to the executor, which gives
+// them back finished. Every entry completes in Complete().
 #include "runtime_impl.h"
 
 #include <algorithm>
@@ -41,7 +42,7 @@ void RuntimeImpl::Resync(ProcessSet& set, const Response& r) {
   }
   const Status status = Status::PreconditionFailed(r.error);
   for (TensorEntry& e : cancelled) {
-    if (e.work) executor_->Finish(std::move(e), status);  // not a refusal still queued
+    if (e.work) Complete(std::move(e), status);  // not a refusal still queued
   }
 }
 
@@ -176,13 +177,31 @@ void RuntimeImpl::Release(const Work& work) {
   }
 }
 
-void RuntimeImpl::ForgetName(const TensorEntry& entry) {
-  MutexLock lock(&queue_mutex_);
-  auto& names = names_[entry.request.process_set];
-  auto use = names.find(entry.request.name);
-  if (use == names.end()) return;
-  use->second.in_flight = false;
-  if (use->second.unwaited == 0) names.erase(use);
+void RuntimeImpl::Complete(TensorEntry entry, const Status& status, WorkResult* result) {
+  if (timeline_.active()) {
+    timeline_.Span(entry.request.name, "QUEUE", entry.enqueued, entry.picked_up);
+    timeline_.Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
+  }
+  // The name is free before the handle completes: the caller may reuse it as
+  // soon as Wait() returns.
+  {
+    MutexLock lock(&queue_mutex_);
+    auto& names = names_[entry.request.process_set];
+    auto use = names.find(entry.request.name);
+    if (use != names.end()) {
+      use->second.in_flight = false;
+      if (use->second.unwaited == 0) names.erase(use);
+    }
+  }
+  entry.work->Complete(status, entry.part, result);
+}
+
+void RuntimeImpl::CompleteExecuted() {
+  executor_->TakeFinished(&finished_);
+  for (Finished& f : finished_) {
+    Complete(std::move(f.entry), f.status, f.result ? &*f.result : nullptr);
+  }
+  finished_.clear();  // the entries hold their Work and buffers' events
 }
 
 void RuntimeImpl::WaitForWork(bool anything_pending) {
@@ -222,6 +241,7 @@ void RuntimeImpl::BackgroundLoop() {
     anything_pending |= executor_->gpu_busy();
   }
   executor_->DrainGpu();
+  CompleteExecuted();
 }
 
 // One cycle: take the queue, negotiate every set this rank belongs to (in id
@@ -244,9 +264,9 @@ bool RuntimeImpl::RunCycle() {
       continue;
     }
     if (it == sets_.end()) {
-      executor_->Finish(std::move(e), Status::InvalidArgument(
-                                          "process set " + std::to_string(e.request.process_set) +
-                                          " was removed before this operation ran"));
+      Complete(std::move(e),
+               Status::InvalidArgument("process set " + std::to_string(e.request.process_set) +
+                                       " was removed before this operation ran"));
       continue;
     }
     it->second->Add(std::move(e));
@@ -278,6 +298,7 @@ bool RuntimeImpl::RunCycle() {
     Dispatch(set, outcome.responses);
   }
   executor_->PollGpu();
+  CompleteExecuted();
   timeline_.Flush();
   return true;
 }
@@ -293,6 +314,7 @@ void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& respons
       case OpType::kAlltoall:
       case OpType::kReducescatter:
         executor_->Execute(set.TakeJob(std::move(r), now), set.movers());
+        CompleteExecuted();
         break;
       default:
         RunControl(set, r, now);
@@ -304,7 +326,7 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
   // Completes this rank's entry for the response's first name, if it has one.
   auto finish = [&](const Status& status, WorkResult* result = nullptr) {
     if (std::optional<TensorEntry> e = set.Take(r.names[0], now)) {
-      executor_->Finish(std::move(*e), status, result);
+      Complete(std::move(*e), status, result);
     }
   };
   switch (r.op) {
@@ -314,13 +336,13 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
       if (std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end()) return;
       for (const std::string& name : r.names) {
         if (std::optional<TensorEntry> e = set.Take(name, now)) {
-          executor_->Finish(std::move(*e), Status::PreconditionFailed(r.error));
+          Complete(std::move(*e), Status::PreconditionFailed(r.error));
         }
       }
       // An unnamed collective pairs by number: this rank's may have another name.
       if (r.unnamed_from >= 0) {
         for (TensorEntry& e : set.TakeUnnamed(r.unnamed_epoch, r.unnamed_from, r.unnamed_from)) {
-          executor_->Finish(std::move(e), Status::PreconditionFailed(r.error));
+          Complete(std::move(e), Status::PreconditionFailed(r.error));
         }
       }
       return;
@@ -381,6 +403,7 @@ const Request* RuntimeImpl::HeldElsewhere(const std::string& name, int except) c
 }
 
 void RuntimeImpl::FailEverything(const Status& status) {
+  CompleteExecuted();  // what the executor finished before it stopped (an exception)
   std::vector<TensorEntry> queued;
   {
     MutexLock lock(&queue_mutex_);
@@ -389,10 +412,10 @@ void RuntimeImpl::FailEverything(const Status& status) {
     queued.swap(queue_);
   }
   for (TensorEntry& e : queued) {
-    if (e.work) executor_->Finish(std::move(e), status);  // not a refusal
+    if (e.work) Complete(std::move(e), status);  // not a refusal
   }
   for (auto& [id, set] : sets_) {
-    for (TensorEntry& e : set->TakeAll()) executor_->Finish(std::move(e), status);
+    for (TensorEntry& e : set->TakeAll()) Complete(std::move(e), status);
   }
 }
 

@@ -1,7 +1,8 @@
 // The runtime behind kolo::Runtime: the tensor queue that the caller threads
 // fill, and the background thread that empties it, negotiates every process
 // set, handles the control operations and hands data responses to the
-// executor.
+// executor; it completes every entry itself, the executor's when it returns
+// them (Complete).
 //
 // Threads and data: the caller threads touch only the fields guarded by
 // queue_mutex_ and sets_mutex_ (and Work objects, guarded by their own
@@ -20,7 +21,7 @@
 #include "autotune.h"
 #include "config.h"
 #include "executor.h"
-#include "kolo/runtime.h"
+#include "kolo/runtime_types.h"
 #include "mutex.h"
 #include "process_set.h"
 #include "timeline.h"
@@ -84,7 +85,13 @@ class RuntimeImpl {
   // `except`, or null.
   const Request* HeldElsewhere(const std::string& name, int except) const;
   void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
-  void ForgetName(const TensorEntry& entry) EXCLUDES(queue_mutex_);
+  // The one place an entry completes (data, control, error, cancelled):
+  // its timeline spans end, its name is free again, its Work gets `status`
+  // (and `result`) and wakes the caller once every part has one.
+  void Complete(TensorEntry entry, const Status& status, WorkResult* result = nullptr)
+      EXCLUDES(queue_mutex_);
+  // Completes what the executor finished since the last call.
+  void CompleteExecuted() EXCLUDES(queue_mutex_);
   // A completed barrier or join on `set`: every rank reached it at the same
   // point of its program, so its unnamed collectives are numbered afresh from
   // here, in a new epoch.
@@ -116,6 +123,7 @@ class RuntimeImpl {
   std::map<int, std::unique_ptr<ProcessSet>> sets_;
   int next_set_id_ = 1;
   std::unique_ptr<Executor> executor_;
+  std::vector<Finished> finished_;  // CompleteExecuted()'s, kept for its capacity
   Timeline timeline_;
   // The allreduce piece size the sets use now; config_.piece_bytes stays the
   // size their shared-memory slots were made for.

@@ -45,9 +45,8 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
     KOLO_RETURN_IF_ERROR(
         rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   }
+  rt->executor_ = std::make_unique<Executor>(&rt->timeline_);
   RuntimeImpl* raw = rt.get();
-  rt->executor_ = std::make_unique<Executor>(&rt->timeline_,
-                                             [raw](const TensorEntry& e) { raw->ForgetName(e); });
   rt->running_ = true;
   rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
   return rt;
@@ -163,12 +162,12 @@ Status RuntimeImpl::RemoveProcessSet(int id) {
   auto it = sets_.find(id);
   if (it != sets_.end()) {
     for (TensorEntry& e : it->second->TakeAll()) {
-      executor_->Finish(std::move(e), Status::Aborted("process set " + std::to_string(id) +
-                                                      " was removed while this operation waited"));
+      Complete(std::move(e), Status::Aborted("process set " + std::to_string(id) +
+                                             " was removed while this operation waited"));
     }
     executor_->DrainGpu();  // nothing may still run on the set's NCCL communicators
-    gpu_->Forget(it->second->comm());
-    sets_.erase(it);
+    CompleteExecuted();
+    sets_.erase(it);  // with its NCCL communicators
   }
   MutexLock lock(&sets_mutex_);
   set_infos_.erase(id);
@@ -202,9 +201,9 @@ Status RuntimeImpl::Shutdown() {
   if (thread_.joinable()) thread_.join();
   running_ = false;
   timeline_.Stop();
-  sets_.clear();
+  sets_.clear();  // with their NCCL communicators, before the streams of gpu_
   executor_.reset();
-  gpu_.reset();  // NCCL communicators, streams and buffers
+  gpu_.reset();  // streams and buffers
   mpi_ops_.reset();
   global_comm_ = MpiComm();
   if (owns_mpi_) {

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kolo/runtime.h"
+#include "kolo/runtime_types.h"
 #include "message.h"
 #include "mutex.h"
 

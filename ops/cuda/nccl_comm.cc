@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -115,22 +114,21 @@ Status CommState::CheckAsyncErrors() {
   return Status::OK();
 }
 
-Result<std::shared_ptr<CommState>> NcclComms::Get(MPI_Comm mpi, int device) {
-  auto key = std::make_pair(mpi, device);
-  auto it = comms_.find(key);
-  if (it != comms_.end()) {
+Result<std::shared_ptr<CommState>> NcclSetComms::Get(int device) {
+  auto it = by_device_.find(device);
+  if (it != by_device_.end()) {
     if (!it->second->broken.empty()) return Status::Internal(it->second->broken);
     return it->second;
   }
   auto c = std::make_shared<CommState>();
-  MPI_Comm_rank(mpi, &c->rank);
-  MPI_Comm_size(mpi, &c->size);
+  MPI_Comm_rank(mpi_, &c->rank);
+  MPI_Comm_size(mpi_, &c->size);
   // NCCL is loaded by the first communicator (nccl_api.h), on every rank.
-  KOLO_RETURN_IF_ERROR(CheckEveryRankReady(mpi, device, c->size, LoadNccl().status()));
-  KOLO_RETURN_IF_ERROR(InitComm(mpi, device, &c->flat));
+  KOLO_RETURN_IF_ERROR(CheckEveryRankReady(mpi_, device, c->size, LoadNccl().status()));
+  KOLO_RETURN_IF_ERROR(InitComm(mpi_, device, &c->flat));
   if (hierarchical_) {
     std::string why_not;
-    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi, &why_not));
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi_, &why_not));
     if (h) {
       c->local_rank = h->local_rank;
       c->local_size = h->local_size;
@@ -138,14 +136,8 @@ Result<std::shared_ptr<CommState>> NcclComms::Get(MPI_Comm mpi, int device) {
       KOLO_RETURN_IF_ERROR(InitComm(h->cross.get(), device, &c->cross));
     }
   }
-  comms_[key] = c;
+  by_device_[device] = c;
   return c;
-}
-
-void NcclComms::Forget(MPI_Comm mpi) {
-  for (auto it = comms_.begin(); it != comms_.end();) {
-    it = it->first.first == mpi ? comms_.erase(it) : std::next(it);
-  }
 }
 
 }  // namespace kolo

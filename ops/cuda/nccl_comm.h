@@ -1,6 +1,7 @@
-// The GPU path's NCCL communicators: one set per (process set, device), made
-// collectively on first use, aborted for good once one reports an
-// asynchronous error, destroyed when the process set is removed.
+// The GPU path's NCCL communicators: one group per (process set, device),
+// made collectively on first use, aborted for good once one reports an
+// asynchronous error. Each process set owns its NcclSetComms (a GpuComms),
+// so its communicators are destroyed with the set.
 #pragma once
 
 #include <mpi.h>
@@ -9,8 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <utility>
 
+#include "../gpu.h"
 #include "kolo/status.h"
 
 namespace kolo {
@@ -50,25 +51,25 @@ struct CommState {
   Status CheckAsyncErrors();
 };
 
-// The communicators per (MPI communicator, device). Not thread-safe: the GPU
-// path calls it from the background thread only.
-class NcclComms {
+// The communicators of one process set, per device. Not thread-safe: the GPU
+// path calls it from the background thread only. Work in flight holds its
+// CommState, so a set's communicators outlive the set only while work queued
+// on them is polled (the runtime drains it before it removes a set).
+class NcclSetComms : public GpuComms {
  public:
-  // `hierarchical`: also make the within-host and across-host communicators
-  // for sets that span hosts with the same number of ranks each.
-  explicit NcclComms(bool hierarchical) : hierarchical_(hierarchical) {}
+  // `mpi`: the set's communicator, which outlives this. `hierarchical`: also
+  // make the within-host and across-host communicators when the set spans
+  // hosts with the same number of ranks each.
+  NcclSetComms(MPI_Comm mpi, bool hierarchical) : mpi_(mpi), hierarchical_(hierarchical) {}
 
-  // The communicators for (mpi, device). Made on first use, collectively:
-  // every member of `mpi` asks in the same order. An error once aborted.
-  Result<std::shared_ptr<CommState>> Get(MPI_Comm mpi, int device);
-  // Destroys the communicators made for `mpi` (its process set was removed).
-  void Forget(MPI_Comm mpi);
-  // Destroys them all.
-  void Clear() { comms_.clear(); }
+  // The communicators for `device`. Made on first use, collectively: every
+  // member of the set asks in the same order. An error once aborted.
+  Result<std::shared_ptr<CommState>> Get(int device);
 
  private:
+  MPI_Comm mpi_;
   bool hierarchical_;
-  std::map<std::pair<MPI_Comm, int>, std::shared_ptr<CommState>> comms_;
+  std::map<int, std::shared_ptr<CommState>> by_device_;
 };
 
 }  // namespace kolo

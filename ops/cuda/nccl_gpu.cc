@@ -163,14 +163,10 @@ Status AllreduceInPlace(const CommState& c, char* buffer, int64_t count, ncclDat
 
 class NcclGpu : public Gpu {
  public:
-  explicit NcclGpu(bool hierarchical) : comms_(hierarchical) {}
-
-  ~NcclGpu() override {
-    comms_.Clear();  // communicators before the streams their work runs on
-    devices_.clear();
-  }
-
-  bool built() const override { return true; }
+  // The process sets' communicators (MakeComms) go before this, and so
+  // before the streams their work runs on: the runtime destroys its sets
+  // first.
+  explicit NcclGpu(bool hierarchical) : hierarchical_(hierarchical) {}
 
   int DeviceCount() override {
     std::call_once(count_once_, [this] {
@@ -209,11 +205,15 @@ class NcclGpu : public Gpu {
     return std::shared_ptr<void>(event);
   }
 
-  Result<Token> Allreduce(MPI_Comm mpi, int device, const std::vector<GpuTensor>& tensors,
+  std::unique_ptr<GpuComms> MakeComms(MPI_Comm mpi) override {
+    return std::make_unique<NcclSetComms>(mpi, hierarchical_);
+  }
+
+  Result<Token> Allreduce(GpuComms& comms, int device, const std::vector<GpuTensor>& tensors,
                           DataType dtype, ReduceOp op, double prescale, double postscale) override {
     KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
     DeviceGuard guard(device);
-    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, tensors));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, tensors));
     auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
     KOLO_ASSIGN_OR_RETURN(AllreduceBuffer b, StageAllreduce(*d, *c, tensors, elem, s));
@@ -225,20 +225,20 @@ class NcclGpu : public Gpu {
     return Finish(*d, std::move(c));
   }
 
-  Result<Token> Broadcast(MPI_Comm mpi, int device, const GpuTensor& tensor, int64_t bytes,
+  Result<Token> Broadcast(GpuComms& comms, int device, const GpuTensor& tensor, int64_t bytes,
                           int root) override {
     DeviceGuard guard(device);
-    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, {tensor}));
     auto& [d, c, s] = l;
     KOLO_NCCL(c->flat.get(), Broadcast, tensor.output, tensor.output, bytes, ncclUint8, root,
               c->flat.get(), s);
     return Finish(*d, std::move(c));
   }
 
-  Result<Token> Allgatherv(MPI_Comm mpi, int device, const GpuTensor& tensor, int64_t send_bytes,
+  Result<Token> Allgatherv(GpuComms& comms, int device, const GpuTensor& tensor, int64_t send_bytes,
                            const std::vector<int64_t>& recv_bytes, GpuOutput* out) override {
     DeviceGuard guard(device);
-    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, {tensor}));
     auto& [d, c, s] = l;
     KOLO_ASSIGN_OR_RETURN(*out, Allocate(device, Sum(recv_bytes)));
     char* dst = static_cast<char*>(out->data.get());
@@ -266,11 +266,11 @@ class NcclGpu : public Gpu {
     return Finish(*d, std::move(c));
   }
 
-  Result<Token> Alltoallv(MPI_Comm mpi, int device, const GpuTensor& tensor,
+  Result<Token> Alltoallv(GpuComms& comms, int device, const GpuTensor& tensor,
                           const std::vector<int64_t>& send_bytes,
                           const std::vector<int64_t>& recv_bytes, GpuOutput* out) override {
     DeviceGuard guard(device);
-    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, {tensor}));
     auto& [d, c, s] = l;
     KOLO_ASSIGN_OR_RETURN(*out, Allocate(device, Sum(recv_bytes)));
     const char* src = static_cast<const char*>(tensor.input);
@@ -294,12 +294,12 @@ class NcclGpu : public Gpu {
     return Finish(*d, std::move(c));
   }
 
-  Result<Token> ReduceScatter(MPI_Comm mpi, int device, const GpuTensor& tensor,
+  Result<Token> ReduceScatter(GpuComms& comms, int device, const GpuTensor& tensor,
                               const std::vector<int64_t>& counts, DataType dtype, ReduceOp op,
                               double prescale, double postscale, GpuOutput* out) override {
     KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
     DeviceGuard guard(device);
-    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(mpi, device, {tensor}));
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, {tensor}));
     auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
     const int64_t total = Sum(counts);
@@ -343,8 +343,6 @@ class NcclGpu : public Gpu {
     return false;
   }
 
-  void Forget(MPI_Comm mpi) override { comms_.Forget(mpi); }
-
  private:
   Result<DeviceState*> Device(int device) {
     auto it = devices_.find(device);
@@ -378,9 +376,11 @@ class NcclGpu : public Gpu {
     std::shared_ptr<CommState> comm;
     cudaStream_t stream;
   };
-  Result<Launch> Begin(MPI_Comm mpi, int device, const std::vector<GpuTensor>& tensors) {
+  Result<Launch> Begin(GpuComms& comms, int device, const std::vector<GpuTensor>& tensors) {
     KOLO_ASSIGN_OR_RETURN(DeviceState * d, Device(device));
-    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c, comms_.Get(mpi, device));
+    // `comms` came from MakeComms above: this Gpu's own kind.
+    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c,
+                          static_cast<NcclSetComms&>(comms).Get(device));
     for (const GpuTensor& t : tensors) {
       if (!t.ready) continue;
       KOLO_CUDA(cudaStreamWaitEvent(d->stream.get(), static_cast<Event*>(t.ready.get())->get(), 0));
@@ -399,13 +399,15 @@ class NcclGpu : public Gpu {
   std::once_flag count_once_;
   int device_count_ = 0;
   std::string no_device_why_;
+  bool hierarchical_;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
-  NcclComms comms_;
 };
 
 }  // namespace
 
 std::unique_ptr<Gpu> MakeGpu(bool hierarchical) { return std::make_unique<NcclGpu>(hierarchical); }
+
+bool NcclBuilt() { return true; }
 
 // The headers' version, as Horovod's nccl_built(): asking the library would
 // load it, which only a GPU collective should do (nccl_api.h).

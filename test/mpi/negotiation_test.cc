@@ -53,25 +53,19 @@ TEST_F(Negotiation, RanksOutOfStepWithRankZeroGetExactResults) {
 
 TEST_F(Negotiation, AMismatchAgainstRankZerosVersionNamesEveryDifferingRank) {
   // Rank 1 asks first with shape {3}; rank 0 and the others ask later with
-  // shape {2} in one round, so they answer rank 0's reference. ("holder"
-  // keeps their background threads cycling meanwhile.)
-  Buffer b(DataType::kFloat32, 3), h(DataType::kFloat32, 1);
-  AllreduceOptions opts, hold;
+  // shape {2}, so they answer rank 0's reference. "order" puts rank 1 first by
+  // construction: rank 1 enqueues it after its own request, which therefore
+  // reaches the coordinator in the same round as rank 1's "order" or before;
+  // the others enqueue theirs only once "order" is done everywhere.
+  Buffer b(DataType::kFloat32, 3), o(DataType::kFloat32, 1);
+  AllreduceOptions opts, order;
   opts.name = "differs.from.rank1";
-  hold.name = "holder";
-  Result<Handle> held = Status::Internal("not yet");
-  if (rank_ != 1) {
-    held = rt_->EnqueueAllreduce(h.View(), h.View(), hold);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  Result<Handle> differs =
-      rt_->EnqueueAllreduce(b.View({rank_ == 1 ? 3 : 2}), b.View({rank_ == 1 ? 3 : 2}), opts);
-  if (rank_ == 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    held = rt_->EnqueueAllreduce(h.View(), h.View(), hold);
-  }
+  order.name = "rank1.asked.first";
+  Result<Handle> differs = Status::Internal("not yet");
+  if (rank_ == 1) differs = rt_->EnqueueAllreduce(b.View({3}), b.View({3}), opts);
+  ASSERT_TRUE(Run(rt_->EnqueueAllreduce(o.View(), o.View(), order)).ok());
+  if (rank_ != 1) differs = rt_->EnqueueAllreduce(b.View({2}), b.View({2}), opts);
   Status s = Run(std::move(differs));
-  ASSERT_TRUE(Run(std::move(held)).ok());
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.message(), "Mismatched allreduce tensor shapes")) << s.message();
   EXPECT_TRUE(Contains(s.message(), "rank 1 sent a tensor of shape [3]")) << s.message();

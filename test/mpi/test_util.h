@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../ops/cpu_kernels.h"
@@ -53,6 +55,33 @@ class RuntimeTest : public ::testing::Test {
   }
   std::unique_ptr<Runtime> rt_;
   int rank_ = 0, size_ = 1;
+};
+
+// Orders ranks by a message, not a sleep: a barrier on a communicator of the
+// test's own, beside kolo's (the tests run under MPI_THREAD_MULTIPLE, so the
+// background threads go on negotiating meanwhile). Made collectively, by every
+// rank. A waiting rank polls with short naps instead of spinning inside
+// MPI_Barrier, so that it leaves the cores to the other ranks' threads.
+class SideBarrier {
+ public:
+  SideBarrier() { MPI_Comm_dup(MPI_COMM_WORLD, &comm_); }
+  ~SideBarrier() { MPI_Comm_free(&comm_); }
+  SideBarrier(const SideBarrier&) = delete;
+  SideBarrier& operator=(const SideBarrier&) = delete;
+
+  // Returns once every rank has called it.
+  void Wait() {
+    MPI_Request request;
+    MPI_Ibarrier(comm_, &request);
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 // A host buffer of `n` elements of `dtype`, read and written as doubles.

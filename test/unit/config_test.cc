@@ -1,4 +1,5 @@
 #include "config.h"
+#include "kolo/launch_settings.h"
 
 #include <gtest/gtest.h>
 
@@ -373,6 +374,35 @@ TEST(Config, EnvironmentIncludesHorovodVariables) {
   EXPECT_NE(std::find(env.begin(), env.end(),
                       std::pair<std::string, std::string>{"HOROVOD_CONFIG_TEST_VARIABLE", "1"}),
             env.end());
+}
+
+TEST(Config, LauncherReadsItsSettingsThroughTheTable) {
+  // kolorun and kolo-rank see the defaults, aliases and checks the ranks see.
+  const LaunchSettings defaults = DefaultLaunchSettings();
+  EXPECT_EQ(defaults.python, Config().python);
+  EXPECT_FALSE(defaults.python_given);
+  EXPECT_EQ(defaults.stall_shutdown_seconds, Config().stall_shutdown_seconds);
+  setenv("KOLO_PYTHON", "/opt/py/bin/python3", 1);
+  setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "42", 1);
+  Result<LaunchSettings> read = ReadLaunchSettings();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read.value().python, "/opt/py/bin/python3");
+  EXPECT_TRUE(read.value().python_given);
+  EXPECT_EQ(read.value().stall_shutdown_seconds, 42.0) << "through the Horovod alias";
+  setenv("KOLO_STALL_CHECK_DISABLE", "1", 1);
+  read = ReadLaunchSettings();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read.value().stall_shutdown_seconds, 0.0) << "stall checks off: no limit";
+  setenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS", "soon", 1);
+  read = ReadLaunchSettings();
+  unsetenv("KOLO_PYTHON");
+  unsetenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
+  unsetenv("KOLO_STALL_CHECK_DISABLE");
+  unsetenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("KOLO_STALL_SHUTDOWN_TIME_SECONDS='soon'"),
+            std::string::npos)
+      << read.status().message();
 }
 
 TEST(Config, StartTimeoutIsASettingWithItsHorovodAlias) {
