@@ -69,15 +69,15 @@ class _Join:
         return datetime.timedelta(seconds=max(self.deadline - time.monotonic(), 0.001))
 
     def fail(self, what):
-        return RuntimeError(
-            "kolo could not join the ranks of this torch.distributed job (rank %d of %d) "
-            "within the init timeout (%g s): %s" % (self.rank, self.size, self.seconds, what))
+        return RuntimeError("kolo could not join the ranks of this torch.distributed job "
+                            "(rank %d of %d): %s" % (self.rank, self.size, what))
 
     def wait_key(self, key, who):
         try:
             self.store.wait([_KEY + key], self.left())
         except Exception as e:  # the store's timeout (DistStoreError) or a lost store
-            raise self.fail("%s never came (%s)" % (who, str(e).splitlines()[0])) from None
+            raise self.fail("%s never came within the init timeout (%g s): %s"
+                            % (who, self.seconds, str(e).splitlines()[0])) from None
         return self.store.get(_KEY + key).decode()
 
     def run(self):
@@ -128,9 +128,10 @@ class _Join:
             _abandoned.append(thread)  # blocked in MPI: no MPI_Finalize at exit
             joined = _core.join_size()
             waiting = "to connect" if self.rank > 0 and joined == 1 else "to accept rank %d" % joined
-            raise self.fail("still waiting %s after %d of %d ranks joined (did rank %d start, "
-                            "and does it call init_process_group(backend=\"kolo\")?)"
-                            % (waiting, joined, self.size, joined))
+            raise self.fail("still waiting %s after %d of %d ranks joined, at the init "
+                            "timeout (%g s): did rank %d start, and does it call "
+                            "init_process_group(backend=\"kolo\")?"
+                            % (waiting, joined, self.size, self.seconds, joined))
         if failed:
             raise self.fail(str(failed[0])) from failed[0]
 
