@@ -118,8 +118,8 @@ Status Accept(const std::string& port) {
   MPI_Comm comm = Joined();
   if (comm == MPI_COMM_NULL) comm = MPI_COMM_SELF;  // rank 0, alone so far
   MPI_Comm inter = MPI_COMM_NULL;
-  KOLO_RETURN_IF_ERROR(MpiCall(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter),
-                               "MPI_Comm_accept"));
+  KOLO_RETURN_IF_ERROR(
+      MpiCall(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept"));
   return Merge(inter, false, "MPI_Comm_accept");
 }
 
