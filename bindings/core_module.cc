@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "join.h"
 #include "kolo/runtime.h"
 #include "p2p.h"
 #include "tree_signature.h"
@@ -470,6 +471,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
   // Point-to-point messages of the torch.distributed backend (p2p.cc).
   RegisterPointToPoint(m);
+  // Joining ranks that torchrun or torch.multiprocessing.spawn started (join.cc).
+  RegisterJoin(m);
 
   py::class_<Output>(m, "Output")
       .def_property_readonly("shape", &Output::shape)

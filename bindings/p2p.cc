@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "join.h"
 #include "kolo/status.h"
 #include "mutex.h"
 
@@ -204,9 +205,9 @@ bool P2PRequest::Cancel() {
 // The communicator of one torch.distributed group, for point-to-point only.
 class P2PComm {
  public:
-  // Collective over `ranks` (ranks of MPI_COMM_WORLD, in group order) only.
+  // Collective over `ranks` (ranks of WorldComm(), in group order) only.
   // `kolo_rank` / `kolo_size`: this process in kolo's job, which must be
-  // MPI_COMM_WORLD for the ranks to mean the same.
+  // WorldComm() for the ranks to mean the same.
   static Result<std::shared_ptr<P2PComm>> Create(const std::vector<int>& ranks, int kolo_rank,
                                                  int kolo_size);
   ~P2PComm() { Free(); }
@@ -244,15 +245,17 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
         "thread while kolo's background thread runs), but MPI was initialized with less; let "
         "kolo initialize MPI, or use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
   }
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const MPI_Comm world = WorldComm();  // the joined ranks under torchrun
+  MPI_Comm_rank(world, &world_rank);
+  MPI_Comm_size(world, &world_size);
   if (world_rank != kolo_rank || world_size != kolo_size) {
     return Status::Unimplemented(
-        "point-to-point messages run on MPI_COMM_WORLD, but kolo runs on another communicator "
+        "point-to-point messages run on MPI_COMM_WORLD (or the ranks kolo joined under "
+        "torchrun), but kolo runs on another communicator "
         "(rank " +
         std::to_string(kolo_rank) + " of " + std::to_string(kolo_size) + " there, rank " +
         std::to_string(world_rank) + " of " + std::to_string(world_size) +
-        " in MPI_COMM_WORLD): start kolo without init(comm=...)");
+        " there): start kolo without init(comm=...)");
   }
   if (std::find(ranks.begin(), ranks.end(), world_rank) == ranks.end()) {
     return Status::InvalidArgument("rank " + std::to_string(world_rank) +
@@ -260,9 +263,9 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
   }
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Comm_group(world, &world_group);
   int rc = MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateTag, &comm);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world, group, kCreateTag, &comm);
   MPI_Group_free(&world_group);
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   KOLO_RETURN_IF_ERROR(MpiCall(rc, "MPI_Comm_create_group"));
@@ -271,7 +274,7 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
   int* tag_ub = nullptr;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+  MPI_Comm_get_attr(world, MPI_TAG_UB, &tag_ub, &found);
   return std::shared_ptr<P2PComm>(new P2PComm(comm, rank, size, found ? *tag_ub : 32767));
 }
 

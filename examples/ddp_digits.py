@@ -2,10 +2,12 @@
 kolo as the torch.distributed backend (no downloads).
 
     kolorun -np 2 python examples/ddp_digits.py
+    torchrun --standalone --nproc_per_node 2 examples/ddp_digits.py   (the same accuracy)
 
 The only kolo-specific lines are the import that registers the backend and
-backend="kolo"; kolorun gives every rank RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
-so init_process_group() needs nothing else. A DistributedSampler gives every rank its
+backend="kolo"; kolorun and torchrun give every rank RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT, so init_process_group() needs nothing else (under torchrun kolo joins the
+ranks through torch.distributed's store). A DistributedSampler gives every rank its
 share of the training set. Rank 0 prints the test accuracy at the end.
 """
 import argparse

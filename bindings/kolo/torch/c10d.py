@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from kolo.common import basics as _basics
+from kolo.common import join as _join
 
 # The oldest PyTorch this backend runs on; see _check_torch() for what it needs.
 _MIN_TORCH = (2, 1)
@@ -93,8 +94,9 @@ _HAS_NEW_GROUP_HOOK = "new_group" in getattr(
 
 # --- creation ----------------------------------------------------------------------------
 
-def _start_kolo(timeout):
-    """Starts kolo's runtime (collective over the kolorun job). PyTorch's timeout becomes
+def _start_kolo(timeout, opts):
+    """Starts kolo's runtime (collective over the kolorun job, or joining the ranks that
+    torchrun or spawn started: kolo/common/join.py). PyTorch's timeout becomes
     kolo's stall shutdown time unless KOLO_STALL_SHUTDOWN_TIME_SECONDS is set or the
     timeout is PyTorch's default (kolo's own default, 10 minutes, is then kept)."""
     if _basics.is_initialized():
@@ -107,14 +109,14 @@ def _start_kolo(timeout):
         # The warning naming the missing ranks comes half-way, unless set earlier.
         if float(os.environ.get("KOLO_STALL_CHECK_TIME_SECONDS", "60")) > seconds:
             os.environ["KOLO_STALL_CHECK_TIME_SECONDS"] = "%g" % (seconds / 2)
-    _basics.init()
+    _join.start(opts.store, opts.group_rank, opts.group_size, timeout)
 
 
 def _create(opts, backend_options=None):
     """PyTorch's creator for backend "kolo" (extended API): one KoloProcessGroup."""
     ranks = sorted(int(r) for r in (opts.global_ranks_in_group or []))
     is_world = not ranks
-    _start_kolo(opts.timeout)
+    _start_kolo(opts.timeout, opts)
     size, rank = _basics.size(), _basics.rank()
     if is_world:
         if opts.group_size != size or opts.group_rank != rank:
