@@ -35,24 +35,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standalone_jobs  # noqa: E402
+from model_shapes import bert_base_shapes  # noqa: E402
 from tf_bench import resnet50_shapes, small_shapes, time_steps  # noqa: E402
 
 PATHS = ("ddp_kolo", "ddp_gloo", "kolo_optimizer", "ddp_kolo_views", "ddp_gloo_views",
          "ddp_floor")
-
-
-def bert_base_shapes(layers=12, hidden=768, ffn=3072, vocab=30522, positions=512):
-    """BERT-base's parameter shapes; the list of bench/torch_bench.py, which cannot be
-    imported here (it needs mpi4py, which .venv does not have)."""
-    shapes = [(vocab, hidden), (positions, hidden), (2, hidden), (hidden,), (hidden,)]
-    for _ in range(layers):
-        for _ in range(4):  # query, key, value, attention output
-            shapes += [(hidden, hidden), (hidden,)]
-        shapes += [(hidden,), (hidden,)]  # attention LayerNorm
-        shapes += [(ffn, hidden), (ffn,), (hidden, ffn), (hidden,)]
-        shapes += [(hidden,), (hidden,)]  # output LayerNorm
-    shapes += [(hidden, hidden), (hidden,)]  # pooler
-    return shapes
 
 
 MODELS = {"resnet50": resnet50_shapes, "bert_base": bert_base_shapes, "small": small_shapes}

@@ -24,6 +24,7 @@ import torch
 from mpi4py import MPI
 
 import kolo.torch as kolo
+from model_shapes import bert_base_shapes
 
 COMM = MPI.COMM_WORLD
 
@@ -120,18 +121,6 @@ def resnet50_shapes():
     import torchvision
     model = torchvision.models.resnet50()
     return [tuple(p.shape) for p in model.parameters()]
-
-
-def bert_base_shapes(layers=12, hidden=768, ffn=3072, vocab=30522, positions=512):
-    shapes = [(vocab, hidden), (positions, hidden), (2, hidden), (hidden,), (hidden,)]
-    for _ in range(layers):
-        for _ in range(4):  # query, key, value, attention output
-            shapes += [(hidden, hidden), (hidden,)]
-        shapes += [(hidden,), (hidden,)]  # attention LayerNorm
-        shapes += [(ffn, hidden), (ffn,), (hidden, ffn), (hidden,)]
-        shapes += [(hidden,), (hidden,)]  # output LayerNorm
-    shapes += [(hidden, hidden), (hidden,)]  # pooler
-    return shapes
 
 
 def small_shapes(tensors=100, elements=512):

@@ -1,8 +1,15 @@
 """What test_horovod_compat*.py share: the ranks, the process set SUB, and the upstream
 gradients every rank can compute for every rank."""
+import os
+import sys
+
 import torch
 
 import kolo.torch as hvd
+
+# test/common: the helpers that several test folders share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
+from rank_values import reducescatter_rows  # noqa: E402,F401
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -33,7 +40,3 @@ def grads(outputs, inputs):
 def leaf(*shape, scale=1.0):
     g = torch.Generator().manual_seed(17 + R)
     return (torch.rand(*shape, generator=g, dtype=F64) * scale).requires_grad_()
-
-
-def reducescatter_rows(rows, r, n):
-    return rows // n + (1 if r < rows % n else 0)
