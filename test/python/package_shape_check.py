@@ -5,7 +5,8 @@ checked from its sources without importing them:
 - the modules' imports of each other have no cycle (deferred imports inside functions
   included: a cycle there still ties the modules together);
 - only the engine (kolo.common.collectives) and the lifecycle (kolo.common.basics, and
-  kolo.common.join for ranks another launcher started) call kolo._core; kolo.torch.mpi_ops only re-exports it, as Horovod's module has its library.
+  kolo.common.join for ranks another launcher started) call kolo._core;
+  kolo.torch.mpi_ops only re-exports it, as Horovod's module has its library.
 
 Prints the import graph and "package shape: OK"; exits 1 naming what breaks a rule.
 Usage: package_shape_check.py [PACKAGE_DIR] (default: bindings/kolo of this checkout)."""
