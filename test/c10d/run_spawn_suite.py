@@ -7,8 +7,10 @@ rank, world_size). For backend "kolo" those processes were not started by koloru
 joins them through the file store (kolo/common/join.py). This is our driver, not a copy
 of PyTorch's file: the same class, plus the declarations an out-of-tree backend needs.
 
-usage: BACKEND=kolo|gloo WORLD_SIZE=2 python -m pytest test/c10d/run_spawn_suite.py
-       (scripts/spawn_suite.sh runs it for a backend and prints the summary line)
+usage: BACKEND=kolo|gloo WORLD_SIZE=2 PYTHONPATH=build/python .venv/bin/python -m pytest \
+           --noconftest -p no:cacheprovider test/c10d/run_spawn_suite.py
+       (--noconftest: test/c10d/conftest.py starts a kolorun job's process group, which
+       these tests' spawned processes make for themselves)
 Env: BACKEND (default kolo), WORLD_SIZE (default 2), SUITE_FEATURES (comma list of
 DistTestCases.backend_feature sets to declare kolo in; default ddp,subgroup,gpu, as
 ../shared/peer-suites/pytorch-distributed/run_c10d.sh declares it).
