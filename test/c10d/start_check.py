@@ -9,6 +9,9 @@ test/c10d under kolorun, and this starts its own processes.
                               init_process_group(timeout=5 s) fails naming rank 1
   start_check.py no-server    no ompi-server on PATH: rank 0 says so and names the
                               kolorun command, rank 1 fails by the timeout
+  start_check.py peer-exit    rank 1 ends by os._exit (no MPI_Finalize, as PyTorch's test
+                              harness ends a skipped test's processes): rank 0 still exits,
+                              after its bounded MPI_Finalize, saying so
 
 Every worker checks its rank against kolo's, an all_reduce, a broadcast, a new_group and a
 send/recv, and prints "rank R of N: ok (init X s)". Every mode ends within LIMIT seconds
@@ -188,11 +191,46 @@ def mode_failing(mode):
     return failed
 
 
+def peer_exit_worker(rank, size, port):
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, size, rank == 0,
+                          timeout=datetime.timedelta(seconds=60))
+    # The timeout is also kolo's stall shutdown time: rank 0's shutdown at exit waits that
+    # long for rank 1's answer before it stops alone.
+    check_ranks(rank, size, init(rank, size, store, timeout=10))
+    if rank == 1:
+        os._exit(0)  # no atexit, no MPI_Finalize
+    print("rank 0: returning, %d at exit" % os.getpid(), flush=True)
+
+
+def peer_exit_parent(size):
+    import torch.multiprocessing as mp
+    mp.spawn(peer_exit_worker, args=(size, free_port()), nprocs=size, join=True)
+
+
+def mode_peer_exit():
+    start = time.monotonic()
+    out = run([sys.executable, HERE, "--peer-exit-parent", "2"])
+    seconds = time.monotonic() - start
+    if out is None or "exit status" in out:
+        return 1
+    if "MPI_Finalize did not return within" not in out:
+        print("FAILED: rank 0 exited without saying that its MPI_Finalize was cut short")
+        return 1
+    print("PASSED: peer-exit: rank 0 exited (the whole job in %.1f s) though rank 1 ended "
+          "without MPI_Finalize" % seconds)
+    return 0
+
+
 def main(argv):
     if argv[:1] == ["--worker"]:
         return torchrun_worker()
     if argv[:1] == ["--spawn-parent"]:
         return spawn_parent(int(argv[1]))
+    if argv[:1] == ["--peer-exit-parent"]:
+        return peer_exit_parent(int(argv[1]))
+    if argv[:1] == ["peer-exit"]:
+        return mode_peer_exit()
     if argv[:1] == ["--failing-parent"]:
         return failing_parent(float(argv[1]))
     if argv[:1] == ["torchrun"]:

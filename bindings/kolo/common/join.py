@@ -27,6 +27,7 @@ import os
 import selectors
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
@@ -189,9 +190,24 @@ class _Server:
 _abandoned = []
 
 
+# How long a process at exit waits for MPI_Finalize.
+_FINALIZE_SECONDS = 10.0
+
+
 def _finalize():
     """At exit, before kolo's own atexit shutdown (registered earlier, run later): kolo
-    stops, then MPI, which kolo did not initialize here."""
+    stops, then MPI, which kolo did not initialize here. MPI_Finalize of joined processes
+    waits for every one of them to finalize too; a rank that ended without it (killed, or
+    ended by os._exit, as PyTorch's test harness ends a skipped test's processes) would
+    hold the others at exit for good, so the wait is bounded and the process exits
+    without it, saying so."""
     _basics.shutdown()
-    if not _abandoned:
-        _core.join_finalize()
+    if _abandoned:
+        return
+    thread = threading.Thread(target=_core.join_finalize, name="kolo-finalize", daemon=True)
+    thread.start()
+    thread.join(_FINALIZE_SECONDS)
+    if thread.is_alive():
+        sys.stderr.write("kolo: MPI_Finalize did not return within %g s (another rank of "
+                         "the joined job ended without it); exiting without it\n"
+                         % _FINALIZE_SECONDS)
