@@ -222,25 +222,26 @@ def mode_peer_exit():
     return 0
 
 
+# argv[0] -> (what to run, how to read argv[1]); None: it takes no argument.
+MODES = {
+    "--worker": (torchrun_worker, None),
+    "--spawn-parent": (spawn_parent, int),
+    "--peer-exit-parent": (peer_exit_parent, int),
+    "--failing-parent": (failing_parent, float),
+    "torchrun": (mode_torchrun, int),
+    "spawn": (mode_spawn, int),
+    "peer-exit": (mode_peer_exit, None),
+    "missing": (lambda: mode_failing("missing"), None),
+    "no-server": (lambda: mode_failing("no-server"), None),
+}
+
+
 def main(argv):
-    if argv[:1] == ["--worker"]:
-        return torchrun_worker()
-    if argv[:1] == ["--spawn-parent"]:
-        return spawn_parent(int(argv[1]))
-    if argv[:1] == ["--peer-exit-parent"]:
-        return peer_exit_parent(int(argv[1]))
-    if argv[:1] == ["peer-exit"]:
-        return mode_peer_exit()
-    if argv[:1] == ["--failing-parent"]:
-        return failing_parent(float(argv[1]))
-    if argv[:1] == ["torchrun"]:
-        return mode_torchrun(int(argv[1]))
-    if argv[:1] == ["spawn"]:
-        return mode_spawn(int(argv[1]))
-    if argv[:1] in (["missing"], ["no-server"]):
-        return mode_failing(argv[0])
-    print(__doc__)
-    return 2
+    if not argv or argv[0] not in MODES:
+        print(__doc__)
+        return 2
+    run_mode, parse = MODES[argv[0]]
+    return run_mode() if parse is None else run_mode(parse(argv[1]))
 
 
 if __name__ == "__main__":
