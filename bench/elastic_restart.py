@@ -1,0 +1,96 @@
+"""Restart time of an elastic job that loses a host: from the SIGKILL of one
+loopback host's ranks to the first step of the resumed job, with a
+ResNet-50-sized state (bench/elastic_restart_job.py), and where that time goes.
+
+Each run: kolorun -np 4 --min-np 2 on 127.0.0.1:2 + 127.0.0.2:2 (the second
+through test/launcher/fake_ssh.sh); at step 3 every rank marks itself and
+waits; the bench kills 127.0.0.2's ranks and times the rest from the job's
+PHASE lines (unix times, same clock).
+
+usage: python3 bench/elastic_restart.py [--runs 5] [--kolorun build/launcher/kolorun]
+           [--python .venv/bin/python] [--out bench/results/elastic_restart.json]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOB = os.path.join(HERE, "elastic_restart_job.py")
+FAKE_SSH = os.path.join(ROOT, "test", "launcher", "fake_ssh.sh")
+
+
+def one_run(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        discover = os.path.join(tmp, "discover.sh")
+        with open(discover, "w") as f:
+            f.write("#!/bin/sh\necho 127.0.0.1:2\necho 127.0.0.2:2\n")
+        os.chmod(discover, 0o755)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"),
+                   ELASTIC_BENCH_DIR=tmp, ELASTIC_PAUSE_STEP="3", ELASTIC_STEPS="5")
+        cmd = [args.kolorun, "-np", "4", "--min-np", "2", "--host-discovery-script", discover,
+               "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, args.python, JOB]
+        out_path = os.path.join(tmp, "out")
+        with open(out_path, "w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            marks = [os.path.join(tmp, f"reached.{r}") for r in range(4)]
+            deadline = time.monotonic() + 300
+            while not all(os.path.exists(m) and open(m).read().endswith("\n") for m in marks):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    raise SystemExit("elastic_restart: the job did not reach step 3:\n"
+                                     + open(out_path).read())
+                time.sleep(0.05)
+            killed_at = time.time()
+            for m in marks:
+                pid, host = open(m).read().split()
+                if host == "kolo-127.0.0.2":
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise SystemExit("elastic_restart: the job did not end:\n" + open(out_path).read())
+        text = open(out_path).read()
+    if proc.returncode != 0:
+        raise SystemExit(f"elastic_restart: kolorun exited {proc.returncode}:\n{text}")
+    phases = {m.group(1): float(m.group(2))
+              for m in re.finditer(r"PHASE gen=1 (\w+)=([\d.]+)", text)}
+    report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
+    # Restart phases, each from the previous mark: kolorun noticing the loss and
+    # starting mpirun + the interpreter with torch, kolo.init, run's load + sync,
+    # the first step (forward, backward, allreduce, commit).
+    marks = [("killed", killed_at)] + [(k, phases[k]) for k in
+                                        ("started", "init", "resumed", "first_step")]
+    return {"total_s": phases["first_step"] - killed_at,
+            "phases_s": {b[0]: b[1] - a[1] for a, b in zip(marks, marks[1:])},
+            "kolorun_lines": report}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--kolorun", default=os.path.join(ROOT, "build", "launcher", "kolorun"))
+    p.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
+    p.add_argument("--out", default=os.path.join(HERE, "results", "elastic_restart.json"))
+    args = p.parse_args()
+    runs = [one_run(args) for _ in range(args.runs)]
+    totals = [r["total_s"] for r in runs]
+    summary = {"runs": runs, "median_total_s": statistics.median(totals),
+               "min_total_s": min(totals), "max_total_s": max(totals),
+               "median_phases_s": {k: statistics.median(r["phases_s"][k] for r in runs)
+                                   for k in runs[0]["phases_s"]}}
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

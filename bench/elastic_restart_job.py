@@ -1,0 +1,69 @@
+"""The job of bench/elastic_restart.py: ResNet-50 (torchvision, untrained) with
+SGD + momentum under kolo.torch.elastic, one commit per step: a state of
+25.6 M float32 parameters plus as many momentum values (195 MiB).
+
+Environment: ELASTIC_BENCH_DIR (marks), ELASTIC_PAUSE_STEP (generation 0 stops
+there, every rank writes reached.<rank> "<pid> <hostname>" and waits to be
+killed), ELASTIC_STEPS (steps in all). Rank 0 prints, per incarnation,
+"PHASE gen=G <name>=<unix time>" for: started (interpreter up), init (after
+kolo.init), resumed (after run's load and sync), first_step (after the first
+step of the incarnation).
+"""
+import os
+import socket
+import sys
+import threading
+import time
+
+STARTED = time.time()
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+
+import kolo.torch as hvd  # noqa: E402
+
+
+def main():
+    hvd.init()
+    generation = int(os.environ.get("KOLO_ELASTIC_GENERATION", "0"))
+    out_dir = os.environ["ELASTIC_BENCH_DIR"]
+    pause = int(os.environ.get("ELASTIC_PAUSE_STEP", "3"))
+    steps = int(os.environ.get("ELASTIC_STEPS", "6"))
+
+    def phase(name, when=None):
+        if hvd.rank() == 0:
+            print(f"PHASE gen={generation} {name}={when or time.time():.3f}", flush=True)
+
+    phase("started", STARTED)
+    phase("init")
+    torch.set_num_threads(1)
+    model = torchvision.models.resnet50()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    x = torch.randn(1, 3, 32, 32)
+
+    @hvd.elastic.run
+    def train(state):
+        phase("resumed")
+        first = True
+        while state.step < steps:
+            state.optimizer.zero_grad()
+            state.model(x).sum().backward()
+            state.optimizer.step()
+            state.step += 1
+            state.commit()
+            if first:
+                phase("first_step")
+                first = False
+            if generation == 0 and state.step == pause:
+                with open(os.path.join(out_dir, f"reached.{hvd.rank()}"), "w") as f:
+                    f.write(f"{os.getpid()} {socket.gethostname()}\n")
+                threading.Event().wait()  # until the bench kills this host, or mpirun the rest
+
+    state = hvd.elastic.TorchState(model, optimizer, step=0)
+    train(state)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""An elastic training job whose result can be checked exactly: the jobs of
+test_elastic_jobs.py run it under kolorun's elastic mode and compare its final
+parameters with reference.py's replay.
+
+A linear model in float64 trained by SGD with momentum through
+DistributedOptimizer on integer data, with a learning rate and momentum that
+are powers of two: every gradient is an integer sum, its average over 2 or 4
+ranks is exact, and so is every update. The parameters therefore depend only
+on which samples each step saw and at which size, not on the order of any sum:
+a sample repeated or skipped after a restart, a lost commit or a half-loaded
+one changes them.
+
+Environment (set by the test):
+  ELASTIC_TEST_DIR    where the job leaves its marks
+  ELASTIC_PAUSE_STEP  in generation 0, every rank stops after this global step,
+                      writes reached.0.<rank> ("<pid> <hostname>") and waits
+                      for the file go.0 (a kill test never writes it)
+Rank 0 prints "START gen=G size=S step=N" after each (re)start and
+"FINAL size=S step=N params=<float.hex ...>" at the end.
+"""
+import os
+import socket
+import sys
+import time
+
+import torch
+
+import kolo.torch as hvd
+
+from elastic_setup import (BATCH, COMMIT_EVERY, EPOCHS, FEATURES, LR, MOMENTUM, SAMPLES, SEED,
+                           features)
+
+
+def wait_for(path):
+    """The test's go-ahead: a file it writes once what it waits for has happened."""
+    while not os.path.exists(path):
+        time.sleep(0.05)
+
+
+def main():
+    hvd.init()
+    torch.manual_seed(0)
+    data = torch.tensor([features(i) for i in range(SAMPLES)], dtype=torch.float64)
+    dataset = torch.utils.data.TensorDataset(data)
+    model = torch.nn.Linear(FEATURES, 1, dtype=torch.float64)
+    torch.nn.init.zeros_(model.weight)
+    torch.nn.init.zeros_(model.bias)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=SEED)
+    test_dir = os.environ["ELASTIC_TEST_DIR"]
+    generation = int(os.environ.get("KOLO_ELASTIC_GENERATION", "0"))
+    pause_step = int(os.environ.get("ELASTIC_PAUSE_STEP", "-1"))
+
+    @hvd.elastic.run
+    def train(state):
+        if hvd.rank() == 0:
+            print(f"START gen={generation} size={hvd.size()} step={state.step}", flush=True)
+        while state.epoch < EPOCHS:
+            loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH,
+                                                 sampler=state.train_sampler)
+            for idx, (x,) in enumerate(loader):
+                state.optimizer.zero_grad()
+                state.model(x).sum().backward()
+                state.optimizer.step()
+                state.train_sampler.record_batch(idx, BATCH)
+                state.step += 1
+                if generation == 0 and state.step == pause_step:
+                    with open(os.path.join(test_dir, f"reached.0.{hvd.rank()}"), "w") as f:
+                        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+                    wait_for(os.path.join(test_dir, "go.0"))
+                if state.step % COMMIT_EVERY == 0:
+                    state.commit()
+            state.epoch += 1
+            state.train_sampler.set_epoch(state.epoch)
+            state.commit()
+
+    state = hvd.elastic.TorchState(model, optimizer, train_sampler=sampler, epoch=0, step=0)
+    train(state)
+    if hvd.rank() == 0:
+        params = [v.hex() for p in model.parameters() for v in p.detach().flatten().tolist()]
+        print(f"FINAL size={hvd.size()} step={state.step} params={' '.join(params)}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Elastic jobs end to end on two loopback hosts (127.0.0.1 and 127.0.0.2, the
+second started through fake_ssh.sh as another machine): kolorun's elastic
+mode, the workers' commit store and kolo.torch.elastic together.
+
+Each job is elastic_train.py, whose final parameters are exact in float64, so
+they must equal reference.py's replay of the same sizes and restart points.
+The test orders itself by the job's marks (reached.0.<rank>, written by every
+rank at the pause step) and kolorun's own lines, never by sleeping.
+
+Run by CTest with KOLORUN and TEST_PYTHON_DIR set.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference  # noqa: E402
+
+KOLORUN = os.environ["KOLORUN"]
+PYTHON_DIR = os.environ["TEST_PYTHON_DIR"]
+FAKE_SSH = os.path.join(HERE, "..", "launcher", "fake_ssh.sh")
+TRAIN = os.path.join(HERE, "elastic_train.py")
+KERAS_TRAIN = os.path.join(HERE, "keras_elastic_train.py")
+HOST_A, HOST_B = "127.0.0.1", "127.0.0.2"
+
+
+class Job:
+    """kolorun running `script` (elastic_train.py), its output collected by a thread."""
+
+    def __init__(self, tmp_path, hosts, args, pause_step, script=TRAIN):
+        self.dir = tmp_path
+        self.hosts_file = tmp_path / "hosts"
+        self.set_hosts(hosts)
+        discover = tmp_path / "discover.sh"
+        discover.write_text(f"#!/bin/sh\ncat {self.hosts_file}\n")
+        discover.chmod(0o755)
+        env = dict(os.environ, PYTHONPATH=PYTHON_DIR, ELASTIC_TEST_DIR=str(tmp_path),
+                   ELASTIC_PAUSE_STEP=str(pause_step))
+        cmd = [KOLORUN, *args, "--host-discovery-script", str(discover),
+               "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, sys.executable, script]
+        self.lines = []
+        self.seen = threading.Condition()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env, start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def set_hosts(self, hosts):
+        tmp = self.hosts_file.with_suffix(".new")
+        tmp.write_text("".join(h + "\n" for h in hosts))
+        tmp.rename(self.hosts_file)  # the discovery script never sees half a file
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.seen:
+                self.lines.append(line.rstrip("\n"))
+                self.seen.notify_all()
+        with self.seen:
+            self.seen.notify_all()
+
+    def output(self):
+        with self.seen:
+            return "\n".join(self.lines)
+
+    def wait_line(self, pattern, timeout=90):
+        """The first output line matching `pattern`; fails naming it after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        with self.seen:
+            while True:
+                for line in self.lines:
+                    if re.search(pattern, line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self.reader.is_alive()):
+                    pytest.fail(f"no line matching {pattern!r} within {timeout} s; output:\n"
+                                + "\n".join(self.lines))
+                self.seen.wait(min(left, 0.5))
+
+    def wait_reached(self, ranks, timeout=90):
+        """{rank: (pid, hostname)} once every rank wrote its mark at the pause step."""
+        deadline = time.monotonic() + timeout
+        marks = [self.dir / f"reached.0.{r}" for r in range(ranks)]
+        while not all(m.exists() and m.read_text().endswith("\n") for m in marks):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.kill()
+                pytest.fail(f"the {ranks} ranks did not all reach the pause step; output:\n"
+                            + self.output())
+            time.sleep(0.05)
+        return {r: (int(m.read_text().split()[0]), m.read_text().split()[1])
+                for r, m in enumerate(marks)}
+
+    def finish(self, timeout=120):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"kolorun did not end within {timeout} s; output:\n" + self.output())
+        self.reader.join(10)
+        return self.proc.returncode, self.output()
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def final_params(out):
+    m = re.search(r"FINAL size=(\d+) step=(\d+) params=(.*)", out)
+    assert m, "no FINAL line; output:\n" + out
+    return int(m.group(1)), [float.fromhex(v) for v in m.group(3).split()]
+
+
+def kill_host_b(job):
+    """SIGKILL to the ranks on 127.0.0.2 once all 4 ranks wait at the pause step."""
+    ranks = job.wait_reached(4)
+    on_b = [pid for pid, host in ranks.values() if host == "kolo-" + HOST_B]
+    assert len(on_b) == 2, ranks
+    for pid in on_b:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_host_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5)
+    kill_host_b(job)
+    code, out = job.finish()
+    assert code == 0, out
+    # Step 5 was not committed: the job resumes from step 4's commit, at np=2.
+    assert re.search(r"START gen=1 size=2 step=4\b", out), out
+    assert re.search(r"kolorun: elastic: .*" + re.escape(HOST_B), out), out
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+def test_discovery_adds_a_host_the_job_grows_to_np4_at_the_next_commit(tmp_path):
+    job = Job(tmp_path, [f"{HOST_A}:2"], ["-np", "2", "--min-np", "2", "--max-np", "4"],
+              pause_step=3)
+    job.wait_reached(2)
+    job.set_hosts([f"{HOST_A}:2", f"{HOST_B}:2"])
+    job.wait_line(r"kolorun: elastic: .*" + re.escape(HOST_B))
+    (tmp_path / "go.0").write_text("go\n")
+    code, out = job.finish()
+    assert code == 0, out
+    assert re.search(r"START gen=1 size=4 step=4\b", out), out
+    size, params = final_params(out)
+    assert size == 4
+    assert params == reference.as_float64(reference.replay([(2, 4), (4, None)]))
+
+
+def test_keras_fit_with_the_elastic_callbacks_survives_a_host_killed_mid_epoch(tmp_path):
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, script=KERAS_TRAIN)
+    kill_host_b(job)
+    code, out = job.finish(timeout=180)
+    assert code == 0, out
+    # Committed every 2 batches: the 5th batch of epoch 0 was lost, the 4th was kept.
+    assert re.search(r"START gen=1 size=2 epoch=0 batch=3\b", out), out
+    finals = re.findall(r"FINAL rank=(\d) size=(\d+) epoch=(\d+) checksum=(\S+)", out)
+    assert sorted(f[0] for f in finals) == ["0", "1"], out
+    assert {f[1:] for f in finals} == {("2", "3", finals[0][3])}, out
+
+
+def test_past_the_reset_limit_the_job_ends_naming_it_with_the_failed_ranks_code(tmp_path):
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"],
+              ["-np", "4", "--min-np", "2", "--reset-limit", "0"], pause_step=5)
+    kill_host_b(job)
+    code, out = job.finish()
+    assert code == 128 + signal.SIGKILL, out
+    assert re.search(r"kolorun: .*--reset-limit", out), out
+    assert "START gen=1" not in out
