@@ -283,8 +283,9 @@ struct Launcher {
   int cores;
   RendezvousServer& server;
   const std::string& token;
-  std::string rendezvous;         // "address:port", once started
-  std::set<std::string> checked;  // hosts already checked
+  const std::vector<std::string> given_interfaces;  // --network-interface, as given
+  std::string rendezvous;                           // "address:port", once started
+  std::set<std::string> checked;                    // hosts already checked
 };
 
 struct PlannedJob {
@@ -328,6 +329,7 @@ Status CheckProgramsOn(Launcher& l, const LaunchPlan& plan, const std::vector<Ho
 Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
                            const Variables& extra) {
   Options& o = l.o;
+  o.network_interfaces = l.given_interfaces;  // else found again for these hosts
   const std::vector<HostSlots> fresh = Unchecked(l, used);
   KOLO_RETURN_IF_ERROR(CheckSsh(l, fresh));
   Result<JobNetwork> network = ChooseNetwork(o, used);
@@ -440,7 +442,7 @@ int Run(Options& o) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const std::string token = NewToken();
   RendezvousServer server(token, o.np);
-  Launcher l{o, environment, cores, server, token, "", {}};
+  Launcher l{o, environment, cores, server, token, o.network_interfaces, "", {}};
   if (o.Elastic()) return RunElasticJob(l);
   Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
   if (!chosen.ok()) return Fail(chosen.status().message());
