@@ -1,42 +1,11 @@
 #include "elastic_policy.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <map>
 
 namespace kolo::launcher {
 namespace {
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-bool ValidHost(const std::string& h) {
-  return !h.empty() && std::all_of(h.begin(), h.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '-' || c == '.' || c == '_';
-  });
-}
-
-// "host" or "host:slots" -> the host, or nothing when the line is neither.
-std::optional<HostSlots> ParseDiscoveryLine(const std::string& line, int default_slots) {
-  HostSlots h{line, default_slots};
-  const size_t colon = line.find(':');
-  if (colon != std::string::npos) {
-    h.host = line.substr(0, colon);
-    const std::string slots = line.substr(colon + 1);
-    if (slots.empty() || slots.size() > 7 ||
-        !std::all_of(slots.begin(), slots.end(), [](unsigned char c) { return std::isdigit(c); }))
-      return std::nullopt;
-    h.slots = std::stoi(slots);
-    if (h.slots < 1 || h.slots > kMaxSlots) return std::nullopt;
-  }
-  if (!ValidHost(h.host)) return std::nullopt;
-  return h;
-}
 
 int SlotsOf(const std::vector<HostSlots>& hosts, const std::string& host) {
   for (const HostSlots& h : hosts) {
@@ -85,32 +54,6 @@ Result<ElasticSettings> MakeElasticSettings(int given_np, int min_np, int max_np
   }
   s.timeout_seconds = timeout_seconds;
   return s;
-}
-
-Result<std::vector<HostSlots>> ParseDiscoveryOutput(const std::string& text, int default_slots) {
-  std::vector<HostSlots> out;
-  size_t start = 0;
-  for (int number = 1; start < text.size(); ++number) {
-    size_t end = std::min(text.find('\n', start), text.size());
-    const std::string line = Trim(text.substr(start, end - start));
-    start = end + 1;
-    if (line.empty()) continue;
-    const std::string quoted = "line " + std::to_string(number) + " '" + line.substr(0, 80) + "'";
-    std::optional<HostSlots> h = ParseDiscoveryLine(line, default_slots);
-    if (!h) {
-      return Status::InvalidArgument(quoted +
-                                     " is not 'host' or 'host:slots' (slots a whole number >= 1)");
-    }
-    const int before = SlotsOf(out, h->host);
-    if (before == 0) {
-      out.push_back(*h);
-    } else if (before != h->slots) {
-      return Status::InvalidArgument(quoted + " gives host " + h->host + " " +
-                                     std::to_string(h->slots) +
-                                     " slots after an earlier line gave " + std::to_string(before));
-    }
-  }
-  return out;
 }
 
 bool HostPool::Update(const std::vector<HostSlots>& discovered) {
@@ -191,33 +134,33 @@ HostUpdate CompareHosts(const std::vector<HostSlots>& running,
   return HostUpdate::kSame;
 }
 
-std::string CheckReply(HostUpdate update) {
-  switch (update) {
-    case HostUpdate::kSame:
-      return "SAME";
-    case HostUpdate::kAdded:
-      return "UPDATED added";
-    case HostUpdate::kRemoved:
-      return "UPDATED removed";
-    case HostUpdate::kBoth:
-      return "UPDATED both";
+namespace {
+
+// CHECK's reply and the words of kolorun's report, per answer.
+struct UpdateWords {
+  HostUpdate update;
+  const char* reply;
+  const char* description;
+};
+constexpr UpdateWords kUpdateWords[] = {
+    {HostUpdate::kSame, "SAME", "no change"},
+    {HostUpdate::kAdded, "UPDATED added", "hosts added"},
+    {HostUpdate::kRemoved, "UPDATED removed", "hosts removed"},
+    {HostUpdate::kBoth, "UPDATED both", "hosts added and removed"},
+};
+
+const UpdateWords& WordsFor(HostUpdate update) {
+  for (const UpdateWords& w : kUpdateWords) {
+    if (w.update == update) return w;
   }
-  return "SAME";
+  return kUpdateWords[0];
 }
 
-std::string DescribeUpdate(HostUpdate update) {
-  switch (update) {
-    case HostUpdate::kSame:
-      return "no change";
-    case HostUpdate::kAdded:
-      return "hosts added";
-    case HostUpdate::kRemoved:
-      return "hosts removed";
-    case HostUpdate::kBoth:
-      return "hosts added and removed";
-  }
-  return "no change";
-}
+}  // namespace
+
+std::string CheckReply(HostUpdate update) { return WordsFor(update).reply; }
+
+std::string DescribeUpdate(HostUpdate update) { return WordsFor(update).description; }
 
 NextStep DecideNext(const IncarnationEnd& end, const std::vector<HostSlots>& running, int resets,
                     int reset_limit) {

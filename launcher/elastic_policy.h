@@ -1,5 +1,5 @@
 // Elastic mode's decisions, as pure functions of values (tested without
-// processes): the discovery script's output, the pool of hosts with its
+// processes): the pool of hosts with its
 // blacklist (Horovod's HostManager and its cooldown rule), the size of the
 // next incarnation, the answer to a rank's CHECK, and what kolorun does when
 // an incarnation ends. The loop that runs incarnations is elastic.cc.
@@ -42,12 +42,6 @@ struct ElasticSettings {
 Result<ElasticSettings> MakeElasticSettings(int given_np, int min_np, int max_np, int reset_limit,
                                             const std::vector<int>& cooldown_range,
                                             double timeout_seconds);
-
-// The discovery script's output (Horovod's format): one host per line,
-// "host" (with `default_slots` slots) or "host:slots"; blank lines are
-// skipped, a line repeated is one host. A line that is neither, or a host
-// given twice with different slots, is an error naming the line.
-Result<std::vector<HostSlots>> ParseDiscoveryOutput(const std::string& text, int default_slots);
 
 // The hosts kolorun may use and those it will not (Horovod's HostManager):
 // hosts come from discovery (or the fixed pool) and keep their order, so

@@ -10,6 +10,8 @@ coordinates its ranks through files there (all hosts are this machine).
                              in incarnation 0; the next incarnation finishes.
     elastic_worker.py exit   the last rank exits with code 3 after the commit, in
                              every incarnation.
+    elastic_worker.py idle   the job ends once the discovery script has run
+                             WANT_CALLS times (it appends a line to DIR/calls).
 
 Every wait is bounded: past 60 s the worker says what it waited for and exits 9.
 """
@@ -79,6 +81,12 @@ def main():
         say("resumed", verb("RESUMED %d %d %d" % (GEN, resumed_from, SIZE)))
         say("bad token", verb("CHECK %d" % GEN, token="0" * 32))
         say("old generation", verb("CHECK %d" % (GEN + 1)))
+    if MODE == "idle":
+        calls = os.path.join(DIR, "calls")
+        want = int(os.environ["WANT_CALLS"])
+        wait_for("%d runs of the discovery script" % want,
+                 lambda: os.path.exists(calls) and len(open(calls).readlines()) >= want)
+        finish()
     if MODE == "grow":
         if SIZE >= int(os.environ["WANT_SIZE"]):
             finish()

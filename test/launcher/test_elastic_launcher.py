@@ -141,6 +141,25 @@ def test_first_start_waits_for_np_slots_and_horovods_timeout_variable_bounds_it(
     assert r.stdout == ""
 
 
+def test_discovery_script_that_fails_after_its_first_run_is_a_warning_once(tmp_path):
+    # Horovod's rule: only the first run must work; later failures keep the hosts listed before.
+    calls = tmp_path / "calls"
+    script = discovery_script(tmp_path, "echo run >> %s\n"
+                                        "[ $(wc -l < %s) -gt 1 ] && echo 'cloud API down' >&2 "
+                                        "&& exit 5\n"
+                                        "echo 127.0.0.1:1" % (calls, calls))
+    r = kolorun("-np", "1", "--host-discovery-script", script, "-x",
+                "ELASTIC_TEST_DIR=%s" % tmp_path, "-x", "WANT_CALLS=4", PYTHON, WORKER, "idle",
+                timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "WORKER rank=0 gen=0 done size=1" in out, out
+    warnings = [l for l in elastic_lines(r) if "warning" in l]
+    assert warnings == [
+        "kolorun: elastic: warning: host discovery script '%s' exited with code 5: cloud API "
+        "down; keeping the hosts it listed before" % script], out
+
+
 @pytest.mark.parametrize("body,message", [
     ("echo 'no cloud here' >&2; exit 3", "' exited with code 3: no cloud here"),
     ("echo 127.0.0.1:2; echo 'hello world'",

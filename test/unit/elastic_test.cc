@@ -3,17 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "elastic_policy.h"
+#include "expect_error.h"
+#include "hosts.h"
 #include "rendezvous.h"
 
 namespace kolo::launcher {
 namespace {
 
 using H = std::vector<HostSlots>;
-
-void ExpectError(const Status& s, const std::string& fragment) {
-  ASSERT_FALSE(s.ok()) << "accepted; wanted an error with '" << fragment << "'";
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
 
 TEST(ElasticSettings, DefaultsFollowHorovod) {
   Result<ElasticSettings> s = MakeElasticSettings(4, 0, 0, -1, {}, 600);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "expect_error.h"
 #include "hosts.h"
 #include "options.h"
 #include "program_check.h"
@@ -16,11 +17,6 @@ namespace kolo::launcher {
 namespace {
 
 using H = std::vector<HostSlots>;
-
-void ExpectError(const Status& s, const std::string& fragment) {
-  ASSERT_FALSE(s.ok()) << "accepted; wanted an error with '" << fragment << "'";
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
 
 TEST(HostSpec, GoodAndBad) {
   EXPECT_EQ(ParseHostSpec("a:2,b:2").value(), (H{{"a", 2}, {"b", 2}}));
