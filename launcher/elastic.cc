@@ -97,11 +97,7 @@ class ElasticLoop {
     const int np = TotalSlots(hosts_);
     Say("starting incarnation " + std::to_string(generation_) + " at np=" + std::to_string(np) +
         " on " + FormatHostSpec(hosts_));
-    const std::map<std::string, std::string> variables = {
-        {env::kElastic, "1"},
-        {env::kElasticJob, run_.job_id},
-        {env::kElasticGeneration, std::to_string(generation_)}};
-    Result<Job> job = plan_(hosts_, variables);
+    Result<Job> job = plan_(hosts_, IncarnationVariables(run_.job_id, generation_));
     if (!job.ok()) return Fail(job.status().message());
     if (generation_ > 0) job.value().append_output = true;
     server_.NewIncarnation(generation_, np);
@@ -322,6 +318,12 @@ class ElasticLoop {
 };
 
 }  // namespace
+
+std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation) {
+  return {{env::kElastic, "1"},
+          {env::kElasticJob, job_id},
+          {env::kElasticGeneration, std::to_string(generation)}};
+}
 
 int RunElastic(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server) {
   return ElasticLoop(run, plan, server).Run();

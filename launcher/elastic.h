@@ -36,6 +36,9 @@ struct ElasticRun {
 using PlanIncarnation = std::function<Result<Job>(
     const std::vector<HostSlots>& hosts, const std::map<std::string, std::string>& variables)>;
 
+// What every rank of incarnation `generation` gets: KOLO_ELASTIC=1, KOLO_ELASTIC_JOB, _GENERATION.
+std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation);
+
 // Runs incarnations until the job is done or cannot go on; returns kolorun's exit code.
 int RunElastic(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server);
 

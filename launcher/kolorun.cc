@@ -4,7 +4,8 @@
 // which rank failed, where and how.
 //
 // This file plans the launch; options.cc reads the command line,
-// supervise.cc runs the job, check_build.cc answers --check-build.
+// supervise.cc runs the job, elastic.cc runs an elastic job's incarnations
+// (each planned here), check_build.cc answers --check-build.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -423,7 +424,7 @@ int RunElasticJob(Launcher& l) {
     const std::vector<HostSlots> hosts = ChooseIncarnationHosts(pool, run.value().settings.max_np);
     if (hosts.empty()) return Fail("elastic: --dry-run: the discovery script lists no hosts");
     l.o.np = TotalSlots(hosts);
-    Result<PlannedJob> planned = PlanJob(l, hosts, {{env::kElastic, "1"}});
+    Result<PlannedJob> planned = PlanJob(l, hosts, IncarnationVariables(run.value().job_id, 0));
     if (!planned.ok()) return Fail(planned.status().message());
     std::cout << planned.value().shown << std::endl;
     return 0;

@@ -188,3 +188,14 @@ def test_discovery_script_that_cannot_run(tmp_path):
     assert r.stderr.splitlines() == [
         "kolorun: host discovery script '%s' exited with code 127: cannot run it: Permission "
         "denied" % script], r.stderr
+
+
+def test_dry_run_shows_the_first_incarnation_with_the_elastic_variables(tmp_path):
+    script = discovery_script(tmp_path, "echo 127.0.0.1:3")
+    r = kolorun("-np", "2", "--max-np", "2", "--host-discovery-script", script, "--dry-run",
+                PYTHON, WORKER, "grow", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"KOLO_ELASTIC=1 KOLO_ELASTIC_GENERATION=0 KOLO_ELASTIC_JOB=[0-9a-f]{32} ",
+                     r.stdout), r.stdout
+    assert " -np 2 -H 127.0.0.1:2 " in r.stdout, r.stdout  # min(--max-np, slots)
+    assert "KOLORUN_TOKEN" not in r.stdout.split(" mpirun ")[0], r.stdout
