@@ -138,9 +138,6 @@ Result<std::string> PinnedGpu(const std::string& visible, int local_rank) {
 // place lists every horovodrun flag and what kolorun does with it.
 const std::vector<HorovodrunFlag>& HorovodrunFlags() {
   using K = HorovodrunFlag::Kind;
-  static const char* const kElastic =
-      "elastic training is not supported; kolorun starts a fixed set of ranks (-np, -H or "
-      "--hostfile), and a job that loses a rank ends naming it";
   static const char* const kBayes =
       "kolo's autotune is a coordinate search over a few values per setting, not Bayesian "
       "optimization (docs/configuration.md, \"Autotune\")";
@@ -153,6 +150,12 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
       {"-hostfile", 1, K::kRenamed, "--hostfile"},
       {"-v", 0, K::kRenamed, "--version"},
       {"--network-interfaces", 1, K::kRenamedEach, "--network-interface"},
+      // Elastic mode: horovodrun's second spellings.
+      {"--min-num-proc", 1, K::kRenamed, "--min-np"},
+      {"--max-num-proc", 1, K::kRenamed, "--max-np"},
+      // kolorun's own, listed because it takes two values: the translation
+      // must not take the second for the program's name.
+      {"--blacklist-cooldown-range", 2, K::kRenamed, "--blacklist-cooldown-range"},
       // The explicit "off" forms of kolorun's switches.
       {"--no-hierarchical-allreduce", 0, K::kSetsVariable, "KOLO_HIERARCHICAL_ALLREDUCE=0"},
       {"--no-timeline-mark-cycles", 0, K::kSetsVariable, "KOLO_TIMELINE_MARK_CYCLES=0"},
@@ -200,17 +203,6 @@ const std::vector<HorovodrunFlag>& HorovodrunFlags() {
       {"--binding-args", 1, K::kRefused,
        "kolorun maps ranks to hosts by slot itself; use --binding none|core|socket|numa|hwthread "
        "for mpirun's --bind-to, and --mpi-args for other mpirun options"},
-      {"--min-np", 1, K::kRefused, kElastic},
-      {"--min-num-proc", 1, K::kRefused, kElastic},
-      {"--max-np", 1, K::kRefused, kElastic},
-      {"--max-num-proc", 1, K::kRefused, kElastic},
-      {"--host-discovery-script", 1, K::kRefused, kElastic},
-      {"--elastic-timeout", 1, K::kRefused, kElastic},
-      {"--reset-limit", 1, K::kRefused, kElastic},
-      {"--blacklist-cooldown-range", 2, K::kRefused, kElastic},
-      {"--slots-per-host", 1, K::kRefused,
-       "it belongs to elastic training, which is not supported; give each host's slots with "
-       "-H host:N or a hostfile"},
   };
   return kFlags;
 }

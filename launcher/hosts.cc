@@ -225,6 +225,39 @@ Status ExpandRange(const std::string& list, const std::string& prefix, const std
 
 }  // namespace
 
+Result<std::vector<HostSlots>> ParseDiscoveryOutput(const std::string& text, int default_slots) {
+  std::vector<HostSlots> out;
+  const std::vector<std::string> lines = Split(text, '\n');
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string line = Trim(lines[i]);
+    if (line.empty()) continue;
+    const std::string quoted = "line " + std::to_string(i + 1) + " '" + line.substr(0, 80) + "'";
+    HostSlots h{line, default_slots};
+    const size_t colon = line.find(':');
+    bool good = true;
+    if (colon != std::string::npos) {
+      h.host = line.substr(0, colon);
+      Result<int> slots = PositiveInt(line.substr(colon + 1), "slots");
+      good = slots.ok();
+      if (good) h.slots = slots.value();
+    }
+    if (!good || !ValidHostName(h.host) || h.host.find(':') != std::string::npos) {
+      return Status::InvalidArgument(quoted +
+                                     " is not 'host' or 'host:slots' (slots a whole number >= 1)");
+    }
+    auto before =
+        std::find_if(out.begin(), out.end(), [&](const HostSlots& o) { return o.host == h.host; });
+    if (before == out.end()) {
+      out.push_back(h);
+    } else if (before->slots != h.slots) {
+      return Status::InvalidArgument(
+          quoted + " gives host " + h.host + " " + std::to_string(h.slots) +
+          " slots after an earlier line gave " + std::to_string(before->slots));
+    }
+  }
+  return out;
+}
+
 Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
   Result<std::vector<std::string>> items = SplitNodelist(list);
   if (!items.ok()) return items.status();

@@ -31,6 +31,13 @@ std::string FormatHostSpec(const std::vector<HostSlots>& hosts);
 // name the line number.
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& text);
 
+// A host discovery script's output (Horovod's format, elastic mode): one
+// host per line, "host" (with `default_slots` slots) or "host:slots"; blank
+// lines are skipped, a line repeated is one host, no line is no host (now).
+// A line that is neither, or a host given twice with different slots, is an
+// error naming the line.
+Result<std::vector<HostSlots>> ParseDiscoveryOutput(const std::string& text, int default_slots);
+
 // Slurm's compressed host list: "gpu[01-04,07],login1" -> gpu01..gpu04, gpu07, login1.
 Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list);
 // Slurm's tasks per node: "2(x3),1" -> {2, 2, 2, 1}.

@@ -4,7 +4,8 @@
 // which rank failed, where and how.
 //
 // This file plans the launch; options.cc reads the command line,
-// supervise.cc runs the job, check_build.cc answers --check-build.
+// supervise.cc runs the job, elastic.cc runs an elastic job's incarnations
+// (each planned here), check_build.cc answers --check-build.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,12 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "bind_shim.h"
 #include "check_build.h"
 #include "command.h"
+#include "discovery.h"
+#include "elastic.h"
 #include "hosts.h"
 #include "kolo/env_names.h"
 #include "kolo/launch_settings.h"
@@ -273,6 +277,161 @@ RemoteShell Shell(const Options& o, const LaunchPlan& plan, const Variables& env
           o.ssh_port, o.ssh_identity_file};
 }
 
+// What stays the same for every mpirun job of one kolorun run.
+struct Launcher {
+  Options& o;
+  const Variables& environment;
+  int cores;
+  RendezvousServer& server;
+  const std::string& token;
+  const std::vector<std::string> given_interfaces;  // --network-interface, as given
+  std::string rendezvous;                           // "address:port", once started
+  std::set<std::string> checked;                    // hosts already checked
+};
+
+struct PlannedJob {
+  Job job;
+  std::string shown;  // what --dry-run and --verbose print: the variables and the command
+};
+
+// The hosts of `used` not checked before.
+std::vector<HostSlots> Unchecked(const Launcher& l, const std::vector<HostSlots>& used) {
+  std::vector<HostSlots> fresh;
+  for (const HostSlots& h : used) {
+    if (!l.checked.count(h.host)) fresh.push_back(h);
+  }
+  return fresh;
+}
+
+// Before planning: the new hosts' ssh ports. A custom remote agent (qrsh, a
+// test stand-in) is not ssh: no ssh probe then.
+Status CheckSsh(const Launcher& l, const std::vector<HostSlots>& fresh) {
+  const bool custom_agent = l.o.mpi_args.find("plm_rsh_agent") != std::string::npos;
+  if (fresh.empty() || l.o.dry_run || custom_agent) return Status::OK();
+  return CheckHosts(fresh, l.o.ssh_port, l.o.start_timeout);
+}
+
+// After planning: the programs that kolo-rank will start on the new hosts.
+Status CheckProgramsOn(Launcher& l, const LaunchPlan& plan, const std::vector<HostSlots>& fresh) {
+  if (fresh.empty() || l.o.dry_run) return Status::OK();
+  std::vector<std::string> problems = CheckPrograms(
+      fresh, ProgramsToCheck(plan), Shell(l.o, plan, l.environment), l.o.start_timeout);
+  if (!problems.empty()) {
+    std::string all;
+    for (const std::string& p : problems) all += (all.empty() ? "" : "\nkolorun: ") + p;
+    return Status::InvalidArgument(all);
+  }
+  for (const HostSlots& h : fresh) l.checked.insert(h.host);
+  return Status::OK();
+}
+
+// Plans one mpirun job of o.np ranks on `used` (checking new hosts first);
+// every rank also gets `extra`. Starts the rendezvous with the first job.
+Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
+                           const Variables& extra) {
+  Options& o = l.o;
+  o.network_interfaces = l.given_interfaces;  // else found again for these hosts
+  const std::vector<HostSlots> fresh = Unchecked(l, used);
+  KOLO_RETURN_IF_ERROR(CheckSsh(l, fresh));
+  Result<JobNetwork> network = ChooseNetwork(o, used);
+  if (!network.ok()) return network.status();
+  KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores));
+  if (plan.bind_library.empty() && !o.dry_run && l.checked.empty()) {
+    std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
+              << "); Open MPI will listen on every network interface\n";
+  }
+  Variables child_env = RankVariables(o, used);
+  for (const auto& [k, v] : extra) child_env[k] = v;
+  KOLO_ASSIGN_OR_RETURN(std::vector<std::string> user_names,
+                        UserVariables(o.env_vars, l.environment, &child_env));
+  // Each rank gets the forwarded part of kolorun's environment, then kolorun's own variables.
+  Variables merged = l.environment;
+  for (const auto& [k, v] : child_env) merged[k] = v;
+  for (const std::string& name : ForwardedNames(merged, user_names)) plan.env[name] = merged[name];
+  for (const auto& [k, v] : child_env) plan.env[k] = v;
+  KOLO_RETURN_IF_ERROR(CheckProgramsOn(l, plan, fresh));
+  if (!o.dry_run && l.rendezvous.empty()) {
+    KOLO_ASSIGN_OR_RETURN(l.rendezvous, StartRendezvous(l.server, used, network.value()));
+  }
+  if (!o.dry_run) child_env[env::kRendezvous] = plan.env[env::kRendezvous] = l.rendezvous;
+  if (!plan.single_host && !plan.bind_library.empty() && !plan.network_interfaces.empty()) {
+    // Across hosts Open MPI's TCP transport listens in the ranks: kolo-rank preloads the shim.
+    child_env[kBindLibrary] = plan.env[kBindLibrary] = plan.bind_library;
+    child_env[kBindInterfaces] = plan.env[kBindInterfaces] = JoinComma(plan.network_interfaces);
+  }
+  // The token goes to the ranks but is never printed.
+  Variables launch_env = child_env;
+  ListenOnlyWhereTheJobLives(plan, l.environment, &launch_env);
+  if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = l.token;
+  PlannedJob planned;
+  planned.job.mpirun_argv = BuildMpirunCommand(plan);
+  planned.job.mpirun_env = launch_env;
+  for (int h : MapBySlot(used, o.np)) planned.job.rank_hosts.push_back(used[h].host);
+  planned.job.output_dir = o.output_dir;
+  planned.job.start_timeout = o.start_timeout;
+  planned.job.verbose = o.verbose;
+  for (const auto& [k, v] : child_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
+  planned.shown += ShellQuote(planned.job.mpirun_argv);
+  return planned;
+}
+
+// Elastic mode's settings from the flags and KOLO_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT.
+Result<ElasticRun> ElasticFlags(const Options& o, const Variables& environment, int cores) {
+  double timeout = o.elastic_timeout;
+  if (!o.elastic_timeout_given) {
+    KOLO_ASSIGN_OR_RETURN(LaunchSettings settings, ReadLaunchSettings());
+    timeout = settings.elastic_timeout_seconds;
+  }
+  ElasticRun run;
+  KOLO_ASSIGN_OR_RETURN(
+      run.settings, MakeElasticSettings(o.np_given ? o.np : 0, o.min_np, o.max_np, o.reset_limit,
+                                        o.cooldown_range, timeout));
+  run.discovery_script = o.discovery_script;
+  run.slots_per_host = o.slots_per_host;
+  if (o.discovery_script.empty()) {
+    // The fixed pool: -H, --hostfile or the scheduler's allocation, else this machine.
+    KOLO_ASSIGN_OR_RETURN(Allocation alloc, ResolveHosts(o.hosts, o.hostfile, environment,
+                                                         run.settings.np, cores, ReadFile));
+    run.fixed_pool = alloc.hosts;
+  } else if (!o.hosts.empty() || !o.hostfile.empty()) {
+    return Status::InvalidArgument(
+        "--host-discovery-script lists the hosts; it cannot be used with -H or --hostfile");
+  }
+  run.job_id = NewToken();
+  return run;
+}
+
+// Elastic mode: incarnations planned here, run by elastic.cc.
+int RunElasticJob(Launcher& l) {
+  Result<ElasticRun> run = ElasticFlags(l.o, l.environment, l.cores);
+  if (!run.ok()) return Fail(run.status().message());
+  const PlanIncarnation plan = [&l](const std::vector<HostSlots>& hosts,
+                                    const Variables& variables) -> Result<Job> {
+    l.o.np = TotalSlots(hosts);
+    KOLO_ASSIGN_OR_RETURN(PlannedJob planned, PlanJob(l, hosts, variables));
+    if (l.o.verbose) std::cout << planned.shown << std::endl;
+    return planned.job;
+  };
+  if (l.o.dry_run) {
+    // The first incarnation's command, on the hosts there now.
+    std::vector<HostSlots> pool = run.value().fixed_pool;
+    if (!run.value().discovery_script.empty()) {
+      DiscoveryScript script(run.value().discovery_script, run.value().slots_per_host);
+      Result<std::vector<HostSlots>> found = script.RunNow();
+      if (!found.ok()) return Fail(found.status().message());
+      pool = found.value();
+    }
+    const std::vector<HostSlots> hosts = ChooseIncarnationHosts(pool, run.value().settings.max_np);
+    if (hosts.empty()) return Fail("elastic: --dry-run: the discovery script lists no hosts");
+    l.o.np = TotalSlots(hosts);
+    Result<PlannedJob> planned = PlanJob(l, hosts, IncarnationVariables(run.value().job_id, 0));
+    if (!planned.ok()) return Fail(planned.status().message());
+    std::cout << planned.value().shown << std::endl;
+    return 0;
+  }
+  return RunElastic(run.value(), plan, l.server);
+}
+
 // Plans the job, checks the hosts, and runs it (or prints it for --dry-run).
 int Run(Options& o) {
   if (o.check_build) return RunCheckBuild();
@@ -282,67 +441,20 @@ int Run(Options& o) {
   Status timeout = ApplyStartTimeoutVariable(environment, &o);
   if (!timeout.ok()) return Fail(timeout.message());
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
-  if (!chosen.ok()) return Fail(chosen.status().message());
-  const std::vector<HostSlots> used = chosen.value();
-  // A custom remote agent (qrsh, a test stand-in) is not ssh: no ssh probe then.
-  const bool custom_agent = o.mpi_args.find("plm_rsh_agent") != std::string::npos;
-  if (!o.dry_run && !custom_agent) {
-    Status s = CheckHosts(used, o.ssh_port, o.start_timeout);
-    if (!s.ok()) return Fail(s.message());
-  }
-  Result<JobNetwork> network = ChooseNetwork(o, used);
-  if (!network.ok()) return Fail(network.status().message());
-  Result<LaunchPlan> planned = PlanLaunch(o, used, cores);
-  if (!planned.ok()) return Fail(planned.status().message());
-  LaunchPlan plan = planned.value();
-  if (plan.bind_library.empty() && !o.dry_run) {
-    std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
-              << "); Open MPI will listen on every network interface\n";
-  }
-  Variables child_env = RankVariables(o, used);
-  Result<std::vector<std::string>> user_names = UserVariables(o.env_vars, environment, &child_env);
-  if (!user_names.ok()) return Fail(user_names.status().message());
-  // Each rank gets the forwarded part of kolorun's environment, then kolorun's own variables.
-  Variables merged = environment;
-  for (const auto& [k, v] : child_env) merged[k] = v;
-  for (const std::string& name : ForwardedNames(merged, user_names.value())) {
-    plan.env[name] = merged[name];
-  }
-  for (const auto& [k, v] : child_env) plan.env[k] = v;
-  if (!o.dry_run) {
-    std::vector<std::string> problems =
-        CheckPrograms(used, ProgramsToCheck(plan), Shell(o, plan, environment), o.start_timeout);
-    for (const std::string& p : problems) Fail(p);
-    if (!problems.empty()) return 2;
-  }
   const std::string token = NewToken();
   RendezvousServer server(token, o.np);
-  if (!o.dry_run) {
-    Result<std::string> rendezvous = StartRendezvous(server, used, network.value());
-    if (!rendezvous.ok()) return Fail(rendezvous.status().message());
-    child_env[env::kRendezvous] = plan.env[env::kRendezvous] = rendezvous.value();
-  }
-  if (!plan.single_host && !plan.bind_library.empty() && !plan.network_interfaces.empty()) {
-    // Across hosts Open MPI's TCP transport listens in the ranks: kolo-rank preloads the shim.
-    child_env[kBindLibrary] = plan.env[kBindLibrary] = plan.bind_library;
-    child_env[kBindInterfaces] = plan.env[kBindInterfaces] = JoinComma(plan.network_interfaces);
-  }
-  // The token goes to the ranks but is never printed.
-  Variables launch_env = child_env;
-  ListenOnlyWhereTheJobLives(plan, environment, &launch_env);
-  if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = token;
-  const std::vector<std::string> argv = BuildMpirunCommand(plan);
+  Launcher l{o, environment, cores, server, token, o.network_interfaces, "", {}};
+  if (o.Elastic()) return RunElasticJob(l);
+  Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
+  if (!chosen.ok()) return Fail(chosen.status().message());
+  Result<PlannedJob> planned = PlanJob(l, chosen.value(), {});
+  if (!planned.ok()) return Fail(planned.status().message());
   if (o.dry_run || o.verbose) {
-    std::string vars;
-    for (const auto& [k, v] : child_env) vars += k + "=" + ShellQuote({v}) + " ";
-    std::cout << vars << ShellQuote(argv) << std::endl;
+    std::cout << planned.value().shown << std::endl;
     if (o.dry_run) return 0;
   }
-  std::vector<std::string> rank_hosts;
-  for (int h : MapBySlot(used, o.np)) rank_hosts.push_back(used[h].host);
-  return Supervise({argv, launch_env, rank_hosts, o.output_dir, o.start_timeout, o.verbose},
-                   server);
+  server.NewIncarnation(-1, o.np);
+  return Supervise(planned.value().job, server);
 }
 
 }  // namespace

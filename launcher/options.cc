@@ -77,6 +77,33 @@ void AddOptions(CLI::App& app, Options* o) {
   app.add_option("--log-level", o->log_level, "KOLO_LOG_LEVEL (any case; FATAL = error)")
       ->transform(
           CLI::IsMember({"trace", "debug", "info", "warning", "error", "fatal"}, CLI::ignore_case));
+  app.add_option(
+         "--min-np", o->min_np,
+         "Elastic mode: the fewest ranks to run with (default: -np); below it kolorun waits "
+         "for hosts (--elastic-timeout)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-np", o->max_np,
+                 "Elastic mode: the most ranks to run with (default: no bound)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--host-discovery-script", o->discovery_script,
+                 "Elastic mode: an executable that prints the hosts there now, one 'host' or "
+                 "'host:slots' per line; run every second");
+  app.add_option("--slots-per-host", o->slots_per_host,
+                 "Slots of the discovery script's hosts given without ':slots' (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--reset-limit", o->reset_limit,
+                 "Elastic mode: the most restarts (after a failure or a change of hosts) before "
+                 "the job ends (default: no limit)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--blacklist-cooldown-range", o->cooldown_range,
+                 "Elastic mode: MIN MAX seconds a failed host stays out, growing with each failure "
+                 "(default: for the rest of the job)")
+      ->expected(2)
+      ->allow_extra_args(false);
+  app.add_option("--elastic-timeout", o->elastic_timeout,
+                 "Elastic mode: seconds to wait for enough slots (default 600, or "
+                 "KOLO_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--output-filename", o->output_dir,
                  "Also write each rank's output to DIR/rank.N/");
   app.add_flag("--verbose", o->verbose, "Say where hosts came from and the command run");
@@ -160,6 +187,18 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
     return UsageError(e);
   }
   o->start_timeout_given = app.count("--start-timeout") > 0;
+  o->np_given = app.count("--np") > 0;
+  o->elastic_timeout_given = app.count("--elastic-timeout") > 0;
+  if (!o->Elastic()) {
+    for (const char* name :
+         {"--reset-limit", "--blacklist-cooldown-range", "--elastic-timeout", "--slots-per-host"}) {
+      if (app.count(name) > 0) {
+        return Fail(std::string(name) +
+                    " applies to elastic mode, which --min-np, --max-np or "
+                    "--host-discovery-script turns on");
+      }
+    }
+  }
   // prefix_command(): the first argument kolorun does not know, and all after it.
   o->command = app.remaining();
   if (!o->command.empty() && o->command.front() == "--") {

@@ -28,6 +28,16 @@ struct Options {
   std::string autotune_log, autotune_file;
   int autotune_warmup_samples = -1, autotune_steps_per_sample = -1;
   bool verbose = false, dry_run = false, check_build = false, pin_gpus = false;
+  // Elastic mode (elastic.h): on when --min-np, --max-np or --host-discovery-script is given.
+  bool np_given = false;
+  int min_np = 0, max_np = 0;  // 0: not given
+  std::string discovery_script;
+  int slots_per_host = 1;           // for the discovery script's lines without ":slots"
+  int reset_limit = -1;             // -1: no limit
+  std::vector<int> cooldown_range;  // --blacklist-cooldown-range MIN MAX, or empty
+  double elastic_timeout = 600;
+  bool elastic_timeout_given = false;  // else KOLO_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT
+  bool Elastic() const { return min_np > 0 || max_np > 0 || !discovery_script.empty(); }
   std::vector<std::string> command;  // the program and its arguments
 };
 

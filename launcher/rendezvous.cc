@@ -50,6 +50,81 @@ Result<Registration> ParseRegistration(const std::string& line, const std::strin
   return r;
 }
 
+namespace {
+
+// A generation, a commit (-1: none) or a size in an elastic request.
+Result<long> ParseSigned(const std::string& text, const char* what, long lowest) {
+  if (text == "-1" && lowest <= -1) return -1L;
+  Result<long> v = ParseLong(text, what);
+  if (!v.ok()) return v.status();
+  if (v.value() < lowest) {
+    return Status::InvalidArgument(std::string(what) + " must be at least " +
+                                   std::to_string(lowest));
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::string& token) {
+  std::istringstream is(line);
+  std::vector<std::string> w;
+  for (std::string word; is >> word && w.size() < 8;) w.push_back(word);
+  if (w.size() < 4 || w[0] != "KOLOE") {
+    return Status::InvalidArgument(
+        "malformed elastic request (expected KOLOE <token> CHECK|RESTART|RESUMED <generation> "
+        "...)");
+  }
+  if (w[1] != token) return Status::PreconditionFailed("wrong job token");
+  ElasticRequest r;
+  size_t fields = 0;
+  if (w[2] == "CHECK") {
+    r.verb = ElasticRequest::Verb::kCheck;
+    fields = 4;
+  } else if (w[2] == "RESTART") {
+    r.verb = ElasticRequest::Verb::kRestart;
+    fields = 5;
+  } else if (w[2] == "RESUMED") {
+    r.verb = ElasticRequest::Verb::kResumed;
+    fields = 6;
+  } else {
+    return Status::InvalidArgument("unknown elastic verb '" + w[2].substr(0, 20) +
+                                   "' (expected CHECK, RESTART or RESUMED)");
+  }
+  if (w.size() != fields) {
+    return Status::InvalidArgument(w[2] + " expects " + std::to_string(fields - 3) +
+                                   " value(s) after the verb");
+  }
+  Result<long> generation = ParseSigned(w[3], "generation", 0);
+  if (!generation.ok()) return generation.status();
+  r.generation = static_cast<int>(generation.value());
+  if (fields >= 5) {
+    Result<long> commit = ParseSigned(w[4], "commit", -1);
+    if (!commit.ok()) return commit.status();
+    r.commit = commit.value();
+  }
+  if (fields == 6) {
+    Result<long> size = ParseSigned(w[5], "size", 1);
+    if (!size.ok()) return size.status();
+    r.size = static_cast<int>(size.value());
+  }
+  return r;
+}
+
+std::string ElasticRequestMessage(const std::string& token, const ElasticRequest& r) {
+  switch (r.verb) {
+    case ElasticRequest::Verb::kCheck:
+      return "KOLOE " + token + " CHECK " + std::to_string(r.generation) + "\n";
+    case ElasticRequest::Verb::kRestart:
+      return "KOLOE " + token + " RESTART " + std::to_string(r.generation) + " " +
+             std::to_string(r.commit) + "\n";
+    case ElasticRequest::Verb::kResumed:
+      return "KOLOE " + token + " RESUMED " + std::to_string(r.generation) + " " +
+             std::to_string(r.commit) + " " + std::to_string(r.size) + "\n";
+  }
+  return "";
+}
+
 std::string RegistrationMessage(const std::string& token, const Registration& r) {
   return "KOLO1 " + token + " " + std::to_string(r.rank) + " " + std::to_string(r.local_rank) +
          " " + r.host + " " + std::to_string(r.pid) + "\n";
@@ -66,7 +141,7 @@ std::string NewToken() {
 
 class RendezvousServer::Impl {
  public:
-  Impl(std::string token, int np) : token_(std::move(token)), np_(np), acceptor_(io_) {}
+  Impl(std::string token, int np) : token_(std::move(token)), acceptor_(io_), np_(np) {}
 
   Result<int> Start(const std::string& address) {
     boost::system::error_code ec;
@@ -93,6 +168,27 @@ class RendezvousServer::Impl {
     Snapshot s = state_;
     state_.notes.clear();
     return s;
+  }
+
+  std::vector<ElasticEvent> TakeElasticEvents() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<ElasticEvent> events;
+    events.swap(events_);
+    return events;
+  }
+
+  void NewIncarnation(int generation, int np) {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_ = generation;
+    np_ = np;
+    check_reply_ = "SAME";
+    state_.registered.clear();
+    state_.fatal.clear();
+  }
+
+  void SetCheckReply(const std::string& reply) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_reply_ = reply;
   }
 
  private:
@@ -137,8 +233,10 @@ class RendezvousServer::Impl {
                 ? "message longer than " + std::to_string(kMaxMessageBytes) + " bytes"
                 : "no complete message (" + ec.message() + ")"));
       reply = "ERR bad message\n";
+    } else if (c->buffer.rfind("KOLOE ", 0) == 0) {
+      reply = Elastic(c->buffer.substr(0, n - 1), peer);
     } else {
-      Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, np_);
+      Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, Np());
       if (!r.ok()) {
         Note("refused a registration from " + peer + ": " + r.status().message());
         reply = "ERR " + r.status().message() + "\n";
@@ -166,18 +264,44 @@ class RendezvousServer::Impl {
     return "OK\n";
   }
 
+  int Np() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return np_;
+  }
+
+  // One elastic request: the reply, and RESTART / RESUMED kept for the loop.
+  std::string Elastic(const std::string& line, const std::string& peer) {
+    Result<ElasticRequest> r = ParseElasticRequest(line, token_);
+    if (!r.ok()) {
+      Note("refused an elastic request from " + peer + ": " + r.status().message());
+      return "ERR " + r.status().message() + "\n";
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation_ < 0) return "ERR kolorun is not in elastic mode\n";
+    if (r.value().generation != generation_) {
+      return "ERR generation " + std::to_string(r.value().generation) +
+             " is not the running one (" + std::to_string(generation_) + ")\n";
+    }
+    if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
+    events_.push_back({r.value(), std::chrono::steady_clock::now()});
+    return "OK\n";
+  }
+
   void Note(const std::string& note) {
     std::lock_guard<std::mutex> lock(mu_);
     state_.notes.push_back(note);
   }
 
   std::string token_;
-  int np_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::thread thread_;
   std::mutex mu_;
-  Snapshot state_;  // guarded by mu_
+  Snapshot state_;                    // guarded by mu_
+  int np_;                            // guarded by mu_
+  int generation_ = -1;               // guarded by mu_; -1: not elastic
+  std::string check_reply_ = "SAME";  // guarded by mu_
+  std::vector<ElasticEvent> events_;  // guarded by mu_
 };
 
 RendezvousServer::RendezvousServer(std::string token, int np)
@@ -186,6 +310,13 @@ RendezvousServer::~RendezvousServer() { Stop(); }
 Result<int> RendezvousServer::Start(const std::string& address) { return impl_->Start(address); }
 void RendezvousServer::Stop() { impl_->Stop(); }
 RendezvousServer::Snapshot RendezvousServer::Take() { return impl_->Take(); }
+void RendezvousServer::NewIncarnation(int generation, int np) {
+  impl_->NewIncarnation(generation, np);
+}
+std::vector<ElasticEvent> RendezvousServer::TakeElasticEvents() {
+  return impl_->TakeElasticEvents();
+}
+void RendezvousServer::SetCheckReply(const std::string& reply) { impl_->SetCheckReply(reply); }
 
 Status Register(const std::string& address, int port, const std::string& message,
                 double timeout_seconds) {

@@ -5,8 +5,17 @@
 //
 // Message (one line, at most kMaxMessageBytes): "KOLO1 <token> <rank> <local_rank> <host> <pid>\n"
 // Reply: "OK\n" or "ERR <reason>\n".
+//
+// In elastic mode (elastic.h) the same server answers rank 0's verbs, one
+// request line per connection (issue 34's contract between kolorun and the workers):
+//   "KOLOE <token> CHECK <g>\n"                  -> "OK SAME\n" | "OK UPDATED added|removed|both\n"
+//   "KOLOE <token> RESTART <g> <commit>\n"       -> "OK\n"
+//   "KOLOE <token> RESUMED <g> <commit> <size>\n" -> "OK\n"
+// and a malformed request or a bad token gets "ERR <reason>\n". Each
+// incarnation's ranks register again (NewIncarnation).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +43,25 @@ std::string RegistrationMessage(const std::string& token, const Registration& r)
 // A random token of 32 hex digits from the system's random source.
 std::string NewToken();
 
+// One of rank 0's elastic verbs.
+struct ElasticRequest {
+  enum class Verb { kCheck, kRestart, kResumed };
+  Verb verb = Verb::kCheck;
+  int generation = 0;
+  long commit = -1;  // RESTART, RESUMED: -1 = no commit
+  int size = 0;      // RESUMED
+};
+
+// Parses and checks one elastic request (without its newline) against the token.
+Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::string& token);
+std::string ElasticRequestMessage(const std::string& token, const ElasticRequest& r);
+
+// A RESTART or RESUMED as the server received it.
+struct ElasticEvent {
+  ElasticRequest request;
+  std::chrono::steady_clock::time_point when;
+};
+
 class RendezvousServer {
  public:
   RendezvousServer(std::string token, int np);
@@ -49,6 +77,15 @@ class RendezvousServer {
   };
   // What happened so far; `notes` are handed out once.
   Snapshot Take();
+  // The RESTART and RESUMED requests received since the last call.
+  std::vector<ElasticEvent> TakeElasticEvents();
+
+  // Incarnation `generation` of `np` ranks starts; the registrations of the
+  // one before are forgotten. Generation -1 is a job without elastic mode,
+  // which the server is until told otherwise: it refuses the elastic verbs.
+  void NewIncarnation(int generation, int np);
+  // What CHECK for the running incarnation answers ("SAME", "UPDATED added", ...).
+  void SetCheckReply(const std::string& reply);
 
  private:
   class Impl;

@@ -79,7 +79,7 @@ std::string Unreported(const std::vector<std::string>& rank_hosts,
 // created when the first one comes, that kolorun's last line names.
 class OpenMpiLog {
  public:
-  explicit OpenMpiLog(std::string dir) : dir_(std::move(dir)) {}
+  OpenMpiLog(std::string dir, bool append) : dir_(std::move(dir)), append_(append) {}
   ~OpenMpiLog() {
     if (file_ != nullptr) std::fclose(file_);
   }
@@ -104,7 +104,7 @@ class OpenMpiLog {
       std::error_code ec;
       fs::create_directories(dir_, ec);
       path_ = (fs::path(dir_) / "mpirun.log").string();
-      file_ = std::fopen(path_.c_str(), "w");
+      file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
     } else {
       std::error_code ec;
       fs::path tmp = fs::temp_directory_path(ec);
@@ -122,6 +122,7 @@ class OpenMpiLog {
   }
 
   std::string dir_, path_, first_;
+  bool append_;
   FILE* file_ = nullptr;
   int lines_ = 0;
   bool warned_ = false;
@@ -133,7 +134,8 @@ class OpenMpiLog {
 // kept for the final report instead of printed.
 class OutputSink {
  public:
-  OutputSink(std::string dir, bool verbose) : dir_(dir), verbose_(verbose), open_mpi_(dir) {}
+  OutputSink(std::string dir, bool verbose, bool append)
+      : dir_(dir), verbose_(verbose), append_(append), open_mpi_(dir, append) {}
 
   void Write(const std::vector<OutputLine>& lines) {
     for (const OutputLine& l : lines) {
@@ -164,13 +166,14 @@ class OutputSink {
     if (!f) {
       fs::path dir = fs::path(dir_) / ("rank." + std::to_string(l.rank));
       fs::create_directories(dir);
-      f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"));
+      f = std::make_unique<std::ofstream>(dir / (l.is_stderr ? "stderr" : "stdout"),
+                                          append_ ? std::ios::app : std::ios::out);
     }
     *f << l.text << "\n" << std::flush;
   }
 
   std::string dir_;
-  bool verbose_;
+  bool verbose_, append_;
   OpenMpiLog open_mpi_;
   std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
   std::vector<RankExit> exits_;
@@ -292,50 +295,90 @@ std::string RankFailure(const RankExit& e) {
 // kolorun's exit code and last line: why kolorun ended the job, else the
 // first rank that failed, else mpirun's own status. The line names Open
 // MPI's log when Open MPI said anything.
-int Report(const std::string& ended, const std::vector<RankExit>& exits, int mpirun_status,
-           const OpenMpiLog& log) {
+int ReportOutcome(const JobOutcome& o) {
   const std::string logged =
-      log.lines() > 0 ? " (Open MPI's messages: " + log.path() + ")" : std::string();
-  if (!ended.empty()) return Fail(ended + logged);
+      o.open_mpi_lines > 0 ? " (Open MPI's messages: " + o.open_mpi_log + ")" : std::string();
+  if (!o.ended.empty()) return Fail(o.ended + logged);
   // Ranks killed by kolorun's own teardown are not the cause.
-  if (g_signal != 0) {
-    return Fail(std::string("stopped by ") + strsignal(g_signal) + logged, 128 + g_signal);
+  if (o.stop_signal != 0) {
+    return Fail(std::string("stopped by ") + strsignal(o.stop_signal) + logged,
+                128 + o.stop_signal);
   }
-  if (!exits.empty()) {
-    const RankExit& e = exits.front();
-    return Fail(RankFailure(e) + logged, e.signal != 0 ? 128 + e.signal : e.code);
+  if (!o.exits.empty()) {
+    const RankExit& e = o.exits.front();
+    return Fail(RankFailure(e) + logged, RankExitCode(e));
   }
-  if (WIFSIGNALED(mpirun_status)) {
-    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(mpirun_status)) + logged,
+  if (WIFSIGNALED(o.mpirun_status)) {
+    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(o.mpirun_status)) + logged,
                 1);
   }
-  const int code = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 1;
+  const int code = WIFEXITED(o.mpirun_status) ? WEXITSTATUS(o.mpirun_status) : 1;
   if (code != 0) {
     std::string says =
-        log.first_line().empty() ? "" : ": Open MPI says \"" + log.first_line() + "\"";
+        o.open_mpi_first_line.empty() ? "" : ": Open MPI says \"" + o.open_mpi_first_line + "\"";
     return Fail("mpirun exited with code " + std::to_string(code) + " before any rank reported" +
                     says + logged,
                 code);
   }
-  if (log.lines() > 0) {
-    std::fprintf(stderr, "kolorun: Open MPI wrote %d line(s) to %s\n", log.lines(),
-                 log.path().c_str());
+  if (o.open_mpi_lines > 0) {
+    std::fprintf(stderr, "kolorun: Open MPI wrote %d line(s) to %s\n", o.open_mpi_lines,
+                 o.open_mpi_log.c_str());
   }
   return 0;
 }
 
+// The hosts none of whose ranks reported an exit.
+std::vector<std::string> SilentHosts(const std::vector<std::string>& rank_hosts,
+                                     const std::vector<RankExit>& exits) {
+  std::vector<std::string> silent;
+  for (const std::string& h : rank_hosts) {
+    if (std::find(silent.begin(), silent.end(), h) == silent.end()) silent.push_back(h);
+  }
+  for (const RankExit& e : exits) {
+    if (e.rank < 0 || e.rank >= static_cast<int>(rank_hosts.size())) continue;
+    silent.erase(std::remove(silent.begin(), silent.end(), rank_hosts[e.rank]), silent.end());
+  }
+  return silent;
+}
+
 }  // namespace
 
-int Supervise(const Job& job, RendezvousServer& server) {
-  Result<Mpirun> started = StartMpirun(job.mpirun_argv, job.mpirun_env);
-  if (!started.ok()) return Fail(started.status().message());
-  const Mpirun m = started.value();
+void CatchStopSignals() {
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
 
-  OutputSink sink(job.output_dir, job.verbose);
+int StopSignal() { return g_signal; }
+
+std::string DescribeRankExit(const RankExit& e, const std::string& host) {
+  const std::string who = "rank " + std::to_string(e.rank) + " on host " + host;
+  if (e.signal != 0) {
+    const char* name = sigabbrev_np(e.signal);
+    return who + " was killed by signal " + std::to_string(e.signal) + " (SIG" +
+           (name ? name : "?") + ")";
+  }
+  return who + " exited with code " + std::to_string(e.code);
+}
+
+int RankExitCode(const RankExit& e) { return e.signal != 0 ? 128 + e.signal : e.code; }
+
+int Report(const JobOutcome& outcome) { return ReportOutcome(outcome); }
+
+JobOutcome RunJob(const Job& job, RendezvousServer& server,
+                  const std::function<void()>& each_turn) {
+  JobOutcome outcome;
+  Result<Mpirun> started = StartMpirun(job.mpirun_argv, job.mpirun_env);
+  if (!started.ok()) {
+    outcome.ended = started.status().message();
+    outcome.failure_time = Clock::now();
+    return outcome;
+  }
+  const Mpirun m = started.value();
+  CatchStopSignals();
+
+  OutputSink sink(job.output_dir, job.verbose, job.append_output);
   OutputAssembler assembler;
   pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
   Teardown teardown(m.pid);
@@ -352,18 +395,28 @@ int Supervise(const Job& job, RendezvousServer& server) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       ended = CheckRendezvous(server, job.rank_hosts, elapsed, job.start_timeout);
     }
+    if (each_turn) each_turn();
     if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
     const bool overdue = first_failure && Clock::now() - *first_failure > kRankFailureGrace;
     if (overdue && !said_overdue) {
       said_overdue = true;
       std::fprintf(stderr, "kolorun: %s\n", Unreported(job.rank_hosts, sink.exits()).c_str());
+      outcome.silent_hosts = SilentHosts(job.rank_hosts, sink.exits());
     }
     if (!teardown.Step(g_signal != 0 || !ended.empty() || overdue)) break;
     if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     ForwardOutput(fds, assembler, sink);
   }
   sink.Write(assembler.Flush());
-  return Report(ended, sink.exits(), teardown.Wait(), sink.open_mpi());
+  outcome.mpirun_status = teardown.Wait();
+  outcome.ended = ended;
+  outcome.stop_signal = g_signal;
+  outcome.exits = sink.exits();
+  outcome.failure_time = first_failure.value_or(Clock::now());
+  outcome.open_mpi_log = sink.open_mpi().path();
+  outcome.open_mpi_first_line = sink.open_mpi().first_line();
+  outcome.open_mpi_lines = sink.open_mpi().lines();
+  return outcome;
 }
 
 }  // namespace kolo::launcher

@@ -3,10 +3,13 @@
 // bounded, and the last line naming why the job ended.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "output.h"
 #include "rendezvous.h"
 
 namespace kolo::launcher {
@@ -18,9 +21,44 @@ struct Job {
   std::string output_dir;                         // --output-filename, or ""
   double start_timeout = 30;                      // seconds for every rank to register
   bool verbose = false;                           // Open MPI's own lines on the console too
+  bool append_output = false;  // add to --output-filename's files (a later elastic incarnation)
 };
 
+// How one job ended: what kolorun's report says, and what elastic mode decides from.
+struct JobOutcome {
+  std::string ended;            // why kolorun ended the job itself, or ""
+  int stop_signal = 0;          // SIGINT / SIGTERM that stopped kolorun, or 0
+  std::vector<RankExit> exits;  // kolo-rank's failure markers, in the order they came
+  int mpirun_status = 0;        // mpirun's wait status
+  // Hosts none of whose ranks reported back when mpirun had not stopped the
+  // job 10 s after a rank failed (a host cut off, or its daemon hung).
+  std::vector<std::string> silent_hosts;
+  // When the first failure marker came, else when mpirun ended.
+  std::chrono::steady_clock::time_point failure_time;
+  std::string open_mpi_log;  // the file Open MPI's own lines went to ("" when none)
+  std::string open_mpi_first_line;
+  int open_mpi_lines = 0;
+};
+
+// Runs `job` to its end, calling `each_turn` (when set) at least every 200
+// ms on kolorun's thread while the job runs: it must not block.
+JobOutcome RunJob(const Job& job, RendezvousServer& server, const std::function<void()>& each_turn);
+// kolorun's last line for `outcome` (nothing when the job succeeded and
+// Open MPI said nothing) and its exit code.
+int Report(const JobOutcome& outcome);
 // Runs `job` to its end; returns kolorun's exit code.
-int Supervise(const Job& job, RendezvousServer& server);
+inline int Supervise(const Job& job, RendezvousServer& server) {
+  return Report(RunJob(job, server, nullptr));
+}
+
+// "rank 2 on host h was killed by signal 9 (SIGKILL)" / "... exited with code 3".
+std::string DescribeRankExit(const RankExit& e, const std::string& host);
+// The exit code kolorun ends with for a rank's failure: its code, or 128 + signal.
+int RankExitCode(const RankExit& e);
+
+// SIGINT and SIGTERM to kolorun stop the job (RunJob installs the handler);
+// true once one came.
+void CatchStopSignals();
+int StopSignal();
 
 }  // namespace kolo::launcher

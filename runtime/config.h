@@ -39,6 +39,12 @@ struct Config {
   std::string autotune_file;  // the tuned settings: written when tuning ends, read at init
   std::string python = "/usr/bin/python3";  // read by kolorun --check-build, not by the runtime
   double start_timeout_seconds = 30.0;      // kolorun's --start-timeout default, not the runtime's
+  double elastic_timeout_seconds = 600.0;   // kolorun's --elastic-timeout default (Horovod's)
+  // Set by kolorun in elastic mode for the Python side (not read by the runtime).
+  bool elastic = false;
+  std::string elastic_job;
+  int64_t elastic_generation = 0;
+  std::string elastic_dir = "/dev/shm";
 };
 
 // A kolo setting's Horovod variable. Horovod reads its variables with

@@ -456,6 +456,30 @@ const std::vector<Setting>& Settings() {
        "Unset, kolorun asks the `python3` beside it when there is one (kolorun installed in a "
        "virtual environment), else this default. The runtime does not read it.",
        NoHorovodName()},
+      {env::kElasticTimeout, PositiveSeconds(&Config::elastic_timeout_seconds),
+       "Elastic mode: seconds kolorun waits for enough slots (-np to start, --min-np after a "
+       "host failed or left) before it gives up; --elastic-timeout wins. The runtime does not "
+       "read it.",
+       WholeSeconds("HOROVOD_ELASTIC_TIMEOUT")},
+      // Set by kolorun for every rank of an elastic job: settings, so that
+      // the ranks do not warn about them; read by the Python side.
+      {env::kElastic, Boolean(&Config::elastic),
+       "Set to 1 by kolorun for the ranks of an elastic job (--min-np, --max-np or "
+       "--host-discovery-script): the ranks commit their state where the next incarnation "
+       "finds it and report to kolorun.",
+       NoHorovodName()},
+      {env::kElasticJob, Path(&Config::elastic_job, "(none)"),
+       "Set by kolorun in elastic mode: the job's random id (32 hex digits), the same for "
+       "every incarnation; names the commit store.",
+       NoHorovodName()},
+      {env::kElasticGeneration, Count(&Config::elastic_generation, 0, 1 << 30),
+       "Set by kolorun in elastic mode: the incarnation the rank belongs to, 0 for the first "
+       "mpirun job, then 1, 2, ...",
+       NoHorovodName()},
+      {env::kElasticDir, Path(&Config::elastic_dir, "(none)"),
+       "Elastic mode: the directory under which each host keeps the committed state "
+       "(kolo-elastic-<KOLO_ELASTIC_JOB>/), in memory when it is a tmpfs.",
+       NoHorovodName()},
   };
   return kSettings;
 }
@@ -500,7 +524,9 @@ const std::vector<UnsupportedHorovodVariable>& UnsupportedHorovodVariables() {
       {"HOROVOD_DYNAMIC_PROCESS_SETS",
        "not needed, kolo's add_process_set() and remove_process_set() always work"},
       {"HOROVOD_LOG_HIDE_TIME", "kolo's log lines carry no time stamp"},
-      {"HOROVOD_ELASTIC*", "elastic training is not supported"},
+      {"HOROVOD_ELASTIC",
+       "horovodrun sets it for its elastic workers; kolorun sets KOLO_ELASTIC=1 in elastic mode "
+       "(--min-np, --max-np or --host-discovery-script)"},
       {"HOROVOD_RANK", kFromMpi},
       {"HOROVOD_SIZE", kFromMpi},
       {"HOROVOD_LOCAL_RANK", kFromMpi},

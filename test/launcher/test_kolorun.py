@@ -345,8 +345,15 @@ def test_hosts_come_from_hostfile_or_scheduler(tmp_path):
     # horovodrun flags that kolorun refuses, naming the flag and the kolorun way.
     (["-np", "2", "--gloo", "true"], "--gloo is not supported: kolo runs on MPI; drop --gloo"),
     (["--autotune-steps-per-sample", "0", "true"], "--autotune-steps-per-sample"),
-    (["-np", "2", "--min-np", "1", "true"], "--min-np is not supported: elastic training"),
-    (["--host-discovery-script", "d.sh", "true"], "elastic training is not supported"),
+    # Elastic mode's flags: checked against each other before anything starts.
+    (["-np", "2", "--min-np", "3", "true"], "--min-np 3 is more than -np 2"),
+    (["-np", "4", "--max-np", "2", "true"], "--max-np 2 is less than -np 4"),
+    (["--host-discovery-script", "d.sh", "true"], "elastic mode needs -np"),
+    (["-np", "2", "--host-discovery-script", "d.sh", "-H", "a:2", "true"],
+     "it cannot be used with -H or --hostfile"),
+    (["-np", "2", "--reset-limit", "1", "true"], "--reset-limit applies to elastic mode"),
+    (["-np", "2", "--min-np", "2", "--blacklist-cooldown-range", "0", "10", "true"],
+     "--blacklist-cooldown-range 0 10: expected MIN <= MAX within 1 and 3600 seconds"),
     (["--config-file", "c.yaml", "true"], "does not read horovodrun's YAML file"),
     (["--binding-args=--rankfile r", "true"], "use --binding"),
 ])

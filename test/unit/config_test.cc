@@ -71,7 +71,12 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "25"},
       {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"},
       {"KOLO_PYTHON", "/opt/my python/bin/python3"},
-      {"KOLO_START_TIMEOUT", "7.5"}};
+      {"KOLO_START_TIMEOUT", "7.5"},
+      {"KOLO_ELASTIC_TIMEOUT", "90"},
+      {"KOLO_ELASTIC", "1"},
+      {"KOLO_ELASTIC_JOB", "0123456789abcdef0123456789abcdef"},
+      {"KOLO_ELASTIC_GENERATION", "3"},
+      {"KOLO_ELASTIC_DIR", "/tmp/commits"}};
   ASSERT_EQ(values.size(), Settings().size()) << "give the new setting a value here";
   for (const Setting& s : Settings()) {
     auto it = std::find_if(values.begin(), values.end(),
@@ -216,7 +221,7 @@ TEST(Config, EveryHorovodAliasIsAHorovodName) {
     EXPECT_TRUE(s.horovod.translate) << s.name << " has an alias but no translation";
     EXPECT_NE(std::string(s.horovod.syntax), "") << s.name;
   }
-  EXPECT_EQ(aliases, 15);
+  EXPECT_EQ(aliases, 16);
 }
 
 TEST(Config, HorovodSwitchesReadLikeHorovod) {
@@ -309,7 +314,9 @@ TEST(Config, UnsupportedUnknownAndBuildTimeHorovodVariables) {
                 "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE is ignored: kolo's autotune is a "
                 "coordinate search, not Bayesian optimization; it measures each value over "
                 "several interleaved samples instead (docs/configuration.md, \"Autotune\")",
-                "HOROVOD_ELASTIC is ignored: elastic training is not supported",
+                "HOROVOD_ELASTIC is ignored: horovodrun sets it for its elastic workers; kolorun "
+                "sets KOLO_ELASTIC=1 in elastic mode (--min-np, --max-np or "
+                "--host-discovery-script)",
                 "HOROVOD_FUSION_TRESHOLD is not a Horovod setting that kolo knows and is ignored; "
                 "did you mean HOROVOD_FUSION_THRESHOLD?"}));
   // The older three-argument form reports both kinds of unknown names.
@@ -425,6 +432,41 @@ TEST(Config, StartTimeoutIsASettingWithItsHorovodAlias) {
               std::string::npos)
         << c.status().message();
   }
+}
+
+TEST(Config, ElasticTimeoutIsASettingWithItsHorovodAlias) {
+  // horovodrun reads HOROVOD_ELASTIC_TIMEOUT with int(): whole seconds.
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig({{"HOROVOD_ELASTIC_TIMEOUT", "45"}}, {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().elastic_timeout_seconds, 45.0);
+  EXPECT_TRUE(notes.horovod_unknown.empty() && notes.horovod_unsupported.empty());
+  c = ParseConfig({{"KOLO_ELASTIC_TIMEOUT", "2.5"}, {"HOROVOD_ELASTIC_TIMEOUT", "45"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().elastic_timeout_seconds, 2.5) << "the KOLO_ name wins";
+  EXPECT_EQ(Config().elastic_timeout_seconds, 600.0) << "Horovod's default";
+  c = ParseConfig({{"HOROVOD_ELASTIC_TIMEOUT", "1.5"}}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("HOROVOD_ELASTIC_TIMEOUT='1.5' is not a whole number"),
+            std::string::npos)
+      << c.status().message();
+  c = ParseConfig({{"KOLO_ELASTIC_TIMEOUT", "0"}}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("KOLO_ELASTIC_TIMEOUT='0' is not a positive number"),
+            std::string::npos)
+      << c.status().message();
+  // What kolorun sets for the ranks of an elastic job is known: no warning.
+  ConfigNotes ranks;
+  c = ParseConfig({{"KOLO_ELASTIC", "1"},
+                   {"KOLO_ELASTIC_JOB", "0123456789abcdef0123456789abcdef"},
+                   {"KOLO_ELASTIC_GENERATION", "2"},
+                   {"KOLO_ELASTIC_DIR", "/dev/shm"}},
+                  {}, &ranks);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(ranks.Warnings().empty()) << ranks.Warnings().front();
+  EXPECT_TRUE(c.value().elastic);
+  EXPECT_EQ(c.value().elastic_generation, 2);
+  EXPECT_EQ(Config().elastic_dir, "/dev/shm");
 }
 
 TEST(Config, StallCheckNeverLaterThanShutdown) {

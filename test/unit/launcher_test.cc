@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "expect_error.h"
 #include "hosts.h"
 #include "options.h"
 #include "program_check.h"
@@ -16,11 +17,6 @@ namespace kolo::launcher {
 namespace {
 
 using H = std::vector<HostSlots>;
-
-void ExpectError(const Status& s, const std::string& fragment) {
-  ASSERT_FALSE(s.ok()) << "accepted; wanted an error with '" << fragment << "'";
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
 
 TEST(HostSpec, GoodAndBad) {
   EXPECT_EQ(ParseHostSpec("a:2,b:2").value(), (H{{"a", 2}, {"b", 2}}));
@@ -348,9 +344,6 @@ TEST(Horovodrun, RefusedFlagsNameTheFlagAndTheKolorunWay) {
   };
   for (const Case& c : std::vector<Case>{
            {{"--gloo", "prog"}, "--gloo is not supported: kolo runs on MPI; drop --gloo"},
-           {{"-np", "2", "--min-np", "1", "prog"}, "--min-np is not supported: elastic training"},
-           {{"--host-discovery-script", "d.sh", "prog"}, "elastic training is not supported"},
-           {{"--slots-per-host", "4", "prog"}, "-H host:N or a hostfile"},
            {{"--config-file", "c.yaml", "prog"}, "does not read horovodrun's YAML file"},
            {{"--binding-args=--rankfile r", "prog"}, "use --binding"},
            {{"--jsrun", "prog"}, "drop --jsrun"}}) {
@@ -399,6 +392,64 @@ TEST(Kolorun, UnknownOptionsAndBadValuesStopWithExitCode2) {
   }
   Options help;
   EXPECT_EQ(Parse({"kolorun", "--help"}, &help), 0);
+}
+
+TEST(Kolorun, ElasticFlagsInKolorunsAndHorovodrunsSpellings) {
+  Options o;
+  ASSERT_EQ(Parse({"kolorun",
+                   "-np",
+                   "4",
+                   "--min-num-proc",
+                   "2",
+                   "--max-num-proc",
+                   "8",
+                   "--blacklist-cooldown-range",
+                   "10",
+                   "100",
+                   "-H",
+                   "a:2,b:2",
+                   "--reset-limit",
+                   "3",
+                   "--elastic-timeout",
+                   "60",
+                   "python",
+                   "train.py",
+                   "--min-np",
+                   "1"},
+                  &o),
+            std::nullopt);
+  EXPECT_TRUE(o.Elastic());
+  EXPECT_TRUE(o.np_given);
+  EXPECT_EQ(o.np, 4);
+  EXPECT_EQ(o.min_np, 2);
+  EXPECT_EQ(o.max_np, 8);
+  EXPECT_EQ(o.cooldown_range, (std::vector<int>{10, 100}));
+  EXPECT_EQ(o.hosts, "a:2,b:2") << "the flag after the two values is still read";
+  EXPECT_EQ(o.reset_limit, 3);
+  EXPECT_EQ(o.elastic_timeout, 60);
+  EXPECT_TRUE(o.elastic_timeout_given);
+  EXPECT_EQ(o.command, (Args{"python", "train.py", "--min-np", "1"}));
+  Options discovery;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "--host-discovery-script", "./d.sh", "--slots-per-host",
+                   "4", "prog"},
+                  &discovery),
+            std::nullopt);
+  EXPECT_TRUE(discovery.Elastic());
+  EXPECT_EQ(discovery.discovery_script, "./d.sh");
+  EXPECT_EQ(discovery.slots_per_host, 4);
+  Options fixed;
+  ASSERT_EQ(Parse({"kolorun", "-np", "2", "prog"}, &fixed), std::nullopt);
+  EXPECT_FALSE(fixed.Elastic());
+  // The elastic settings without elastic mode: refused, naming the flag.
+  for (const Args& args :
+       std::vector<Args>{{"kolorun", "-np", "2", "--reset-limit", "1", "prog"},
+                         {"kolorun", "--elastic-timeout", "5", "prog"},
+                         {"kolorun", "--slots-per-host", "2", "prog"},
+                         {"kolorun", "--blacklist-cooldown-range", "1", "2", "prog"},
+                         {"kolorun", "--min-np", "0", "prog"}}) {
+    Options bad;
+    EXPECT_EQ(Parse(args, &bad), 2) << args[1];
+  }
 }
 
 TEST(Kolorun, OptionsAfterTheProgramOrAfterDoubleDashAreThePrograms) {

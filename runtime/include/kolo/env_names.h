@@ -24,6 +24,14 @@ inline constexpr const char* kAutotuneLog = "KOLO_AUTOTUNE_LOG";
 inline constexpr const char* kAutotuneWarmupSamples = "KOLO_AUTOTUNE_WARMUP_SAMPLES";
 inline constexpr const char* kAutotuneStepsPerSample = "KOLO_AUTOTUNE_STEPS_PER_SAMPLE";
 inline constexpr const char* kAutotuneFile = "KOLO_AUTOTUNE_FILE";
+// Elastic mode: set by kolorun for every rank of an elastic job (KOLO_ELASTIC_DIR
+// by the user), read by the Python side's commit store; KOLO_ELASTIC_TIMEOUT
+// is read by kolorun.
+inline constexpr const char* kElastic = "KOLO_ELASTIC";                       // "1"
+inline constexpr const char* kElasticJob = "KOLO_ELASTIC_JOB";                // 32 hex digits
+inline constexpr const char* kElasticGeneration = "KOLO_ELASTIC_GENERATION";  // 0, 1, ...
+inline constexpr const char* kElasticDir = "KOLO_ELASTIC_DIR";          // the commit store's parent
+inline constexpr const char* kElasticTimeout = "KOLO_ELASTIC_TIMEOUT";  // --elastic-timeout
 
 // Set by kolorun for its per-rank wrapper (not runtime settings).
 inline constexpr const char* kLaunchHosts = "KOLORUN_HOSTS";      // "a:2,b:2", ranks mapped by slot

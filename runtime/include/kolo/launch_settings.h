@@ -19,6 +19,9 @@ struct LaunchSettings {
   // ends it: KOLO_STALL_SHUTDOWN_TIME_SECONDS, 0 when stall checks are off
   // (KOLO_STALL_CHECK_DISABLE).
   double stall_shutdown_seconds = 0;
+  // Elastic mode: how long kolorun waits for enough slots
+  // (KOLO_ELASTIC_TIMEOUT or HOROVOD_ELASTIC_TIMEOUT; --elastic-timeout wins).
+  double elastic_timeout_seconds = 600;
 };
 
 // From this process's KOLO_* variables and their HOROVOD_* aliases (the

@@ -1,0 +1,332 @@
+#include "elastic.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "discovery.h"
+#include "kolo/env_names.h"
+#include "options.h"
+
+namespace kolo::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+void Say(const std::string& line) {
+  std::fprintf(stderr, "kolorun: elastic: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string JoinComma(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+std::string Fixed(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", v);
+  return text;
+}
+
+// The rank whose failure ended the job: the first that was not ended by the
+// teardown (SIGTERM, SIGINT from mpirun), else the first.
+const RankExit* Cause(const std::vector<RankExit>& exits) {
+  for (const RankExit& e : exits) {
+    if (e.signal != SIGTERM && e.signal != SIGINT) return &e;
+  }
+  return exits.empty() ? nullptr : &exits.front();
+}
+
+class ElasticLoop {
+ public:
+  ElasticLoop(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server)
+      : run_(run), plan_(plan), server_(server), pool_(run.settings.cooldown) {
+    if (!run.discovery_script.empty()) {
+      script_ = std::make_unique<DiscoveryScript>(run.discovery_script, run.slots_per_host);
+    }
+  }
+
+  int Run() {
+    CatchStopSignals();
+    if (script_) {
+      // The first run must work (Horovod's rule): a script that fails now is misconfigured.
+      Result<std::vector<HostSlots>> first = script_->RunNow();
+      if (!first.ok()) return Fail(first.status().message());
+      pool_.Update(first.value());
+      last_discovery_ = Clock::now();
+    } else {
+      pool_.Update(run_.fixed_pool);
+    }
+    int needed = run_.settings.np;
+    const char* needed_flag = "-np";
+    for (;;) {
+      Result<std::vector<HostSlots>> hosts = WaitForSlots(needed, needed_flag);
+      if (!hosts.ok()) return Fail("elastic: " + hosts.status().message(), failure_code_);
+      if (!hosts_.empty() && std::none_of(hosts.value().begin(), hosts.value().end(),
+                                          [&](const HostSlots& h) { return Ran(h.host); })) {
+        return Fail("elastic: no host of incarnation " + std::to_string(generation_ - 1) +
+                        " is left to hold its committed state (new hosts: " +
+                        FormatHostSpec(hosts.value()) + "); not restarting",
+                    failure_code_);
+      }
+      hosts_ = hosts.value();
+      std::optional<int> done = RunIncarnation();
+      if (done.has_value()) return *done;
+      needed = run_.settings.min_np;
+      needed_flag = "--min-np";
+    }
+  }
+
+ private:
+  // Runs incarnation generation_ on hosts_; returns kolorun's exit code when
+  // the job ends, or nothing when another incarnation follows.
+  std::optional<int> RunIncarnation() {
+    const int np = TotalSlots(hosts_);
+    Say("starting incarnation " + std::to_string(generation_) + " at np=" + std::to_string(np) +
+        " on " + FormatHostSpec(hosts_));
+    Result<Job> job = plan_(hosts_, IncarnationVariables(run_.job_id, generation_));
+    if (!job.ok()) return Fail(job.status().message());
+    if (generation_ > 0) job.value().append_output = true;
+    server_.NewIncarnation(generation_, np);
+    restart_.reset();
+    update_ = HostUpdate::kSame;
+    JobOutcome outcome = RunJob(job.value(), server_, [this] { EachTurn(); });
+    HandleEvents();
+    return Decide(outcome, job.value().rank_hosts);
+  }
+
+  // While the job runs: the discovery script again every second, CHECK's
+  // answer kept current, rank 0's RESTART and RESUMED taken. Never blocks.
+  void EachTurn() {
+    if (script_) {
+      if (Clock::now() - last_discovery_ >= std::chrono::seconds(1)) script_->Start();
+      std::optional<Result<std::vector<HostSlots>>> found = script_->Poll();
+      if (found.has_value()) {
+        last_discovery_ = Clock::now();
+        TakeDiscovery(*found);
+      }
+    }
+    update_ = CompareHosts(hosts_, pool_.Available(Seconds(Clock::now())), run_.settings.max_np);
+    server_.SetCheckReply(CheckReply(update_));
+    HandleEvents();
+  }
+
+  // A discovery result: the new host list, or a warning (once per message)
+  // while the hosts listed before are kept (Horovod retries a script that
+  // failed after its first run).
+  void TakeDiscovery(const Result<std::vector<HostSlots>>& found) {
+    if (!found.ok()) {
+      if (found.status().message() != last_discovery_error_) {
+        Say("warning: " + found.status().message() + "; keeping the hosts it listed before");
+      }
+      last_discovery_error_ = found.status().message();
+      return;
+    }
+    last_discovery_error_.clear();
+    if (pool_.Update(found.value())) {
+      const std::string listed = FormatHostSpec(found.value());
+      Say("discovery lists " + (listed.empty() ? std::string("no hosts") : listed));
+    }
+  }
+
+  void HandleEvents() {
+    for (const ElasticEvent& e : server_.TakeElasticEvents()) {
+      if (e.request.verb == ElasticRequest::Verb::kRestart) {
+        restart_ = Restart{e.request.commit, e.when, update_};
+        Say("rank 0 asks for a restart at commit " + std::to_string(e.request.commit) + " (" +
+            DescribeUpdate(update_) + ")");
+      } else if (e.request.verb == ElasticRequest::Verb::kResumed && since_.has_value()) {
+        SayResumed(e);
+      }
+    }
+  }
+
+  // "resumed at np=2 (a:2) from commit 7, 6.3 s after <what happened> (reset 1 of 3)".
+  void SayResumed(const ElasticEvent& e) {
+    const std::string from = e.request.commit < 0 ? std::string("no commit (a fresh start)")
+                                                  : "commit " + std::to_string(e.request.commit);
+    const double seconds = std::chrono::duration<double>(e.when - since_->when).count();
+    std::string limit = run_.settings.reset_limit >= 0
+                            ? " of " + std::to_string(run_.settings.reset_limit)
+                            : std::string();
+    Say("resumed at np=" + std::to_string(e.request.size) + " (" + FormatHostSpec(hosts_) +
+        ") from " + from + ", " + Fixed(seconds) + " s after " + since_->what + " (reset " +
+        std::to_string(resets_) + limit + ")");
+    since_.reset();
+  }
+
+  // What follows the incarnation that ended with `outcome`.
+  std::optional<int> Decide(const JobOutcome& outcome, const std::vector<std::string>& rank_hosts) {
+    IncarnationEnd end;
+    end.stopped = outcome.stop_signal != 0 || !outcome.ended.empty();
+    end.mpirun_ok = WIFEXITED(outcome.mpirun_status) && WEXITSTATUS(outcome.mpirun_status) == 0 &&
+                    outcome.exits.empty();
+    end.restart_requested = restart_.has_value();
+    const RankExit* cause = Cause(outcome.exits);
+    std::string host;
+    if (cause != nullptr) {
+      host = cause->rank >= 0 && cause->rank < static_cast<int>(rank_hosts.size())
+                 ? rank_hosts[cause->rank]
+                 : cause->host;
+      end.failed_hosts.push_back(host);
+    }
+    for (const std::string& h : outcome.silent_hosts) {
+      if (std::find(end.failed_hosts.begin(), end.failed_hosts.end(), h) == end.failed_hosts.end())
+        end.failed_hosts.push_back(h);
+    }
+    const std::string what = cause != nullptr
+                                 ? DescribeRankExit(*cause, host)
+                                 : "hosts " + JoinComma(end.failed_hosts) + " stopped answering";
+    if (cause != nullptr) failure_code_ = RankExitCode(*cause);
+    const std::string ended = "incarnation " + std::to_string(generation_);
+    switch (DecideNext(end, hosts_, resets_, run_.settings.reset_limit)) {
+      case NextStep::kFinish:
+        return Report(outcome);
+      case NextStep::kEveryHostFailed:
+        return Fail("elastic: every host of " + ended + " failed (" + what + "); not restarting",
+                    failure_code_);
+      case NextStep::kResetLimitReached:
+        return Fail("elastic: --reset-limit " + std::to_string(run_.settings.reset_limit) +
+                        " reached: not restarting after " +
+                        (end.failed_hosts.empty() ? RestartText() : what),
+                    end.failed_hosts.empty() ? 1 : failure_code_);
+      case NextStep::kRestart:
+        Say(ended + " ended for " + RestartText());
+        since_ = Since{RestartText(), restart_->when};
+        break;
+      case NextStep::kRestartAfterFailure:
+        since_ = Since{what + "; " + BlacklistFailed(end.failed_hosts), outcome.failure_time};
+        Say(ended + " failed: " + since_->what);
+        break;
+    }
+    ++resets_;
+    ++generation_;
+    return std::nullopt;
+  }
+
+  std::string RestartText() const {
+    return restart_.has_value()
+               ? "the restart asked at commit " + std::to_string(restart_->commit) + " (" +
+                     DescribeUpdate(restart_->update) + ")"
+               : "a restart";
+  }
+
+  // "host h blacklisted (for the rest of the job | for 23 s)".
+  std::string BlacklistFailed(const std::vector<std::string>& hosts) {
+    std::string out;
+    for (const std::string& h : hosts) {
+      const double seconds = pool_.Blacklist(h, Seconds(Clock::now()), random_(rng_));
+      out += (out.empty() ? "" : ", ") + std::string("host ") + h + " blacklisted " +
+             (seconds < 0 ? std::string("for the rest of the job")
+                          : "for " + std::to_string(static_cast<int>(seconds + 0.5)) + " s");
+    }
+    return out;
+  }
+
+  bool Ran(const std::string& host) const {
+    return std::any_of(hosts_.begin(), hosts_.end(),
+                       [&](const HostSlots& h) { return h.host == host; });
+  }
+
+  // Waits up to --elastic-timeout for `needed` usable slots; returns the
+  // next incarnation's hosts.
+  Result<std::vector<HostSlots>> WaitForSlots(int needed, const char* flag) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(run_.settings.timeout_seconds));
+    bool said = false;
+    for (;;) {
+      const std::vector<HostSlots> available = pool_.Available(Seconds(Clock::now()));
+      if (TotalSlots(available) >= needed) {
+        return ChooseIncarnationHosts(available, run_.settings.max_np);
+      }
+      const std::string have = std::to_string(TotalSlots(available)) + " available (" +
+                               (available.empty() ? "no hosts" : FormatHostSpec(available)) + ")";
+      const std::vector<std::string> out = pool_.Blacklisted(Seconds(Clock::now()));
+      const std::string blacklisted = out.empty() ? "" : "; blacklisted: " + JoinComma(out);
+      if (!said) {
+        said = true;
+        Say("waiting up to " + Fixed(run_.settings.timeout_seconds) +
+            " s (--elastic-timeout) for " + std::to_string(needed) + " slots (" + flag + "); " +
+            have + blacklisted);
+      }
+      if (StopSignal() != 0) {
+        failure_code_ = 128 + StopSignal();
+        return Status::Aborted(std::string("stopped by ") + strsignal(StopSignal()) +
+                               " while waiting for slots");
+      }
+      if (Clock::now() >= deadline) {
+        return Status::Aborted("only " + have + " of the " + std::to_string(needed) +
+                               " slots that " + flag + " needs after waiting " +
+                               Fixed(run_.settings.timeout_seconds) + " s (--elastic-timeout)" +
+                               blacklisted);
+      }
+      PauseAndDiscover();
+    }
+  }
+
+  // One second, then the discovery script's next answer (nothing runs meanwhile).
+  void PauseAndDiscover() {
+    const auto next = last_discovery_ + std::chrono::seconds(1);
+    if (next > Clock::now())
+      usleep(static_cast<useconds_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(next - Clock::now()).count()));
+    last_discovery_ = Clock::now();
+    if (script_) TakeDiscovery(script_->RunNow());
+  }
+
+  struct Restart {
+    long commit;
+    Clock::time_point when;
+    HostUpdate update;
+  };
+  // What the next RESUMED line measures from.
+  struct Since {
+    std::string what;
+    Clock::time_point when;
+  };
+
+  const ElasticRun& run_;
+  const PlanIncarnation& plan_;
+  RendezvousServer& server_;
+  HostPool pool_;
+  std::unique_ptr<DiscoveryScript> script_;
+  Clock::time_point last_discovery_;
+  std::string last_discovery_error_;
+  std::vector<HostSlots> hosts_;  // the incarnation's
+  int generation_ = 0;
+  int resets_ = 0;
+  int failure_code_ = 1;  // the exit code of the last failing rank
+  HostUpdate update_ = HostUpdate::kSame;
+  std::optional<Restart> restart_;
+  std::optional<Since> since_;
+  std::mt19937 rng_{std::random_device{}()};
+  std::uniform_real_distribution<double> random_{0.0, 1.0};
+};
+
+}  // namespace
+
+std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation) {
+  return {{env::kElastic, "1"},
+          {env::kElasticJob, job_id},
+          {env::kElasticGeneration, std::to_string(generation)}};
+}
+
+int RunElastic(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server) {
+  return ElasticLoop(run, plan, server).Run();
+}
+
+}  // namespace kolo::launcher
