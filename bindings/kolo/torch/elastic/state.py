@@ -33,7 +33,11 @@ class TorchCodec(store.ArrayCodec):
         if not tag.startswith("torch:"):
             return super().make(tag, shape, raw)
         dtype, _, device = tag[len("torch:"):].partition("@")
-        tensor = torch.from_numpy(raw.copy()).view(getattr(torch, dtype)).reshape(shape)
+        dtype = getattr(torch, dtype)
+        if raw.size == 0:
+            tensor = torch.empty(shape, dtype=dtype)
+        else:
+            tensor = torch.from_numpy(raw.copy()).view(dtype).reshape(shape)
         if device.startswith("cuda") and torch.cuda.is_available():
             tensor = tensor.to(device)
         return tensor
@@ -95,7 +99,8 @@ class TorchState(ObjectState):
 
 
 class StateHandler:
-    """How one kind of object is committed (``snapshot``/``load``) and synced."""
+    """How one kind of object is committed and synced: by default its ``state_dict()``
+    is the snapshot and ``load_state_dict()`` loads it (models, optimizers, samplers)."""
 
     def __init__(self, value):
         self.value = value
@@ -104,33 +109,21 @@ class StateHandler:
         """Called on every rank before a save (may be collective)."""
 
     def snapshot(self):
-        raise NotImplementedError()
+        return self.value.state_dict()
 
     def load(self, snapshot):
-        raise NotImplementedError()
+        self.value.load_state_dict(snapshot)
 
     def sync(self, root_rank):
         raise NotImplementedError()
 
 
 class ModelStateHandler(StateHandler):
-    def snapshot(self):
-        return self.value.state_dict()
-
-    def load(self, snapshot):
-        self.value.load_state_dict(snapshot)
-
     def sync(self, root_rank):
         broadcast_parameters(self.value.state_dict(), root_rank=root_rank)
 
 
 class OptimizerStateHandler(StateHandler):
-    def snapshot(self):
-        return self.value.state_dict()
-
-    def load(self, snapshot):
-        self.value.load_state_dict(snapshot)
-
     def sync(self, root_rank):
         broadcast_optimizer_state(self.value, root_rank=root_rank)
 
@@ -138,12 +131,6 @@ class OptimizerStateHandler(StateHandler):
 class SamplerStateHandler(StateHandler):
     def before_save(self):
         self.value._share_recorded()
-
-    def snapshot(self):
-        return self.value.state_dict()
-
-    def load(self, snapshot):
-        self.value.load_state_dict(snapshot)
 
     def sync(self, root_rank):
         self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank,
