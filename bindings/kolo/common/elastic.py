@@ -17,6 +17,7 @@ without its reset: it syncs from rank 0 and calls the function; commits stay in 
 import functools
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -263,6 +264,11 @@ def _resume(env, state):
     any of them holds (each reads its host's store), the lowest rank holding it loads it
     and is the root of the sync. Returns the commit's number (-1: none, a fresh start)."""
     directory = store.job_directory(env.directory, env.job)
+    if basics.rank() == 0 and state._snapshot() is None:
+        warnings.warn("kolo: elastic: %s has no snapshot (it is not an ObjectState, "
+                      "TorchState or TensorFlowKerasState): its commits stay in memory, and "
+                      "after a restart it starts from its initial state"
+                      % type(state).__name__, RuntimeWarning, stacklevel=3)
     key, path = store.newest_in(directory)
     keys = _allgather_int64(key, "kolo.elastic.resume")
     newest = max(keys)
