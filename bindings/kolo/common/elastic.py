@@ -264,7 +264,7 @@ def _resume(env, state):
     any of them holds (each reads its host's store), the lowest rank holding it loads it
     and is the root of the sync. Returns the commit's number (-1: none, a fresh start)."""
     directory = store.job_directory(env.directory, env.job)
-    if basics.rank() == 0 and state._snapshot() is None:
+    if basics.rank() == 0 and type(state)._snapshot is State._snapshot:
         warnings.warn("kolo: elastic: %s has no snapshot (it is not an ObjectState, "
                       "TorchState or TensorFlowKerasState): its commits stay in memory, and "
                       "after a restart it starts from its initial state"
