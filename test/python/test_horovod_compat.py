@@ -158,16 +158,38 @@ def test_average_parameter_is_deprecated_and_exclusive_with_op():
         hvd.allreduce(x, average=True, op=hvd.Sum)
 
 
-def test_elastic_is_a_clear_not_implemented_error():
+def test_elastic_has_horovods_names_and_commits():
+    """horovod.torch.elastic's names; TorchState with a model, an optimizer, an
+    ElasticSampler and an object synced from rank 0, committed and restored (the elastic
+    suite is test/elastic)."""
     assert set(hvd.elastic.__all__) == {"TorchState", "ElasticSampler", "run"}
-    with pytest.raises(NotImplementedError, match="kolorun.*checkpoint"):
-        hvd.elastic.run(lambda state: None)
-    with pytest.raises(NotImplementedError, match="elastic"):
-        hvd.elastic.TorchState(model=None)
-    with pytest.raises(NotImplementedError, match="elastic"):
-        hvd.elastic.ElasticSampler([])
-    with pytest.raises(NotImplementedError):
-        hvd.elastic.ObjectState  # noqa: B018
+    from kolo.common.elastic import ObjectState, State, run_fn  # noqa: F401
+    from kolo.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+    assert HorovodInternalError is hvd.HorovodInternalError
+    assert HostsUpdatedInterrupt(True).skip_sync is True
+    model = torch.nn.Linear(3, 2).double()
+    with torch.no_grad():
+        model.weight.fill_(R + 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sampler = hvd.elastic.ElasticSampler(list(range(10)))
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=R)
+    state.sync()
+    assert torch.equal(model.weight, torch.ones(2, 3, dtype=F64)) and state.epoch == 0
+    sampler.record_batch(0, 2)
+    state.epoch = 1
+    state.commit()
+    with torch.no_grad():
+        model.weight.add_(1)
+    sampler.set_epoch(5)
+    state.epoch = 2
+    state.restore()
+    assert torch.equal(model.weight, torch.ones(2, 3, dtype=F64)) and state.epoch == 1
+    assert sampler.epoch == 0 and sampler.processed_num == min(2 * N, 10)
+
+    @hvd.elastic.run
+    def train(state):
+        return state.epoch
+    assert train(state) == 1
 
 
 def test_compression():

@@ -3,4 +3,4 @@
 from kolo.tensorflow.keras import *  # noqa: F401,F403
 from kolo.tensorflow.keras import (  # noqa: F401
     DistributedOptimizer, allgather, allreduce, broadcast, broadcast_global_variables,
-    callbacks, load_model, reducescatter)
+    callbacks, elastic, load_model, reducescatter)

@@ -5,7 +5,7 @@ Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the tabl
 docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
 (``kolo.common.collectives``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
-from kolo.tensorflow import util  # noqa: F401
+from kolo.tensorflow import elastic, util  # noqa: F401
 from kolo.tensorflow.compression import Compression  # noqa: F401
 from kolo.tensorflow.functions import (  # noqa: F401
     allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn,
@@ -69,5 +69,5 @@ __all__ = [
     "allgather_object", "join", "barrier",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "Compression", "DistributedGradientTape", "PartialDistributedGradientTape",
-    "DistributedOptimizer", "SyncBatchNormalization",
+    "DistributedOptimizer", "SyncBatchNormalization", "elastic",
 ]

@@ -21,7 +21,7 @@ from kolo.tensorflow.mpi_ops import (  # noqa: F401
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from kolo.tensorflow.keras import callbacks  # noqa: F401
+from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
 
 __all__ = [
     "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size",
@@ -34,6 +34,7 @@ __all__ = [
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "Compression", "DistributedOptimizer", "PartialDistributedOptimizer",
     "SyncBatchNormalization", "load_model", "callbacks",
+    "elastic",
 ]
 
 

@@ -1,0 +1,324 @@
+"""Horovod's elastic training, framework-independent (``horovod.common.elastic``): the
+State classes that the framework states extend, and ``run_fn``, under which a training
+function survives hosts that leave or join.
+
+MPI cannot change a job's size, so kolo restarts the workers instead, as torchrun does
+(docs/elastic.md): elastic kolorun (``--min-np``/``--max-np``/``--host-discovery-script``)
+starts each incarnation of the job with KOLO_ELASTIC=1; ``state.commit()`` keeps the
+state where the next incarnation finds it (kolo.common.elastic_store, each host's
+/dev/shm) and asks kolorun whether the hosts changed; a change ends every worker with
+exit code 0 and kolorun starts the next incarnation, whose ``run`` loads the newest
+commit that any rank holds and broadcasts it.
+
+Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
+without its reset: it syncs from rank 0 and calls the function; commits stay in memory
+(``restore()`` returns to the last one); errors propagate.
+"""
+import functools
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from kolo.common import basics
+from kolo.common import collectives as engine
+from kolo.common import elastic_env
+from kolo.common import elastic_store as store
+from kolo.common import host
+from kolo.common.exceptions import HostsUpdatedInterrupt, KoloInternalError
+
+
+class State:
+    """The state that ``run`` keeps across resets (Horovod's ``State``): a subclass says
+    how to ``save``, ``restore`` and ``sync`` it.
+
+    Args:
+        bcast_object: broadcasts a picklable object: ``bcast_object(obj, root_rank)``.
+        get_rank: returns this process's rank.
+    """
+
+    # How a commit's tensors are copied (kolo.common.elastic_store); a framework's state
+    # sets its own.
+    _codec = store.ArrayCodec()
+
+    def __init__(self, bcast_object, get_rank):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._reset_callbacks = []
+        self._store = store.CommitStore()
+        self._commit = store.NO_COMMIT  # the newest commit this state wrote or loaded
+        self._generation = 0
+        self._env = None  # an ElasticEnv while run() runs this state under elastic kolorun
+        self._sync_root = 0
+
+    def register_reset_callbacks(self, callbacks):
+        """Registers functions called after a reset: under elastic kolorun, in a new
+        incarnation that resumed from a commit, after the state is synced (e.g. to scale
+        the learning rate by the new ``size()``)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state (to memory, and under elastic kolorun to this host's store, at
+        memory speed: raw tensor bytes into a reused mapping) and then checks for host
+        updates: raises HostsUpdatedInterrupt on every rank when kolorun's hosts changed.
+        Collective: every rank commits at the same point."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Under elastic kolorun, rank 0 asks kolorun whether the hosts changed and
+        broadcasts the answer; every rank raises HostsUpdatedInterrupt when they did.
+        Collective. Without elastic kolorun hosts never change: nothing to do."""
+        if self._env is None:
+            return
+        update = _rank0_answer(lambda: elastic_env.check(self._env), "kolo.elastic.check")
+        if update != elastic_env.NO_UPDATE:
+            raise HostsUpdatedInterrupt(update == elastic_env.REMOVED)
+
+    def save(self):
+        """Saves the state to host memory."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Restores the last committed state, undoing any uncommitted modifications."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Synchronizes the state across workers (from ``self._sync_root``, rank 0 unless
+        ``run`` found the newest commit on another rank)."""
+        raise NotImplementedError()
+
+    def reset(self):
+        """Resets objects and variables following a reset event."""
+
+    # --- what a commit keeps (kolo): a subclass that has a snapshot persists it ----------
+
+    def _snapshot(self):
+        """The tree that a commit keeps (tensors as leaves of ``_codec``), or None: a
+        State subclass without one keeps its commits in memory only, by its own save()."""
+        return None
+
+    def _load_snapshot(self, tree):
+        """Makes the state the committed ``tree``."""
+        raise NotImplementedError()
+
+    def _write_commit(self, commit=None):
+        """Writes the snapshot as commit ``commit`` (default: the next number)."""
+        tree = self._snapshot()
+        if tree is None:
+            return
+        number = self._commit + 1 if commit is None else commit
+        self._store.write(store.commit_key(self._generation, number), tree, self._codec)
+        self._commit = number
+
+    def _newest_commit(self):
+        """The tree of the newest commit in this process's store, or None."""
+        return self._store.newest(self._codec)
+
+
+class ObjectState(State):
+    """State of plain Python objects, given as keyword arguments and exposed as
+    attributes (Horovod's ``ObjectState``). A commit keeps them pickled, so ``restore()``
+    returns copies of the committed values.
+
+    Args:
+        bcast_object: broadcasts a picklable object: ``bcast_object(obj, root_rank)``.
+        get_rank: returns this process's rank.
+        kwargs: the objects.
+    """
+
+    def __init__(self, bcast_object, get_rank, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
+        self._write_commit()
+
+    def restore(self):
+        tree = self._newest_commit()
+        if tree is None:  # never saved: the values given at construction (Horovod's)
+            self._set_attrs()
+        else:
+            self._load_snapshot(tree)
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = _broadcast_from(self._bcast_object, self._saved_state,
+                                                self._sync_root)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, value)
+
+    def _snapshot(self):
+        return {"objects": self._saved_state}
+
+    def _load_snapshot(self, tree):
+        self._saved_state = tree["objects"]
+        self._set_attrs()
+
+
+def _broadcast_from(bcast_object, obj, root):
+    # Horovod's bcast_object takes (obj, root_rank=0); a user's may take obj alone.
+    return bcast_object(obj) if root == 0 else bcast_object(obj, root)
+
+
+# --- small collectives on the global set, on NumPy arrays ------------------------------------
+
+def _allgather_int64(value, name):
+    array = np.array([value], np.int64)
+    out = engine.wait(engine.allgather_async(host.view(array), name, 0))
+    result = np.empty(tuple(out.shape), np.int64)
+    out.copy_to(result.ctypes.data, result.nbytes)
+    return result.tolist()
+
+
+def _broadcast_int64(value, root, name):
+    array = np.array([value], np.int64)
+    engine.wait(engine.broadcast_async(host.view(array), root, name, 0))
+    return int(array[0])
+
+
+def _barrier():
+    engine.wait(engine.barrier_async(0))
+
+
+_FAILED = -1
+
+
+def _rank0_answer(ask, name):
+    """``ask()`` on rank 0 (a small int >= 0), broadcast to every rank; if rank 0's
+    question failed, every rank raises its error (the others with a message naming it)."""
+    answer, error = 0, None
+    if basics.rank() == 0:
+        try:
+            answer = ask()
+        except elastic_env.RendezvousError as e:
+            answer, error = _FAILED, e
+    answer = _broadcast_int64(answer, 0, name)
+    if answer == _FAILED:
+        raise error or elastic_env.RendezvousError(
+            "kolo: elastic: rank 0 could not reach kolorun's rendezvous (its error is in "
+            "rank 0's output)")
+    return answer
+
+
+# --- run -----------------------------------------------------------------------------------
+
+def run_fn(func, reset=None):
+    """Wraps ``func(state, *args, **kwargs)`` as Horovod's ``run_fn`` does: the returned
+    function syncs ``state`` and calls ``func``, under elastic kolorun across restarts.
+    ``reset`` (Horovod's shutdown-then-init between attempts) is accepted and not called:
+    kolo restarts the processes instead."""
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        env = elastic_env.read()
+        if env is None:
+            return _run_plain(func, state, args, kwargs)
+        return _run_elastic(env, func, state, args, kwargs)
+    return wrapper
+
+
+def _run_plain(func, state, args, kwargs):
+    """Horovod's loop without its reset: a HostsUpdatedInterrupt that the function raises
+    itself calls the reset callbacks and starts it again (synced unless skip_sync); any
+    other error propagates (no restart is possible without elastic kolorun)."""
+    skip_sync = False
+    while True:
+        if not skip_sync:
+            state.sync()
+        try:
+            return func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt as e:
+            skip_sync = e.skip_sync
+        state.on_reset()
+
+
+def _run_elastic(env, func, state, args, kwargs):
+    try:
+        commit = _resume(env, state)
+        if basics.rank() == 0:
+            elastic_env.resumed(env, commit, basics.size())
+        result = func(state, *args, **kwargs)
+        _barrier()  # every rank finished: the commits are no longer needed
+    except HostsUpdatedInterrupt:
+        _leave_for_restart(env, state)
+    except KoloInternalError as e:
+        _leave_after_failure(state, e)
+    state._store.close(remove=True)
+    state._env = None
+    return result
+
+
+def _resume(env, state):
+    """The start of every incarnation: the ranks agree on the newest complete commit that
+    any of them holds (each reads its host's store), the lowest rank holding it loads it
+    and is the root of the sync. Returns the commit's number (-1: none, a fresh start)."""
+    directory = store.job_directory(env.directory, env.job)
+    if basics.rank() == 0 and type(state)._snapshot is State._snapshot:
+        warnings.warn("kolo: elastic: %s has no snapshot (it is not an ObjectState, "
+                      "TorchState or TensorFlowKerasState): its commits stay in memory, and "
+                      "after a restart it starts from its initial state"
+                      % type(state).__name__, RuntimeWarning, stacklevel=3)
+    key, path = store.newest_in(directory)
+    keys = _allgather_int64(key, "kolo.elastic.resume")
+    newest = max(keys)
+    root = keys.index(newest) if newest >= 0 else 0
+    _, commit = store.key_parts(newest)
+    if newest >= 0 and basics.rank() == root:
+        _, tree = store.read_file(path, state._codec)
+        state._load_snapshot(tree)
+    state._generation = env.generation
+    state._store.attach(directory, env.generation, basics.rank())
+    state._env = env
+    state._sync_root = root
+    try:
+        state.sync()
+    finally:
+        state._sync_root = 0
+    if commit >= 0:
+        state.on_reset()
+    # Saved again as the same commit (-1: as the state to restore, not a commit): this
+    # rank's store now holds the resumed state under this generation's key, newer than
+    # any file of earlier incarnations on this host, so those files can go.
+    state._commit = commit - 1
+    state.save()
+    state._commit = commit
+    store.remove_older_generations(directory, env.generation)
+    return commit
+
+
+def _leave_for_restart(env, state):
+    """Every rank leaves with exit code 0; rank 0 first tells kolorun to restart."""
+    if basics.rank() == 0:
+        elastic_env.restart(env, state._commit)
+    state._store.close()
+    basics.shutdown()
+    raise SystemExit(0)
+
+
+def _leave_after_failure(state, error):
+    """A collective failed (a rank died, or the job broke): this process cannot go on,
+    and kolorun restarts the job from the newest commit. One line, then exit 1 at once
+    (MPI_Finalize could wait for ranks that are gone)."""
+    rank = basics.rank() if basics.is_initialized() else -1
+    message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    where = "its last commit (commit %d here)" % state._commit if state._commit >= 0 \
+        else "the start (no commit yet)"
+    sys.stdout.flush()
+    sys.stderr.write("kolo: elastic: rank %d: %s; the job will be restarted by kolorun "
+                     "from %s\n" % (rank, message, where))
+    sys.stderr.flush()
+    os._exit(1)
+
+
+__all__ = ["State", "ObjectState", "HostsUpdatedInterrupt", "run_fn"]

@@ -1,0 +1,128 @@
+"""What elastic kolorun tells a worker (its environment), and the worker's three questions
+to kolorun's rendezvous server (/work/notes/elastic_contract.md; docs/elastic.md).
+
+One request line per connection, one reply line:
+    KOLOE <token> CHECK <g>                   -> OK SAME | OK UPDATED added|removed|both
+    KOLOE <token> RESTART <g> <commit>        -> OK
+    KOLOE <token> RESUMED <g> <commit> <size> -> OK
+and "ERR <reason>" for a bad request.
+"""
+import collections
+import os
+import re
+import socket
+
+ElasticEnv = collections.namedtuple(
+    "ElasticEnv", "job generation rendezvous token directory")
+
+
+def _job(value):
+    if not re.fullmatch(r"[0-9a-fA-F]{32}", value):
+        raise ValueError("32 hex digits")
+    return value.lower()
+
+
+def _generation(value):
+    if not re.fullmatch(r"\d+", value):
+        raise ValueError("a number >= 0")
+    return int(value)
+
+
+def _address(value):
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("address:port")
+    return host.strip("[]"), int(port)
+
+
+def _token(value):
+    if not value or any(c.isspace() for c in value):
+        raise ValueError("a word without spaces")
+    return value
+
+
+# name, field, default (None: required), meaning, parser
+SETTINGS = [
+    ("KOLO_ELASTIC_JOB", "job", None, "the kolorun run (the same for every incarnation)",
+     _job),
+    ("KOLO_ELASTIC_GENERATION", "generation", None, "this incarnation: 0, 1, 2, ...",
+     _generation),
+    ("KOLORUN_RENDEZVOUS", "rendezvous", None, "kolorun's rendezvous server", _address),
+    ("KOLORUN_TOKEN", "token", None, "the run's token", _token),
+    ("KOLO_ELASTIC_DIR", "directory", "/dev/shm",
+     "where commits are kept (each host's own; tmpfs)", str),
+]
+
+
+def read(environ=None):
+    """The worker's ElasticEnv under elastic kolorun (KOLO_ELASTIC=1), else None. A
+    missing or malformed variable is a ValueError naming it and its value."""
+    environ = os.environ if environ is None else environ
+    if environ.get("KOLO_ELASTIC", "0") in ("", "0"):
+        return None
+    if environ["KOLO_ELASTIC"] != "1":
+        raise ValueError("KOLO_ELASTIC=%r: expected 1 (elastic kolorun) or 0"
+                         % environ["KOLO_ELASTIC"])
+    values = {}
+    for name, field, default, meaning, parse in SETTINGS:
+        raw = environ.get(name, default)
+        if raw is None:
+            raise ValueError("KOLO_ELASTIC=1 but %s (%s) is not set; elastic jobs are "
+                             "started by kolorun --min-np/--max-np/--host-discovery-script"
+                             % (name, meaning))
+        try:
+            values[field] = parse(raw)
+        except ValueError as e:
+            raise ValueError("%s=%r: expected %s" % (name, raw, e)) from None
+    return ElasticEnv(**values)
+
+
+class RendezvousError(RuntimeError):
+    """kolorun did not answer, or answered ERR."""
+
+
+def ask(env, words, timeout=30.0):
+    """Sends ``KOLOE <token> <words...>`` and returns the reply's words after "OK"."""
+    request = "KOLOE %s %s\n" % (env.token, " ".join(str(w) for w in words))
+    where = "%s:%d" % env.rendezvous
+    try:
+        with socket.create_connection(env.rendezvous, timeout=timeout) as s:
+            s.sendall(request.encode())
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError as e:
+        raise RendezvousError("kolo: elastic: kolorun's rendezvous %s did not answer %s: %s"
+                              % (where, words[0], e)) from None
+    answer = reply.decode(errors="replace").strip().split()
+    if not answer or answer[0] != "OK":
+        raise RendezvousError("kolo: elastic: kolorun's rendezvous %s answered %s with %r"
+                              % (where, words[0], reply.decode(errors="replace").strip()))
+    return answer[1:]
+
+
+# Horovod's HostUpdateResult values.
+NO_UPDATE, REMOVED, ADDED, MIXED = 0, 1, 2, 3
+_UPDATES = {"removed": REMOVED, "added": ADDED, "both": MIXED}
+
+
+def check(env):
+    """Whether the hosts differ from this incarnation's: NO_UPDATE, REMOVED, ADDED or
+    MIXED."""
+    answer = ask(env, ["CHECK", env.generation])
+    if answer == ["SAME"]:
+        return NO_UPDATE
+    if len(answer) == 2 and answer[0] == "UPDATED" and answer[1] in _UPDATES:
+        return _UPDATES[answer[1]]
+    raise RendezvousError("kolo: elastic: kolorun answered CHECK with %r" % " ".join(answer))
+
+
+def restart(env, commit):
+    ask(env, ["RESTART", env.generation, commit])
+
+
+def resumed(env, commit, size):
+    ask(env, ["RESUMED", env.generation, commit, size])
