@@ -129,7 +129,7 @@ def kill_host_b(job, timeout=90):
         os.kill(pid, signal.SIGKILL)
 
 
-def test_a_host_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
+def test_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
     job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
               pause_step=5)
     kill_host_b(job)
@@ -143,7 +143,7 @@ def test_a_host_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp
     assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
 
 
-def test_discovery_adds_a_host_the_job_grows_to_np4_at_the_next_commit(tmp_path):
+def test_a_host_added_by_discovery_grows_to_np4_at_the_next_commit(tmp_path):
     job = Job(tmp_path, [f"{HOST_A}:2"], ["-np", "2", "--min-np", "2", "--max-np", "4"],
               pause_step=3)
     job.wait_reached(2)
