@@ -90,7 +90,14 @@ class OpenMpiLog {
     if (file_ == nullptr && !Open()) return;
     std::fprintf(file_, "%s\n", line.c_str());
     std::fflush(file_);
-    if (first_.empty() && line.find_first_not_of("- ") != std::string::npos) first_ = line;
+    // The report quotes Open MPI's first words, but not a warning: mpirun's
+    // "plm:rsh: Warning: setpgid(...) failed" comes first or not by timing.
+    const bool words = line.find_first_not_of("- ") != std::string::npos;
+    const bool warning = line.find(": Warning: ") != std::string::npos;
+    if (words && (first_.empty() || first_is_warning_) && !(warning && !first_.empty())) {
+      first_ = line;
+      first_is_warning_ = warning;
+    }
     ++lines_;
   }
   const std::string& path() const { return path_; }
@@ -122,6 +129,7 @@ class OpenMpiLog {
   }
 
   std::string dir_, path_, first_;
+  bool first_is_warning_ = false;
   bool append_;
   FILE* file_ = nullptr;
   int lines_ = 0;
