@@ -192,9 +192,7 @@ Result<std::unique_ptr<Hierarchy>> Hierarchy::Create(MPI_Comm comm, std::string*
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   MPI_Comm raw_local = MPI_COMM_NULL;
-  KOLO_RETURN_IF_ERROR(
-      MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &raw_local),
-                "MPI_Comm_split_type"));
+  KOLO_RETURN_IF_ERROR(SplitByHost(comm, rank, &raw_local));
   MpiComm local(raw_local);
   int local_rank = 0, local_size = 1;
   MPI_Comm_rank(local.get(), &local_rank);

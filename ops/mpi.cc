@@ -1,6 +1,12 @@
 #include "ops/mpi.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "ops/cpu_kernels.h"
 
@@ -41,6 +47,46 @@ Status MpiStatus(int rc, const char* call) {
   int len = 0;
   MPI_Error_string(rc, text, &len);
   return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+}
+
+namespace {
+
+// This machine as a fixed-size record: its host name and the kernel's boot id
+// (two containers with one host name on different machines differ in it).
+constexpr int kHostIdBytes = 256;
+std::vector<char> HostId() {
+  std::vector<char> id(kHostIdBytes, '\0');
+  gethostname(id.data(), 128);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  std::strncpy(id.data() + 128, boot_id.c_str(), kHostIdBytes - 129);
+  return id;
+}
+
+}  // namespace
+
+Status SplitByHost(MPI_Comm comm, int key, MPI_Comm* local) {
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, local),
+                "MPI_Comm_split_type"));
+  int size = 1, local_size = 1;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_size(*local, &local_size);
+  int largest = local_size;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce"));
+  if (largest > 1 || size == 1) return Status::OK();
+  // Every rank alone: MPI may not know. Group by host identity instead.
+  const std::vector<char> mine = HostId();
+  std::vector<char> all(static_cast<size_t>(size) * kHostIdBytes);
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allgather(mine.data(), kHostIdBytes, MPI_CHAR, all.data(), kHostIdBytes, MPI_CHAR, comm),
+      "MPI_Allgather"));
+  int color = 0;
+  while (!std::equal(mine.begin(), mine.end(), all.begin() + color * kHostIdBytes)) ++color;
+  MPI_Comm_free(local);
+  return MpiStatus(MPI_Comm_split(comm, color, key, local), "MPI_Comm_split");
 }
 
 Result<std::unique_ptr<MpiOps>> MpiOps::Create() {

@@ -32,6 +32,14 @@ class MpiComm {
 // Turns an MPI return code into a Status naming the call.
 Status MpiStatus(int rc, const char* call);
 
+// The ranks of `comm` on this rank's host, ordered by `key`:
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), except when MPI sees every rank
+// alone although some share a host (ranks of separately started processes
+// joined into one communicator, as under torchrun: Open MPI knows nothing of
+// their locality). Then ranks whose host name and boot id are the same form a
+// group. Collective over `comm`.
+Status SplitByHost(MPI_Comm comm, int key, MPI_Comm* local);
+
 // The custom MPI ops kolo needs (float16/bfloat16 reductions). Created once
 // after MPI_Init and freed before MPI_Finalize.
 class MpiOps {

@@ -101,9 +101,7 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   MPI_Comm_size(comm, &size);
   // All ranks on this host? Every rank learns the smallest host group.
   MPI_Comm local;
-  KOLO_RETURN_IF_ERROR(
-      MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
-                "MPI_Comm_split_type"));
+  KOLO_RETURN_IF_ERROR(SplitByHost(comm, 0, &local));
   int local_size = 0;
   MPI_Comm_size(local, &local_size);
   MPI_Comm_free(&local);

@@ -85,9 +85,7 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
   MPI_Comm_size(dup, &placement_.size);
 
   MPI_Comm local, cross;
-  KOLO_RETURN_IF_ERROR(MpiStatus(
-      MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, placement_.rank, MPI_INFO_NULL, &local),
-      "MPI_Comm_split_type"));
+  KOLO_RETURN_IF_ERROR(SplitByHost(dup, placement_.rank, &local));
   MpiComm local_owner(local);
   MPI_Comm_rank(local, &placement_.local_rank);
   MPI_Comm_size(local, &placement_.local_size);

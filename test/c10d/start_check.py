@@ -46,11 +46,17 @@ def check_ranks(rank, size, init_seconds):
     assert (_core.rank(), _core.size()) == (rank, size), \
         "kolo says rank %d of %d, torch.distributed %d of %d" % (
             _core.rank(), _core.size(), rank, size)
+    assert _core.local_size() == size, \
+        "kolo says local_size %d: the %d joined ranks of this host do not see each other" % (
+            _core.local_size(), size)
     x = torch.full((5,), float(rank + 1))
     dist.all_reduce(x)
     want = size * (size + 1) / 2
     assert x.tolist() == [want] * 5, "rank %d: all_reduce gave %s, wanted %s" % (
         rank, x.tolist(), want)
+    big = torch.full((1 << 20,), float(rank + 1))  # 4 MiB: kolo's shared-memory path
+    dist.all_reduce(big)
+    assert bool((big == want).all()), "rank %d: a 4 MiB all_reduce gave %s" % (rank, big[:4])
     b = torch.arange(3.0) if rank == size - 1 else torch.zeros(3)
     dist.broadcast(b, src=size - 1)
     assert b.tolist() == [0.0, 1.0, 2.0], "rank %d: broadcast gave %s" % (rank, b.tolist())
