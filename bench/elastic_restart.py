@@ -26,6 +26,13 @@ JOB = os.path.join(HERE, "elastic_restart_job.py")
 FAKE_SSH = os.path.join(ROOT, "test", "launcher", "fake_ssh.sh")
 
 
+def end(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def one_run(args):
     with tempfile.TemporaryDirectory() as tmp:
         discover = os.path.join(tmp, "discover.sh")
@@ -44,7 +51,7 @@ def one_run(args):
             deadline = time.monotonic() + 300
             while not all(os.path.exists(m) and open(m).read().endswith("\n") for m in marks):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    end(proc)
                     raise SystemExit("elastic_restart: the job did not reach step 3:\n"
                                      + open(out_path).read())
                 time.sleep(0.05)
@@ -56,7 +63,7 @@ def one_run(args):
             try:
                 proc.wait(timeout=300)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                end(proc)
                 raise SystemExit("elastic_restart: the job did not end:\n" + open(out_path).read())
         text = open(out_path).read()
     if proc.returncode != 0:
@@ -65,10 +72,12 @@ def one_run(args):
               for m in re.finditer(r"PHASE gen=1 (\w+)=([\d.]+)", text)}
     report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
     # Restart phases, each from the previous mark: kolorun noticing the loss and
-    # starting mpirun + the interpreter with torch, kolo.init, run's load + sync,
-    # the first step (forward, backward, allreduce, commit).
+    # starting mpirun and the interpreter; importing torch, torchvision and kolo;
+    # kolo.init; run's load + sync; the first step (forward, backward, allreduce,
+    # commit).
     marks = [("killed", killed_at)] + [(k, phases[k]) for k in
-                                        ("started", "init", "resumed", "first_step")]
+                                        ("started", "imported", "init", "resumed",
+                                         "first_step")]
     return {"total_s": phases["first_step"] - killed_at,
             "phases_s": {b[0]: b[1] - a[1] for a, b in zip(marks, marks[1:])},
             "kolorun_lines": report}

@@ -5,8 +5,8 @@ SGD + momentum under kolo.torch.elastic, one commit per step: a state of
 Environment: ELASTIC_BENCH_DIR (marks), ELASTIC_PAUSE_STEP (generation 0 stops
 there, every rank writes reached.<rank> "<pid> <hostname>" and waits to be
 killed), ELASTIC_STEPS (steps in all). Rank 0 prints, per incarnation,
-"PHASE gen=G <name>=<unix time>" for: started (interpreter up), init (after
-kolo.init), resumed (after run's load and sync), first_step (after the first
+"PHASE gen=G <name>=<unix time>" for: started (interpreter up), imported
+(torch, torchvision, kolo), init (after kolo.init), resumed (after run's load and sync), first_step (after the first
 step of the incarnation).
 """
 import os
@@ -22,6 +22,8 @@ import torchvision  # noqa: E402
 
 import kolo.torch as hvd  # noqa: E402
 
+IMPORTED = time.time()
+
 
 def main():
     hvd.init()
@@ -35,12 +37,13 @@ def main():
             print(f"PHASE gen={generation} {name}={when or time.time():.3f}", flush=True)
 
     phase("started", STARTED)
+    phase("imported", IMPORTED)
     phase("init")
     torch.set_num_threads(1)
     model = torchvision.models.resnet50()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    x = torch.randn(1, 3, 32, 32)
+    x = torch.randn(2, 3, 64, 64)  # the smallest input whose last stage has 2x2 per channel
 
     @hvd.elastic.run
     def train(state):
