@@ -45,6 +45,15 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
   if (!rsh_args.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", rsh_args});
   if (plan.hosts.size() >= 64) argv.insert(argv.end(), {"--mca", "plm_rsh_no_tree_spawn", "true"});
   for (const auto& [name, value] : plan.env) argv.insert(argv.end(), {"-x", name});
+  // Ending a job, Open MPI's daemons send SIGTERM and SIGKILL with a second's
+  // wait around each (odls_base_sigkill_timeout 1): 3 s added to every restart
+  // of an elastic job, whose state is committed already. A value of the user's
+  // own wins (mpirun refuses a parameter given twice).
+  const bool own_kill_timeout = std::find(plan.extra_mpi_args.begin(), plan.extra_mpi_args.end(),
+                                          "odls_base_sigkill_timeout") != plan.extra_mpi_args.end();
+  if (plan.elastic && !own_kill_timeout) {
+    argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  }
   argv.insert(argv.end(), plan.extra_mpi_args.begin(), plan.extra_mpi_args.end());
   if (!plan.rank_exec.empty()) argv.push_back(plan.rank_exec);
   argv.insert(argv.end(), plan.command.begin(), plan.command.end());

@@ -28,6 +28,8 @@ struct LaunchPlan {
   std::string bind_library;
   // Variables every rank gets: name -> value (set on kolorun's side, sent with -x).
   std::map<std::string, std::string> env;
+  // An incarnation of an elastic job: its ranks, once they must end, end at once.
+  bool elastic = false;
   std::vector<std::string> extra_mpi_args;  // --mpi-args, already split
   std::string rank_exec;                    // the per-rank wrapper that maps the environment
   std::vector<std::string> command;         // the user's program and its arguments

@@ -336,6 +336,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   Result<JobNetwork> network = ChooseNetwork(o, used);
   if (!network.ok()) return network.status();
   KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores));
+  plan.elastic = extra.count(env::kElastic) > 0;
   if (plan.bind_library.empty() && !o.dry_run && l.checked.empty()) {
     std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
               << "); Open MPI will listen on every network interface\n";

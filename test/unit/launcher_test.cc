@@ -251,6 +251,20 @@ TEST(Command, OneHostUsesNoTcpAndLoopbackAcrossHostsTheJobsInterface) {
   EXPECT_EQ(line.find("LD_PRELOAD"), std::string::npos) << line;
 }
 
+TEST(Command, AnElasticIncarnationEndsAtOnceUnlessTheUserSaysOtherwise) {
+  LaunchPlan p;
+  p.hosts = {{"localhost", 2}};
+  EXPECT_EQ(ShellQuote(BuildMpirunCommand(p)).find("odls_base_sigkill_timeout"), std::string::npos);
+  p.elastic = true;
+  EXPECT_NE(ShellQuote(BuildMpirunCommand(p)).find("--mca odls_base_sigkill_timeout 0"),
+            std::string::npos);
+  // mpirun refuses a parameter given twice: the user's alone.
+  p.extra_mpi_args = {"--mca", "odls_base_sigkill_timeout", "2"};
+  const std::string line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_EQ(line.find("odls_base_sigkill_timeout 0"), std::string::npos) << line;
+  EXPECT_NE(line.find("odls_base_sigkill_timeout 2"), std::string::npos) << line;
+}
+
 TEST(Command, ManyHostsDisableTreeSpawn) {
   LaunchPlan p;
   for (int i = 0; i < 64; ++i) p.hosts.push_back({"h" + std::to_string(i), 1});
