@@ -6,8 +6,8 @@ Environment: ELASTIC_BENCH_DIR (marks), ELASTIC_PAUSE_STEP (generation 0 stops
 there, every rank writes reached.<rank> "<pid> <hostname>" and waits to be
 killed), ELASTIC_STEPS (steps in all). Rank 0 prints, per incarnation,
 "PHASE gen=G <name>=<unix time>" for: started (interpreter up), imported
-(torch, torchvision, kolo), init (after kolo.init), resumed (after run's load and sync), first_step (after the first
-step of the incarnation).
+(torch, torchvision, kolo), init (after kolo.init), resumed (after run's load
+and sync), first_step (after the first step of the incarnation).
 """
 import os
 import socket
