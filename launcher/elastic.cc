@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -325,8 +327,22 @@ std::map<std::string, std::string> IncarnationVariables(const std::string& job_i
           {env::kElasticGeneration, std::to_string(generation)}};
 }
 
+// The job's commit store on this machine (<KOLO_ELASTIC_DIR or /dev/shm>/kolo-elastic-<job>),
+// once the job has ended: a job that ended in failure leaves its ranks' last commits,
+// which no later job can load (each has its own id). Other hosts keep theirs.
+void RemoveLocalCommits(const std::string& job_id) {
+  const char* dir = std::getenv(env::kElasticDir);
+  const std::filesystem::path store =
+      std::filesystem::path(dir != nullptr && *dir != '\0' ? dir : "/dev/shm") /
+      ("kolo-elastic-" + job_id);
+  std::error_code ec;
+  std::filesystem::remove_all(store, ec);
+}
+
 int RunElastic(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server) {
-  return ElasticLoop(run, plan, server).Run();
+  const int code = ElasticLoop(run, plan, server).Run();
+  RemoveLocalCommits(run.job_id);
+  return code;
 }
 
 }  // namespace kolo::launcher

@@ -171,7 +171,12 @@ def test_keras_fit_with_the_elastic_callbacks_survives_a_host_killed_mid_epoch(t
     assert {f[1:] for f in finals} == {("2", "3", finals[0][3])}, out
 
 
+def commit_stores():
+    return {d for d in os.listdir("/dev/shm") if d.startswith("kolo-elastic-")}
+
+
 def test_past_the_reset_limit_the_job_ends_naming_it_with_the_failed_ranks_code(tmp_path):
+    stores = commit_stores()
     job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"],
               ["-np", "4", "--min-np", "2", "--reset-limit", "0"], pause_step=5)
     kill_host_b(job)
@@ -179,3 +184,5 @@ def test_past_the_reset_limit_the_job_ends_naming_it_with_the_failed_ranks_code(
     assert code == 128 + signal.SIGKILL, out
     assert re.search(r"kolorun: .*--reset-limit", out), out
     assert "START gen=1" not in out
+    # The ranks' last commits (both "hosts" are this machine) went with the job.
+    assert commit_stores() <= stores, commit_stores() - stores
