@@ -94,7 +94,7 @@ class OpenMpiLog {
     // "plm:rsh: Warning: setpgid(...) failed" comes first or not by timing.
     const bool words = line.find_first_not_of("- ") != std::string::npos;
     const bool warning = line.find(": Warning: ") != std::string::npos;
-    if (words && (first_.empty() || first_is_warning_) && !(warning && !first_.empty())) {
+    if (words && (first_.empty() || (first_is_warning_ && !warning))) {
       first_ = line;
       first_is_warning_ = warning;
     }
