@@ -172,20 +172,16 @@ def _broadcast_from(bcast_object, obj, root):
     return bcast_object(obj) if root == 0 else bcast_object(obj, root)
 
 
-# --- small collectives on the global set, on NumPy arrays ------------------------------------
+# --- small collectives on the global set, through the NumPy adapter -------------------------
 
 def _allgather_int64(value, name):
-    array = np.array([value], np.int64)
-    out = engine.wait(engine.allgather_async(host.view(array), name, 0))
-    result = np.empty(tuple(out.shape), np.int64)
-    out.copy_to(result.ctypes.data, result.nbytes)
-    return result.tolist()
+    [out] = host.allgather_kernel(name, 0)([np.array([value], np.int64)])
+    return out.tolist()
 
 
 def _broadcast_int64(value, root, name):
-    array = np.array([value], np.int64)
-    engine.wait(engine.broadcast_async(host.view(array), root, name, 0))
-    return int(array[0])
+    [out] = host.broadcast_kernel(root, name, 0)([np.array([value], np.int64)])
+    return int(out[0])
 
 
 def _barrier():
