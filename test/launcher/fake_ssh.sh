@@ -21,6 +21,13 @@ shift
 case "$*" in *orted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
+# Open MPI names a daemon's session directory (and the topology file it maps
+# there) after the host's name cut at the first dot: "kolo-127" for every
+# fake host. A real machine has a /tmp of its own; each fake host gets a
+# directory of its own, or two daemons starting at once share one file and
+# one of them crashes (orted in hwloc_shmem_topology_write, SIGSEGV).
+export OMPI_MCA_orte_tmpdir_base="/tmp/kolo-fake-host-$host"
+mkdir -p "$OMPI_MCA_orte_tmpdir_base"
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
 # a veth link) runs there: a machine whose link the test can cut.
 netns=()
