@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
     kolo::AllreduceOptions opts;
     opts.op = kolo::ReduceOp::kSum;
     opts.name = "sweep." + std::to_string(bytes);
+    opts.caller_waits = true;  // a blocking allreduce: Wait at once
     auto raw_once = [&] {
       MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
     };

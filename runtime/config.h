@@ -28,6 +28,7 @@ struct Config {
   bool stall_check_disabled = false;
   LogLevel log_level = LogLevel::kWarning;
   double idle_tick_ms = 100.0;
+  bool caller_runs = true;  // a caller waiting for a host operation may run its cycle
   int64_t piece_bytes = 2LL << 20;
   int64_t in_place_threshold_bytes = 256LL << 10;
   bool shm_allreduce = true;

@@ -409,6 +409,12 @@ const std::vector<Setting>& Settings() {
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
        NoHorovodName()},
+      {env::kCallerRuns, Boolean(&Config::caller_runs),
+       "A caller that waits for an operation on host memory while no thread runs kolo's cycle "
+       "runs the negotiation round and the collective on its own thread, instead of waking the "
+       "background thread and being woken by it (two thread hand-offs). 0 = the background "
+       "thread runs every cycle.",
+       NoHorovodName()},
       {env::kPieceSize, Bytes(&Config::piece_bytes),
        "Large allreduce buffers are reduced in pieces of at most this many bytes, so that each "
        "piece stays in cache; 0 = one call per buffer. Accepts K/M/G suffixes.",

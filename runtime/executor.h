@@ -2,7 +2,7 @@
 // collective on the host or device mover. Knows nothing of process sets,
 // names or handles, and never calls back into the loop: every entry it is
 // given comes back, finished, through TakeFinished(), and the loop completes
-// it. Called only on the background thread.
+// it. Called only by the thread that runs the cycle (round_mutex_).
 #pragma once
 
 #include <vector>

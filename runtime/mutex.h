@@ -17,6 +17,7 @@
 #define EXCLUDES(...) KOLO_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) KOLO_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) KOLO_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) KOLO_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define CAPABILITY(x) KOLO_THREAD_ANNOTATION(capability(x))
 #define SCOPED_CAPABILITY KOLO_THREAD_ANNOTATION(scoped_lockable)
 
@@ -25,6 +26,8 @@ namespace kolo {
 class CAPABILITY("mutex") Mutex {
  public:
   void Lock() ACQUIRE() { mu_.lock(); }
+  // True (and held) if no other thread held it.
+  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
 
  private:

@@ -176,17 +176,19 @@ void ProcessSet::ExpireStalledCacheHits(Clock::time_point now) {
   }
 }
 
-Status ProcessSet::WaitForRequest(MPI_Request* request) {
+Status ProcessSet::WaitForRequest(MPI_Request* request, Clock::duration patience, bool* done) {
   // Peers usually arrive within microseconds: spin briefly, then back off so a
   // waiting background thread does not take the core from the training thread.
   auto start = Clock::now();
   auto sleep = std::chrono::microseconds(20);
   for (;;) {
-    int done = 0;
-    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
-    if (done) return Status::OK();
+    int finished = 0;
+    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
+    *done = finished != 0;
+    if (*done) return Status::OK();
     const auto waited = Clock::now() - start;
     if (waited < std::chrono::microseconds(50)) continue;
+    if (waited >= patience) return Status::OK();
     // Every rank's background thread joins a round every cycle, whatever its
     // training thread does; a round that does not complete means a rank that
     // cannot: its process is stopped or hangs, or its host is cut off. The
@@ -206,37 +208,47 @@ Status ProcessSet::WaitForRequest(MPI_Request* request) {
 }
 
 Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
-                             NegotiationOutcome* outcome) {
+                             NegotiationOutcome* outcome, Clock::duration patience) {
   *outcome = NegotiationOutcome();
-  ExpireStalledCacheHits(now);
 
-  // 1. The bit vector: flags, cache hits, invalidated entries.
-  const size_t words = (static_cast<size_t>(cache_.bit_bound()) + 63) / 64;
-  std::vector<uint64_t> bits(1 + 2 * words, 0);
-  uint64_t flags = 0;
-  if (!uncached_.empty()) flags |= kHasUncached;
-  if (request_shutdown) flags |= kShutdown;
-  if (!to_publish_.empty()) flags |= kPublish;
-  if (joined_) flags |= kJoined;
-  if (coordinator_ && coordinator_->pending() > 0 && !config_.stall_check_disabled &&
-      std::chrono::duration<double>(now - last_slow_round_).count() >=
-          StallCheckInterval(config_)) {
-    flags |= kStallCheck;
+  // 1. The bit vector: flags, cache hits, invalidated entries. A round that
+  //    ran out of patience last time is still in flight: finish it.
+  if (round_request_ == MPI_REQUEST_NULL) {
+    ExpireStalledCacheHits(now);
+    const size_t words = (static_cast<size_t>(cache_.bit_bound()) + 63) / 64;
+    round_bits_.assign(1 + 2 * words, 0);
+    uint64_t flags = 0;
+    if (!uncached_.empty()) flags |= kHasUncached;
+    if (request_shutdown) flags |= kShutdown;
+    if (!to_publish_.empty()) flags |= kPublish;
+    if (joined_) flags |= kJoined;
+    if (coordinator_ && coordinator_->pending() > 0 && !config_.stall_check_disabled &&
+        std::chrono::duration<double>(now - last_slow_round_).count() >=
+            StallCheckInterval(config_)) {
+      flags |= kStallCheck;
+    }
+    round_bits_[0] = ~flags;
+    for (const auto& hit : cache_hits_) SetBit(&round_bits_, 1, hit.first);
+    std::vector<uint64_t> invalid(words, 0);
+    for (int bit : invalid_bits_) invalid[bit / 64] |= uint64_t{1} << (bit % 64);
+    for (size_t w = 0; w < words; ++w) round_bits_[1 + words + w] = ~invalid[w];
+    invalid_bits_.clear();
+    round_shutdown_ = request_shutdown;
+    KOLO_RETURN_IF_ERROR(MpiStatus(
+        MPI_Iallreduce(MPI_IN_PLACE, round_bits_.data(), static_cast<int>(round_bits_.size()),
+                       MPI_UINT64_T, MPI_BAND, comm_.get(), &round_request_),
+        "MPI_Iallreduce"));
   }
-  bits[0] = ~flags;
-  for (const auto& hit : cache_hits_) SetBit(&bits, 1, hit.first);
-  std::vector<uint64_t> invalid(words, 0);
-  for (int bit : invalid_bits_) invalid[bit / 64] |= uint64_t{1} << (bit % 64);
-  for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~invalid[w];
-  invalid_bits_.clear();
-
-  MPI_Request request;
-  KOLO_RETURN_IF_ERROR(
-      MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()),
-                               MPI_UINT64_T, MPI_BAND, comm_.get(), &request),
-                "MPI_Iallreduce"));
-  KOLO_RETURN_IF_ERROR(WaitForRequest(&request));
-  flags = ~bits[0];
+  bool back = false;
+  KOLO_RETURN_IF_ERROR(WaitForRequest(&round_request_, patience, &back));
+  if (!back) {
+    outcome->unfinished = true;
+    return Status::OK();
+  }
+  const std::vector<uint64_t>& bits = round_bits_;
+  const size_t words = (bits.size() - 1) / 2;
+  request_shutdown = round_shutdown_;
+  const uint64_t flags = ~bits[0];
   outcome->shutdown = (flags & kShutdown) != 0;
   if (outcome->shutdown) {
     // Which rank asked, for the others' error: one more exchange, at shutdown only.

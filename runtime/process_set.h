@@ -1,4 +1,4 @@
-// One process set as the background thread sees it: its communicators (MPI,
+// One process set as the thread that runs the cycles sees it: its communicators (MPI,
 // and NCCL's once a device tensor used them) and data movers, the tensors waiting on it, its
 // response cache, its coordinator (on its rank 0), and the negotiation round that decides what is
 // ready everywhere.
@@ -37,6 +37,10 @@ struct NegotiationOutcome {
   // What the set's rank 0 published for this round (ProcessSet::Publish), on
   // every rank; empty when nothing was.
   std::vector<uint8_t> published;
+  // The round's bit vector had not come back from every rank within the
+  // patience given to Negotiate: the round is still in flight, nothing else is
+  // set, and the next Negotiate (on any thread that runs the cycles) finishes it.
+  bool unfinished = false;
 };
 
 class ProcessSet {
@@ -55,8 +59,14 @@ class ProcessSet {
 
   // Takes a new entry (from the tensor queue) into this set's bookkeeping.
   void Add(TensorEntry entry);
-  // One negotiation round (collective over the set).
-  Status Negotiate(bool request_shutdown, Clock::time_point now, NegotiationOutcome* outcome);
+  // One negotiation round (collective over the set). `patience`: how long to
+  // wait for the other ranks' bit vectors before returning with
+  // outcome->unfinished (the round stays in flight; the next call finishes it
+  // and ignores its own arguments' request_shutdown). Only the bit vector
+  // waits on other ranks' programs: once it is back, every rank of the set is
+  // in the same round, and the rest of the round does not wait for long.
+  Status Negotiate(bool request_shutdown, Clock::time_point now, NegotiationOutcome* outcome,
+                   Clock::duration patience = Clock::duration::max());
 
   // The pending entry named `name`, or null (a joined rank has none).
   TensorEntry* Find(const std::string& name);
@@ -90,7 +100,8 @@ class ProcessSet {
   void Classify(TensorEntry& entry);
   void ClassifyGroup(const std::vector<std::string>& members);
   void ExpireStalledCacheHits(Clock::time_point now);
-  Status WaitForRequest(MPI_Request* request);
+  // Waits for `request`; false in *done once `patience` passed first.
+  Status WaitForRequest(MPI_Request* request, Clock::duration patience, bool* done);
   Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
   std::vector<Request> HeldForCoordinator() const;
   RequestMessage AnswerReference(const std::vector<uint64_t>& reference) const;
@@ -123,6 +134,11 @@ class ProcessSet {
   bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;
   std::vector<uint8_t> to_publish_;  // rank 0: goes out with the next round
+  // The round's bit vector, in flight from MPI_Iallreduce until it is back
+  // (across Negotiate calls when one ran out of patience).
+  MPI_Request round_request_ = MPI_REQUEST_NULL;
+  std::vector<uint64_t> round_bits_;
+  bool round_shutdown_ = false;  // this rank asked to shut down in the round in flight
 };
 
 }  // namespace kolo

@@ -91,6 +91,7 @@ bool Runtime::is_running() const { return impl_->running(); }
 std::string Runtime::stop_reason() { return impl_->stop_reason(); }
 
 TunedSettings Runtime::CurrentTunedSettings() const { return impl_->tuned_settings(); }
+CycleStats Runtime::cycle_stats() const { return impl_->cycle_stats(); }
 
 Result<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
   auto info = impl_->SetInfo(process_set);
@@ -157,7 +158,8 @@ Result<Handle> EnqueueTensors(RuntimeImpl& impl, HandleTable& handles, OpType op
     e.stream = options.cuda_stream;
     if (fill) fill(e, i);
   }
-  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, impl.Enqueue(std::move(entries)));
+  KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work,
+                        impl.Enqueue(std::move(entries), options.caller_waits));
   return handles.Add(std::move(work));
 }
 
@@ -447,6 +449,7 @@ bool Runtime::Poll(Handle handle) const {
 
 Status Runtime::Wait(Handle handle, WorkResult* result) {
   KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Work> work, handles_->Find(handle));
+  if (!work->done()) impl_->RunCyclesFor(*work);
   Status s = work->Wait(result);
   handles_->Release(handle);
   impl_->Release(*work);
@@ -465,6 +468,7 @@ std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, Wo
   if (!work.ok()) return work.status();
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_seconds));
+  if (!work.value()->done()) impl_->RunCyclesFor(*work.value());
   Status s;
   if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
   handles_->Release(handle);

@@ -1,7 +1,9 @@
-// The queue and the background thread: callers enqueue entries; the loop
-// takes them, negotiates each process set, runs the control operations itself
-// and hands data responses, with their entries, to the executor, which gives
-// them back finished. Every entry completes in Complete().
+// The queue and the cycles: callers enqueue entries; a cycle takes them,
+// negotiates each process set, runs the control operations itself and hands
+// data responses, with their entries, to the executor, which gives them back
+// finished. Every entry completes in Complete(). The background thread runs
+// the cycles, or a caller that waits for its operation while no thread runs
+// one (RunCyclesFor).
 #include "runtime_impl.h"
 
 #include <algorithm>
@@ -95,7 +97,8 @@ void RuntimeImpl::Refuse(std::vector<TensorEntry> entries, const std::string& re
   queue_cv_.Signal();
 }
 
-Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries) {
+Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries,
+                                                   bool caller_waits) {
   // Device tensors: checked, and their readiness recorded on the caller's
   // stream, here on the caller's thread. A failure is a refusal: the other
   // ranks are told.
@@ -122,6 +125,9 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
   }
   const int set = entries[0].request.process_set;
   const OpType op = entries[0].request.op;
+  const bool on_host = std::all_of(entries.begin(), entries.end(), [](const TensorEntry& e) {
+    return e.input.device == kCpuDevice;
+  });
   std::shared_ptr<Work> work;
   auto now = Clock::now();
   {
@@ -153,7 +159,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     UnnamedState& state = unnamed_[set];
     std::vector<HeldName> held = NameEntries(entries, state.epoch, &state.next);
     for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
-    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held));
+    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held), on_host);
     for (TensorEntry& e : entries) {
       names[e.request.name].in_flight = true;
       e.work = work;
@@ -161,7 +167,9 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
       queue_.push_back(std::move(e));
     }
   }
-  queue_cv_.Signal();
+  // A caller that waits at once runs the cycle itself (RunCyclesFor), or wakes
+  // the background thread there.
+  if (!(caller_waits && caller_runs_ && on_host)) queue_cv_.Signal();
   return work;
 }
 
@@ -204,49 +212,102 @@ void RuntimeImpl::CompleteExecuted() {
   finished_.clear();  // the entries hold their Work and buffers' events
 }
 
-void RuntimeImpl::WaitForWork(bool anything_pending) {
-  auto timeout = std::chrono::duration<double, std::milli>(anything_pending ? config_.cycle_time_ms
-                                                                            : config_.idle_tick_ms);
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+bool RuntimeImpl::CycleDue() {
   MutexLock lock(&queue_mutex_);
+  return !queue_.empty() || shutdown_requested_ || Clock::now() >= next_cycle_at_;
+}
+
+void RuntimeImpl::WaitForWork() {
+  MutexLock lock(&queue_mutex_);
+  // next_cycle_at_ moves when a caller runs a cycle; every wake-up reads it again.
   while (queue_.empty() && !shutdown_requested_) {
-    auto left = deadline - Clock::now();
+    auto left = next_cycle_at_ - Clock::now();
     if (left <= Clock::duration::zero()) break;
     queue_cv_.WaitFor(&queue_mutex_, left);
   }
 }
 
 void RuntimeImpl::BackgroundLoop() {
-  bool anything_pending = false;
   for (;;) {
-    WaitForWork(anything_pending);
-    anything_pending = false;
-    // Nothing may escape this thread (std::terminate would take the training
-    // process with it): an exception fails every pending and future operation.
-    try {
-      if (!RunCycle()) break;
-    } catch (const std::exception& e) {
-      KOLO_LOG(kError) << "kolo's background thread stopped on an exception: " << e.what();
-      FailEverything(Status::Internal(std::string("kolo's background thread stopped on an "
-                                                  "exception (") +
-                                      e.what() + "); kolo cannot run collectives any more"));
-      break;
-    } catch (...) {
-      FailEverything(Status::Internal(
-          "kolo's background thread stopped on an unknown exception; kolo cannot run collectives "
-          "any more"));
-      break;
-    }
-    for (auto& [id, set] : sets_) anything_pending |= set->has_pending();
-    anything_pending |= executor_->gpu_busy();
+    WaitForWork();
+    MutexLock round(&round_mutex_);
+    if (cycles_ended_) break;
+    // A caller may have run the cycle this thread woke up for.
+    if (!CycleDue()) continue;
+    ++cycles_by_background_;  // counted as it starts: its work may complete in it
+    CycleEnd end = RunGuardedCycle(Clock::duration::max());
+    ScheduleNextCycle(end, /*wake=*/false);
+    if (end == CycleEnd::kStop) break;
   }
+  MutexLock round(&round_mutex_);
   executor_->DrainGpu();
   CompleteExecuted();
 }
 
+void RuntimeImpl::RunCyclesFor(Work& work) {
+  if (caller_runs_ && work.on_host() && round_mutex_.TryLock()) {
+    CycleEnd end = CycleEnd::kRan;
+    while (!cycles_ended_ && !work.done()) {
+      ++cycles_by_callers_;
+      end = RunGuardedCycle(kCallerPatience);
+      if (end == CycleEnd::kUnfinished) ++left_unfinished_;
+      if (end != CycleEnd::kRan) break;
+    }
+    // The background thread must go on with what this left: a round still in
+    // flight, the end of the cycles, or entries that wait on other ranks.
+    ScheduleNextCycle(end, /*wake=*/true);
+    round_mutex_.Unlock();
+    return;
+  }
+  // Another thread runs the cycles (or caller-runs is off): the work may have
+  // been queued without waking the background thread.
+  {
+    MutexLock lock(&queue_mutex_);
+    next_cycle_at_ = Clock::now();
+  }
+  queue_cv_.Signal();
+}
+
+void RuntimeImpl::ScheduleNextCycle(CycleEnd end, bool wake) {
+  if (end == CycleEnd::kStop) cycles_ended_ = true;
+  bool pending = executor_->gpu_busy();
+  for (auto& [id, set] : sets_) pending |= set->has_pending();
+  const auto now = Clock::now();
+  const double wait_ms = end != CycleEnd::kRan ? 0
+                         : pending             ? config_.cycle_time_ms
+                                               : config_.idle_tick_ms;
+  bool queued;
+  {
+    MutexLock lock(&queue_mutex_);
+    next_cycle_at_ = now + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double, std::milli>(wait_ms));
+    queued = !queue_.empty();
+  }
+  if (wake && (pending || queued || end != CycleEnd::kRan)) queue_cv_.Signal();
+}
+
+RuntimeImpl::CycleEnd RuntimeImpl::RunGuardedCycle(Clock::duration patience) {
+  // Nothing may escape a cycle (std::terminate would take the training
+  // process with it): an exception fails every pending and future operation.
+  try {
+    return RunCycle(patience);
+  } catch (const std::exception& e) {
+    KOLO_LOG(kError) << "kolo's background thread stopped on an exception: " << e.what();
+    FailEverything(Status::Internal(std::string("kolo's background thread stopped on an "
+                                                "exception (") +
+                                    e.what() + "); kolo cannot run collectives any more"));
+  } catch (...) {
+    FailEverything(Status::Internal(
+        "kolo's background thread stopped on an unknown exception; kolo cannot run collectives "
+        "any more"));
+  }
+  return CycleEnd::kStop;
+}
+
 // One cycle: take the queue, negotiate every set this rank belongs to (in id
-// order, the same on every rank), run what is ready.
-bool RuntimeImpl::RunCycle() {
+// order, the same on every rank), run what is ready. A cycle that stopped at
+// an unfinished round resumes at that set.
+RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
   std::vector<TensorEntry> incoming;
   bool shutdown;
   {
@@ -272,17 +333,24 @@ bool RuntimeImpl::RunCycle() {
     it->second->Add(std::move(e));
   }
   std::vector<int> ids;
-  for (auto& [id, set] : sets_) ids.push_back(id);
+  for (auto& [id, set] : sets_) {
+    if (id >= resume_set_) ids.push_back(id);
+  }
+  resume_set_ = kNoSet;
   for (int id : ids) {
     auto it = sets_.find(id);
     if (it == sets_.end()) continue;  // removed during this cycle
     ProcessSet& set = *it->second;
     NegotiationOutcome outcome;
-    Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome);
+    Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome, patience);
     if (!s.ok()) {
       KOLO_LOG(kError) << "negotiation failed, kolo stops: " << s.message();
       FailEverything(Status::Internal("kolo's background thread stopped: " + s.message()));
-      return false;
+      return CycleEnd::kStop;
+    }
+    if (outcome.unfinished) {
+      resume_set_ = id;
+      return CycleEnd::kUnfinished;
     }
     if (outcome.shutdown) {
       FailEverything(Status::Aborted(
@@ -290,7 +358,7 @@ bool RuntimeImpl::RunCycle() {
                    : "kolo was shut down by rank " + std::to_string(outcome.shutdown_rank) +
                          " (it called shutdown() or its process ended) before this operation "
                          "completed"));
-      return false;
+      return CycleEnd::kStop;
     }
     // Says which cycles paid for a full negotiation (the cache did not serve).
     if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
@@ -300,7 +368,7 @@ bool RuntimeImpl::RunCycle() {
   executor_->PollGpu();
   CompleteExecuted();
   timeline_.Flush();
-  return true;
+  return CycleEnd::kRan;
 }
 
 void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& responses) {

@@ -7,7 +7,9 @@
 // Threads and data: the caller threads touch only the fields guarded by
 // queue_mutex_ and sets_mutex_ (and Work objects, guarded by their own
 // mutex). The process sets, the executor and the GPU path belong to the
-// background thread once it runs (to Create before that, to Shutdown after).
+// thread that runs the cycles, which holds round_mutex_: the background
+// thread, or a caller that waits for a host operation while the background
+// thread is idle (RunCyclesFor: no thread hand-off for a lone small operation).
 #pragma once
 
 #include <atomic>
@@ -51,7 +53,17 @@ class RuntimeImpl {
   // once valid, "<op>.noname.<n>" ("grouped_<op>..." for several; after the
   // set's first barrier or join "<op>.noname.e<k>.<n>"), numbered in call
   // order across all collectives of the set; a group's members "<name>.<i>".
-  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries) EXCLUDES(queue_mutex_);
+  // `caller_waits`: the caller waits for it at once and runs the cycle itself
+  // (RunCyclesFor), so the background thread is not woken.
+  Result<std::shared_ptr<Work>> Enqueue(std::vector<TensorEntry> entries, bool caller_waits = false)
+      EXCLUDES(queue_mutex_);
+  // Called by a caller thread about to wait for `work`: when caller-runs is
+  // on, the work is on host memory and no thread runs cycles now, runs cycles
+  // on this thread until the work is done, the round waits on other ranks
+  // longer than kCallerPatience (the background thread finishes it), or kolo
+  // stops. Otherwise wakes the background thread (its work may be queued
+  // unannounced) and returns; the caller then waits on `work` as before.
+  void RunCyclesFor(Work& work) EXCLUDES(round_mutex_, queue_mutex_);
   // This rank refused the collective of `entries` on its calling thread (a bad
   // input; `reason` says which): the entries (requests only; unnamed ones get
   // their number here, as a valid call would) go to their set's coordinator as
@@ -63,35 +75,53 @@ class RuntimeImpl {
 
   Timeline& timeline() { return timeline_; }
   TunedSettings tuned_settings() const EXCLUDES(tuned_mutex_);
+  CycleStats cycle_stats() const {
+    return {cycles_by_background_.load(), cycles_by_callers_.load(), left_unfinished_.load()};
+  }
 
  private:
   RuntimeImpl() = default;
   // Set-up and tear-down (runtime_setup.cc).
   Status InitMpi(const InitOptions& options);
-  Status InitProcessSets(const InitOptions& options);
-  Result<int> CreateProcessSet(const std::vector<int>& ranks);  // collective over the global comm
-  Status RemoveProcessSet(int id);
+  Status InitProcessSets(const InitOptions& options) REQUIRES(round_mutex_);
+  // Collective over the global comm.
+  Result<int> CreateProcessSet(const std::vector<int>& ranks) REQUIRES(round_mutex_);
+  Status RemoveProcessSet(int id) REQUIRES(round_mutex_);
 
-  // The background thread (runtime_impl.cc).
-  void BackgroundLoop();
-  bool RunCycle();  // false once the loop must end
-  void WaitForWork(bool anything_pending) EXCLUDES(queue_mutex_);
+  // The cycles (runtime_impl.cc), run by the background thread or by a
+  // caller in RunCyclesFor.
+  enum class CycleEnd {
+    kRan,         // a whole cycle ran
+    kUnfinished,  // a set's round waits on other ranks beyond `patience`: resume it next cycle
+    kStop,        // kolo stops (shutdown, or a failure that fails everything)
+  };
+  void BackgroundLoop() EXCLUDES(round_mutex_, queue_mutex_);
+  // Waits until a cycle is due: work queued, a wake-up, shutdown, or
+  // next_cycle_at_.
+  void WaitForWork() EXCLUDES(queue_mutex_);
+  bool CycleDue() EXCLUDES(queue_mutex_);
+  // Runs one cycle; an exception fails everything and ends the cycles.
+  CycleEnd RunGuardedCycle(Clock::duration patience) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
+  CycleEnd RunCycle(Clock::duration patience) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
+  // After a cycle: when the next one is due (soon while tensors wait, else
+  // after the idle tick), and whether to wake the background thread for it.
+  void ScheduleNextCycle(CycleEnd end, bool wake) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
   // Runs what one negotiation round decided on `set`.
-  void Dispatch(ProcessSet& set, const std::vector<Response>& responses);
+  void Dispatch(ProcessSet& set, const std::vector<Response>& responses) REQUIRES(round_mutex_);
   // Barrier, join, errors, process-set changes, and the coordinator's
   // question about a missing tensor.
-  void RunControl(ProcessSet& set, const Response& r, Clock::time_point now);
+  void RunControl(ProcessSet& set, const Response& r, Clock::time_point now) REQUIRES(round_mutex_);
   // The request this rank has pending under `name` on a set other than
   // `except`, or null.
-  const Request* HeldElsewhere(const std::string& name, int except) const;
-  void FailEverything(const Status& status) EXCLUDES(queue_mutex_);
+  const Request* HeldElsewhere(const std::string& name, int except) const REQUIRES(round_mutex_);
+  void FailEverything(const Status& status) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
   // The one place an entry completes (data, control, error, cancelled):
   // its timeline spans end, its name is free again, its Work gets `status`
   // (and `result`) and wakes the caller once every part has one.
   void Complete(TensorEntry entry, const Status& status, WorkResult* result = nullptr)
       EXCLUDES(queue_mutex_);
   // Completes what the executor finished since the last call.
-  void CompleteExecuted() EXCLUDES(queue_mutex_);
+  void CompleteExecuted() REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
   // A completed barrier or join on `set`: every rank reached it at the same
   // point of its program, so its unnamed collectives are numbered afresh from
   // here, in a new epoch.
@@ -99,36 +129,56 @@ class RuntimeImpl {
   // A RESYNC (the ranks' unnamed collectives are out of step): when this rank
   // is among its ranks, fails its unnamed collectives of the response's epoch
   // numbered unnamed_from or later, and numbers its next one unnamed_from.
-  void Resync(ProcessSet& set, const Response& r) EXCLUDES(queue_mutex_);
+  void Resync(ProcessSet& set, const Response& r) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
 
   // Autotune (runtime_autotune.cc). At Create, collective over the global
   // communicator and before the sets exist: reads KOLO_AUTOTUNE_FILE (rank 0
   // reads, every rank parses the same text) and starts the tuner on rank 0.
-  Status InitAutotune(const ConfigNotes& notes);
+  Status InitAutotune(const ConfigNotes& notes) REQUIRES(round_mutex_);
   // After each negotiation round of the global set, before its Dispatch, on
   // every rank: applies the settings rank 0 published in that round (so all
   // ranks change them between the same two cycles) and, on rank 0, feeds the
   // tuner.
-  void AutotuneRound(ProcessSet& global, const NegotiationOutcome& outcome, Clock::time_point now);
-  void ApplyTuned(const TunedParams& params, bool final) EXCLUDES(tuned_mutex_);
+  void AutotuneRound(ProcessSet& global, const NegotiationOutcome& outcome, Clock::time_point now)
+      REQUIRES(round_mutex_);
+  void ApplyTuned(const TunedParams& params, bool final) REQUIRES(round_mutex_)
+      EXCLUDES(tuned_mutex_);
 
-  Config config_;  // fusion threshold and cycle time change when autotune applies settings
+  // Fusion threshold and cycle time change when autotune applies settings, in
+  // a cycle: read in cycles only, after Create.
+  Config config_;
+  bool caller_runs_ = false;  // KOLO_CALLER_RUNS and MPI's thread level allow it; set at Create
   bool owns_mpi_ = false;
   Placement placement_;
   MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
   std::unique_ptr<MpiOps> mpi_ops_;
   std::unique_ptr<Gpu> gpu_;  // before the sets and the executor, which use it
 
-  // Owned by the background thread once it runs (before: by Create).
-  std::map<int, std::unique_ptr<ProcessSet>> sets_;
-  int next_set_id_ = 1;
-  std::unique_ptr<Executor> executor_;
-  std::vector<Finished> finished_;  // CompleteExecuted()'s, kept for its capacity
+  // How long a caller in RunCyclesFor waits for the other ranks' bit vectors
+  // before it leaves the round to the background thread: ranks in step arrive
+  // within microseconds; a caller must not stop signal handlers for longer.
+  static constexpr Clock::duration kCallerPatience = std::chrono::milliseconds(1);
+  // Held by the thread that runs a cycle (the background thread, or a caller
+  // in RunCyclesFor), and by Create and Shutdown around what they build and
+  // tear down. What it guards is what a cycle works on.
+  Mutex round_mutex_;
+  std::map<int, std::unique_ptr<ProcessSet>> sets_ GUARDED_BY(round_mutex_);
+  int next_set_id_ GUARDED_BY(round_mutex_) = 1;
+  std::unique_ptr<Executor> executor_ GUARDED_BY(round_mutex_);
+  // CompleteExecuted()'s, kept for its capacity.
+  std::vector<Finished> finished_ GUARDED_BY(round_mutex_);
   Timeline timeline_;
   // The allreduce piece size the sets use now; config_.piece_bytes stays the
   // size their shared-memory slots were made for.
-  int64_t piece_bytes_now_ = 0;
-  std::unique_ptr<TuningRun> tuning_;  // rank 0, while autotune runs
+  int64_t piece_bytes_now_ GUARDED_BY(round_mutex_) = 0;
+  std::unique_ptr<TuningRun> tuning_ GUARDED_BY(round_mutex_);  // rank 0, while autotune runs
+  // A cycle that stopped at a set whose round was unfinished resumes there
+  // (kNoSet: the next cycle starts afresh).
+  static constexpr int kNoSet = -1;
+  int resume_set_ GUARDED_BY(round_mutex_) = kNoSet;
+  std::atomic<int64_t> cycles_by_background_{0}, cycles_by_callers_{0}, left_unfinished_{0};
+  // A cycle returned kStop: no thread runs another one.
+  bool cycles_ended_ GUARDED_BY(round_mutex_) = false;
 
   mutable Mutex tuned_mutex_;
   TunedSettings tuned_ GUARDED_BY(tuned_mutex_);
@@ -156,6 +206,10 @@ class RuntimeImpl {
   };
   std::map<int, UnnamedState> unnamed_ GUARDED_BY(queue_mutex_);
   bool shutdown_requested_ GUARDED_BY(queue_mutex_) = false;
+  // When the background thread runs its next cycle without being woken: soon
+  // after the last cycle (by any thread) while tensors wait, else after the
+  // idle tick; a cycle that must resume, or ended, sets it to now.
+  Clock::time_point next_cycle_at_ GUARDED_BY(queue_mutex_);
   std::string stop_reason_ GUARDED_BY(queue_mutex_);
 
   std::atomic<bool> running_{false};

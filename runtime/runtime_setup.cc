@@ -39,13 +39,26 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
     if (std::string line = notes.AliasLine(); !line.empty()) KOLO_LOG(kInfo) << line;
   }
   rt->gpu_ = MakeGpu(rt->config_.hierarchical_allreduce);
-  KOLO_RETURN_IF_ERROR(rt->InitAutotune(notes));  // a tuned piece size shapes the sets
-  KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
-  if (!rt->config_.timeline_path.empty() && rt->placement_.rank == 0) {
-    KOLO_RETURN_IF_ERROR(
-        rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
+  {
+    MutexLock round(&rt->round_mutex_);
+    KOLO_RETURN_IF_ERROR(rt->InitAutotune(notes));  // a tuned piece size shapes the sets
+    KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
+    if (!rt->config_.timeline_path.empty() && rt->placement_.rank == 0) {
+      KOLO_RETURN_IF_ERROR(
+          rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
+    }
+    rt->executor_ = std::make_unique<Executor>(&rt->timeline_);
   }
-  rt->executor_ = std::make_unique<Executor>(&rt->timeline_);
+  // A caller that runs a cycle calls MPI from its own thread, which
+  // MPI_THREAD_SERIALIZED allows (round_mutex_ orders the calls); InitMpi
+  // refused anything less.
+  rt->caller_runs_ = rt->config_.caller_runs;
+  {
+    MutexLock lock(&rt->queue_mutex_);
+    rt->next_cycle_at_ =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double, std::milli>(rt->config_.idle_tick_ms));
+  }
   RuntimeImpl* raw = rt.get();
   rt->running_ = true;
   rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
@@ -199,8 +212,14 @@ Status RuntimeImpl::Shutdown() {
   if (thread_.joinable()) thread_.join();
   running_ = false;
   timeline_.Stop();
-  sets_.clear();  // with their NCCL communicators, before the streams of gpu_
-  executor_.reset();
+  {
+    // No cycle runs any more (the last one ended the cycles); a caller that
+    // tries one finds cycles_ended_.
+    MutexLock round(&round_mutex_);
+    cycles_ended_ = true;
+    sets_.clear();  // with their NCCL communicators, before the streams of gpu_
+    executor_.reset();
+  }
   gpu_.reset();  // streams and buffers
   mpi_ops_.reset();
   global_comm_ = MpiComm();

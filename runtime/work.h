@@ -1,5 +1,5 @@
 // What an enqueued operation becomes: a Work (what the caller waits on) and
-// one TensorEntry per tensor (what the background thread executes).
+// one TensorEntry per tensor (what the cycles execute).
 #pragma once
 
 #include <chrono>
@@ -27,13 +27,15 @@ struct HeldName {
 // all its tensors: it completes when the last one does, with the first error.
 class Work {
  public:
-  explicit Work(int parts, std::vector<HeldName> held = {})
-      : held_(std::move(held)), remaining_(parts), results_(parts) {}
+  // `on_host`: every tensor is in host memory (a caller may run its cycle).
+  explicit Work(int parts, std::vector<HeldName> held = {}, bool on_host = true)
+      : held_(std::move(held)), on_host_(on_host), remaining_(parts), results_(parts) {}
 
   // Set at creation, never changed: read by the thread that waits.
   const std::vector<HeldName>& held_names() const { return held_; }
+  bool on_host() const { return on_host_; }
 
-  // Called by the background thread once per part. `result` (may be null) is
+  // Called by the thread that runs the cycles once per part. `result` (may be null) is
   // moved in before waiters wake.
   void Complete(const Status& status, int part, WorkResult* result = nullptr) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
@@ -78,6 +80,7 @@ class Work {
 
  private:
   const std::vector<HeldName> held_;
+  const bool on_host_;
   Mutex mu_;
   CondVar cv_;
   int remaining_ GUARDED_BY(mu_);

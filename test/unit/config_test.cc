@@ -62,6 +62,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_LOG_LEVEL", "debug"},
       {"KOLO_HIERARCHICAL_ALLREDUCE", "1"},
       {"KOLO_IDLE_TICK_MS", "12.5"},
+      {"KOLO_CALLER_RUNS", "0"},
       {"KOLO_PIECE_SIZE", "4096"},
       {"KOLO_IN_PLACE_THRESHOLD", "0"},
       {"KOLO_SHM_ALLREDUCE", "0"},

@@ -16,6 +16,7 @@ inline constexpr const char* kStartTimeout = "KOLO_START_TIMEOUT";
 inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
 inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
 inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
+inline constexpr const char* kCallerRuns = "KOLO_CALLER_RUNS";
 inline constexpr const char* kPieceSize = "KOLO_PIECE_SIZE";
 inline constexpr const char* kInPlaceThreshold = "KOLO_IN_PLACE_THRESHOLD";
 inline constexpr const char* kShmAllreduce = "KOLO_SHM_ALLREDUCE";

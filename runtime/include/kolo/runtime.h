@@ -139,6 +139,7 @@ class Runtime {
 
   // What autotune has set so far (the configured settings when it is off).
   TunedSettings CurrentTunedSettings() const;
+  CycleStats cycle_stats() const;
 
   // Starts / stops writing a Chrome-trace timeline (rank 0 only; no-op elsewhere).
   Status StartTimeline(const std::string& path, bool mark_cycles);

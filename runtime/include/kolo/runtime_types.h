@@ -51,6 +51,14 @@ struct CollectiveOptions {
   // e.g. the framework's current stream; null is the legacy default stream.
   // kolo's stream waits for it without blocking the caller.
   void* cuda_stream = nullptr;
+  // The caller waits for the operation right after enqueuing it (a blocking
+  // call such as kolo.torch.allreduce): kolo does not wake its background
+  // thread for it, and the waiting caller runs the negotiation round and the
+  // collective on its own thread when the background thread is idle
+  // (KOLO_CALLER_RUNS; docs/architecture.md, "Threads and who owns what").
+  // Only a hint: an operation so marked and not waited for at once still runs,
+  // at the background thread's next cycle (within KOLO_IDLE_TICK_MS).
+  bool caller_waits = false;
 };
 
 struct AllreduceOptions : CollectiveOptions {
@@ -102,6 +110,16 @@ struct TunedSettings {
   bool tuning = false;     // the search is still running
   bool from_file = false;  // read from KOLO_AUTOTUNE_FILE at init
   int64_t changes = 0;     // how many times rank 0's new settings took effect here
+};
+
+// Which threads ran this rank's cycles (negotiation round and collectives)
+// since init: what tests and benchmarks check of KOLO_CALLER_RUNS.
+struct CycleStats {
+  int64_t by_background = 0;  // cycles the background thread started
+  int64_t by_callers = 0;     // cycles a waiting caller started on its own thread
+  // Of those, rounds a caller left to the background thread because other
+  // ranks had not joined them within its patience.
+  int64_t left_unfinished = 0;
 };
 
 }  // namespace kolo
