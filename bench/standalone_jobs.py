@@ -1,7 +1,9 @@
 """The benchmarks' standalone jobs: each system or path in a kolorun job of its own, the
 jobs alternated round by round so that a slow spell of the machine hits every side, each
 job writing one JSON object; per side the median over jobs and the spread (slowest job /
-fastest job). Used by tf_bench.py and jax_bench.py (`jobs`), ddp_bench.py (`jobs`),
+fastest job). Before each job, build/bench/placement_probe says which placement the VM's
+vCPUs are in (docs/performance.md, "Machine and method"); each job's JSON carries it under
+"placement", and torch_alone also summarises each side per placement. Used by tf_bench.py and jax_bench.py (`jobs`), ddp_bench.py (`jobs`),
 p2p_bench.py (`jobs`) and standalone.sh (torch_bench.py `alone`).
 
 Run as a script, it is standalone.sh's body:
@@ -53,17 +55,32 @@ def run_job(cmd, out, quiet=True):
         return json.load(f)
 
 
+def probe_placement():
+    """The placement probe's JSON object ({"placement": "near"|"far", "round_trip_ns": ...}),
+    or None when the build has no probe."""
+    probe = os.path.join(build_dir(), "bench", "placement_probe")
+    if not os.path.exists(probe):
+        return None
+    return json.loads(subprocess.run([probe], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
 def alternate(rounds, commands, out, quiet=True):
     """Runs ``rounds`` rounds of jobs, in each round one job per entry of ``commands``
     (name -> argv, or a function of the round number giving the argv or None to skip it
-    in that round), in the order given. Every job writes its JSON to ``out``. Yields
-    (round, name, the job's JSON) as each job ends."""
+    in that round), in the order given. Every job writes its JSON to ``out``; the
+    placement probed just before it is added as "placement". Yields (round, name, the
+    job's JSON) as each job ends."""
     for i in range(rounds):
         for name, command in commands.items():
             argv = command(i) if callable(command) else command
             if argv is None:
                 continue
-            yield i, name, run_job(argv, out, quiet)
+            placement = probe_placement()
+            job = run_job(argv, out, quiet)
+            if placement is not None:
+                job["placement"] = placement
+            yield i, name, job
 
 
 def spread(values, unit="ms"):
@@ -71,6 +88,15 @@ def spread(values, unit="ms"):
     fastest."""
     return {"job_median_" + unit: values, "median_" + unit: statistics.median(values),
             "slowest_over_fastest": max(values) / min(values)}
+
+
+def by_placement(jobs, key):
+    """``spread`` of ``key`` over the jobs of each placement ({"near": ..., "far": ...})."""
+    groups = {}
+    for job in jobs:
+        where = job.get("placement", {}).get("placement", "unknown")
+        groups.setdefault(where, []).append(job[key])
+    return {where: spread(values) for where, values in sorted(groups.items())}
 
 
 def write_result(result, out=None):
@@ -108,6 +134,9 @@ def torch_alone(jobs, model, strategies):
     for s in strategies:
         med = [r["median_ms"] for r in runs[s]]
         result["strategies"][s] = spread(med)
+        result["strategies"][s]["by_placement"] = by_placement(runs[s], "median_ms")
+        result["strategies"][s]["placements"] = [
+            r.get("placement", {}).get("placement", "unknown") for r in runs[s]]
         submit = [r["submit_ms"] for r in runs[s] if r.get("submit_ms") is not None]
         if submit:
             result["strategies"][s]["submit_ms"] = statistics.median(submit)
@@ -115,6 +144,9 @@ def torch_alone(jobs, model, strategies):
         print(f"{s:15s} per job: " + " ".join(f"{m:.2f}" for m in med))
         print(f"{s:15s} median {statistics.median(med):.2f} ms, slowest/fastest job "
               f"{max(med) / min(med):.2f}")
+        for where, sp in result["strategies"][s]["by_placement"].items():
+            print(f"{s:15s}   {where}: {len(sp['job_median_ms'])} jobs, median "
+                  f"{sp['median_ms']:.2f} ms, slowest/fastest {sp['slowest_over_fastest']:.2f}")
     if os.environ.get("OUT"):
         with open(os.environ["OUT"], "w") as f:
             json.dump(result, f, indent=1)
