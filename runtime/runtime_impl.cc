@@ -246,6 +246,10 @@ void RuntimeImpl::BackgroundLoop() {
 
 void RuntimeImpl::RunCyclesFor(Work& work) {
   if (caller_runs_ && work.on_host() && round_mutex_.TryLock()) {
+    if (cycles_ended_) {  // kolo stopped: what is left completes without cycles
+      round_mutex_.Unlock();
+      return;
+    }
     CycleEnd end = CycleEnd::kRan;
     while (!cycles_ended_ && !work.done()) {
       ++cycles_by_callers_;
