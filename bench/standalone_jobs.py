@@ -90,13 +90,13 @@ def spread(values, unit="ms"):
             "slowest_over_fastest": max(values) / min(values)}
 
 
-def by_placement(jobs, key):
+def by_placement(jobs, key, unit="ms"):
     """``spread`` of ``key`` over the jobs of each placement ({"near": ..., "far": ...})."""
     groups = {}
     for job in jobs:
         where = job.get("placement", {}).get("placement", "unknown")
         groups.setdefault(where, []).append(job[key])
-    return {where: spread(values) for where, values in sorted(groups.items())}
+    return {where: spread(values, unit) for where, values in sorted(groups.items())}
 
 
 def write_result(result, out=None):
