@@ -7,6 +7,8 @@
 #
 #   bench/standalone.sh [JOBS=10] [MODEL=resnet50] [STRATEGIES="kolo raw_per_tensor"]
 #   KOLORUN_ARGS="--binding core" bench/standalone.sh   # extra kolorun options
+#   BASE_BUILD=../wt-base/build bench/standalone.sh 5 resnet50 "kolo kolo:base raw_per_tensor"
+#       # "kolo:base": the same strategy on another build (a change's before), alternated
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The jobs and their summary: bench/standalone_jobs.py, which the other benchmarks'

@@ -9,6 +9,9 @@ p2p_bench.py (`jobs`) and standalone.sh (torch_bench.py `alone`).
 Run as a script, it is standalone.sh's body:
 
     python3 bench/standalone_jobs.py torch_alone JOBS MODEL STRATEGY...
+
+A strategy "<name>:base" runs with the build in $BASE_BUILD instead (kolorun and package),
+so that a change's before and after alternate in one run.
 """
 import json
 import os
@@ -120,14 +123,28 @@ def torch_alone(jobs, model, strategies):
     $OUT=file.json writes them as JSON (bench/report.py reads it). $NP ranks (2),
     $KOLORUN_ARGS and $ALONE_ARGS are passed on."""
     import tempfile
-    run = kolorun(os.environ.get("NP", "2"), shlex.split(os.environ.get("KOLORUN_ARGS", "")))
+    np = os.environ.get("NP", "2")
+    extra = shlex.split(os.environ.get("KOLORUN_ARGS", ""))
+    run = kolorun(np, extra)
     alone_args = shlex.split(os.environ.get("ALONE_ARGS", ""))
     bench = os.path.join("bench", "torch_bench.py")
     runs = {s: [] for s in strategies}
+
+    def command(strategy, out):
+        # "<strategy>:base" runs the build in $BASE_BUILD (kolorun and package): a change's
+        # before and after, alternated in one run.
+        name, _, which = strategy.partition(":")
+        prefix = run
+        if which == "base":
+            base = os.path.join(ROOT, os.environ["BASE_BUILD"])
+            prefix = ["env", "PYTHONPATH=" + os.path.join(base, "python"),
+                      os.path.join(base, "launcher", "kolorun"), "-np", np] + extra
+        return prefix + ["/usr/bin/python3", bench, "--out", out, "alone", "--strategy", name,
+                         "--model", model] + alone_args
+
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
-        commands = {s: run + ["/usr/bin/python3", bench, "--out", out, "alone", "--strategy",
-                              s, "--model", model] + alone_args for s in strategies}
+        commands = {s: command(s, out) for s in strategies}
         for _, s, job in alternate(jobs, commands, out, quiet=False):
             runs[s].append(job)
     result = {"benchmark": "standalone_jobs", "model": model, "jobs": jobs, "strategies": {}}
