@@ -10,7 +10,8 @@
 
 Each runs with ``KOLO_CALLER_RUNS=1`` (the default: the waiting caller runs the cycle)
 and ``=0`` (the background thread runs every cycle: the two thread hand-offs), so the
-lever's before and after come from the same minutes. Prints per side the median over
+lever's before and after come from the same minutes; with $BASE_BUILD (a build directory)
+``torch base`` runs kolo.torch's side on that build too. Prints per side the median over
 jobs, the spread and the figures per placement; ``--out`` writes the JSON.
 
     python3 bench/latency_jobs.py --jobs 5 --out bench/results/latency_jobs.json
@@ -36,10 +37,15 @@ def cpp_job(out, caller_runs):
             + sj.kolorun(2) + [sweep, "4", "1.0"])
 
 
-def torch_job(out, caller_runs):
-    return (["env", "KOLO_CALLER_RUNS=%d" % caller_runs] + sj.kolorun(2) +
-            ["/usr/bin/python3", os.path.join(sj.ROOT, "bench", "torch_bench.py"), "--out", out,
-             "latency"])
+def torch_job(out, caller_runs, base=None):
+    """``base``: a build directory to run instead (kolorun and package)."""
+    run = sj.kolorun(2)
+    env = ["env", "KOLO_CALLER_RUNS=%d" % caller_runs]
+    if base:
+        run = [os.path.join(base, "launcher", "kolorun"), "-np", "2"]
+        env.append("PYTHONPATH=" + os.path.join(base, "python"))
+    return env + run + ["/usr/bin/python3", os.path.join(sj.ROOT, "bench", "torch_bench.py"),
+                        "--out", out, "latency"]
 
 
 def figures(name, job):
@@ -62,6 +68,9 @@ def main():
         commands = {"cpp caller_runs=1": cpp_job(out, 1), "cpp caller_runs=0": cpp_job(out, 0),
                     "torch caller_runs=1": torch_job(out, 1),
                     "torch caller_runs=0": torch_job(out, 0)}
+        if os.environ.get("BASE_BUILD"):  # the build before the change, as a side of its own
+            commands["torch base"] = torch_job(out, 0, os.path.join(sj.ROOT,
+                                                                    os.environ["BASE_BUILD"]))
         jobs = {name: [] for name in commands}
         for _, name, job in sj.alternate(args.jobs, commands, out):
             kolo_us, raw_us = figures(name, job)
