@@ -468,7 +468,9 @@ std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, Wo
   if (!work.ok()) return work.status();
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_seconds));
-  if (!work.value()->done()) impl_->RunCyclesFor(*work.value());
+  // A zero timeout is a poll: it never runs a cycle (the Python binding polls
+  // with the GIL held).
+  if (timeout_seconds > 0 && !work.value()->done()) impl_->RunCyclesFor(*work.value());
   Status s;
   if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
   handles_->Release(handle);

@@ -134,6 +134,8 @@ class Runtime {
   void Release(Handle handle);
   // Like Wait, but returns nullopt after `timeout_seconds` if the operation is
   // still running (the handle stays valid), so a caller can handle signals.
+  // Wait and WaitFor with a timeout above 0 may run kolo's cycle on the
+  // calling thread (KOLO_CALLER_RUNS); WaitFor(h, 0) only looks.
   std::optional<Status> WaitFor(Handle handle, double timeout_seconds,
                                 WorkResult* result = nullptr);
 
