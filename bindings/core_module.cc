@@ -296,18 +296,18 @@ Output Wait(Handle h) {
   std::shared_ptr<Runtime> runtime = State().shared_runtime();
   Runtime& rt = *runtime;
   Output out;
-  for (;;) {
-    std::optional<Status> s;
+  // An operation that has finished (synchronize() after a step's backward
+  // pass, mostly) is taken without letting the GIL go and taking it back.
+  std::optional<Status> s = rt.WaitFor(h, 0.0, &out.result);
+  while (!s.has_value()) {
     {
       py::gil_scoped_release release;
       s = rt.WaitFor(h, kSignalCheckSeconds, &out.result);
     }
-    if (s.has_value()) {
-      if (!s->ok()) Raise(*s);
-      return out;
-    }
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (!s.has_value() && PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  if (!s->ok()) Raise(*s);
+  return out;
 }
 
 }  // namespace

@@ -81,7 +81,11 @@ bool TensorReader::TryRead(PyObject* t, TensorView* view) const {
   py::object ptr = Call(t, data_ptr_);
   view->data = PyLong_AsVoidPtr(ptr.ptr());
   if (view->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
-  py::object shape = Owned(PySequence_Fast(Attr(t, shape_).ptr(), "shape is not a sequence"));
+  py::object shape = Attr(t, shape_);
+  // torch.Size is a tuple; PySequence_Fast would copy it into a list.
+  if (!PyTuple_Check(shape.ptr())) {
+    shape = Owned(PySequence_Fast(shape.ptr(), "shape is not a sequence"));
+  }
   const Py_ssize_t dims = PySequence_Fast_GET_SIZE(shape.ptr());
   PyObject** dim = PySequence_Fast_ITEMS(shape.ptr());
   view->shape.resize(static_cast<size_t>(dims));
