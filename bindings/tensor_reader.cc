@@ -77,7 +77,9 @@ bool TensorReader::TryRead(PyObject* t, TensorView* view) const {
     return false;
   }
   if (!Truth(Call(t, is_contiguous_))) return false;
-  view->dtype = static_cast<DataType>(Int(code));
+  const int64_t dtype_code = Int(code);
+  if (dtype_code < 0 || dtype_code >= kNumDataTypes) return false;  // the table was changed
+  view->dtype = static_cast<DataType>(dtype_code);
   py::object ptr = Call(t, data_ptr_);
   view->data = PyLong_AsVoidPtr(ptr.ptr());
   if (view->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
