@@ -4,7 +4,9 @@
 A binding hands the engine *views*: ``(data pointer, dtype code, shape, device)``, the
 device -1 for host memory. It gets them from its own small adapter (``kolo.torch._tensors``
 for torch tensors, ``kolo.common.host`` for NumPy arrays, which TensorFlow and JAX use),
-which also says how a result becomes a tensor again. Everything else is the same for every
+which also says how a result becomes a tensor again. The allreduces of kolo.torch hand over
+the tensors themselves instead, with a reader its adapter made (:func:`tensor_reader`): the
+core reads a whole list in one call. Everything else is the same for every
 framework and lives here once:
 
 - the dtype table (the core's codes by dtype name; :func:`dtype_codes` maps a framework's
