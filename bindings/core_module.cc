@@ -26,6 +26,7 @@
 #include "join.h"
 #include "kolo/runtime.h"
 #include "p2p.h"
+#include "tensor_reader.h"
 #include "tree_signature.h"
 #ifdef KOLO_HAVE_XLA_FFI
 #include "jax_ffi.h"
@@ -295,18 +296,18 @@ Output Wait(Handle h) {
   std::shared_ptr<Runtime> runtime = State().shared_runtime();
   Runtime& rt = *runtime;
   Output out;
-  for (;;) {
-    std::optional<Status> s;
+  // An operation that has finished (synchronize() after a step's backward
+  // pass, mostly) is taken without letting the GIL go and taking it back.
+  std::optional<Status> s = rt.WaitFor(h, 0.0, &out.result);
+  while (!s.has_value()) {
     {
       py::gil_scoped_release release;
       s = rt.WaitFor(h, kSignalCheckSeconds, &out.result);
     }
-    if (s.has_value()) {
-      if (!s->ok()) Raise(*s);
-      return out;
-    }
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (!s.has_value() && PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  if (!s->ok()) Raise(*s);
+  return out;
 }
 
 }  // namespace
@@ -331,6 +332,8 @@ PYBIND11_MODULE(_core, m) {
   }
   m.attr("DTYPES") = dtypes;
   m.attr("REDUCE_OPS") = ops;
+  // How the entries that take a framework's tensors read them (tensor_reader.cc).
+  RegisterTensorReader(m);
 
   m.def(
       "init",
@@ -383,6 +386,40 @@ PYBIND11_MODULE(_core, m) {
           return Enqueued(Rt().EnqueueGroupedAllreduce(
               in, out,
               Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set, stream)));
+        });
+  // The same two, reading the framework's tensors here (tensor_reader.h): one
+  // call per operation, however many tensors. `output` / `outputs`: None to
+  // reduce in place, else tensors of the inputs' shapes and dtypes; `what`
+  // names the inputs in a refusal ("allreduce input").
+  m.def("allreduce_tensor_async",
+        [](const TensorReader& reader, py::handle tensor, py::handle output, const char* what,
+           const std::string& name, int op, double prescale, double postscale, int process_set) {
+          TensorView in = reader.Read(tensor, what, -1);
+          TensorView out = in;
+          if (!output.is_none()) out.data = reinterpret_cast<void*>(reader.DataPtr(output));
+          return Enqueued(Rt().EnqueueAllreduce(
+              in, out,
+              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                         reader.Stream(tensor, in))));
+        });
+  m.def("grouped_allreduce_tensors_async",
+        [](const TensorReader& reader, py::handle tensors, py::handle outputs, const char* what,
+           const std::string& name, int op, double prescale, double postscale, int process_set) {
+          std::vector<TensorView> in = reader.ReadList(tensors, what);
+          if (in.empty()) throw py::value_error(std::string(what) + " needs at least one tensor");
+          std::vector<TensorView> out;
+          if (!outputs.is_none()) {
+            out = in;
+            py::sequence seq = py::reinterpret_borrow<py::sequence>(outputs);
+            if (py::len(seq) != in.size()) throw py::value_error("one output per input needed");
+            for (size_t i = 0; i < out.size(); ++i) {
+              out[i].data = reinterpret_cast<void*>(reader.DataPtr(seq[i]));
+            }
+          }
+          return Enqueued(Rt().EnqueueGroupedAllreduce(
+              in, outputs.is_none() ? in : out,
+              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                         reader.FirstStream(tensors, in))));
         });
   // Grouped allgather / reducescatter: `tensors` are (data, dtype, shape, device);
   // the Output's take_parts() gives the results in order.

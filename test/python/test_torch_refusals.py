@@ -89,6 +89,26 @@ def test_grouped_with_one_bad_member():
         "complex64")
 
 
+def test_in_place_grouped_with_one_bad_member():
+    # The core reads the in-place forms' tensors itself (issue 35); its refusal is announced
+    # like the Python check's.
+    refused_everywhere(
+        "grouped_allreduce_ 'py.group_'",
+        lambda: hvd.grouped_allreduce_async_([torch.zeros(2), torch.zeros(4, 4).t()],
+                                             name="py.group_"),
+        lambda: hvd.grouped_allreduce_async_([torch.zeros(2), torch.zeros(4, 4)],
+                                             name="py.group_"),
+        "grouped_allreduce input 1 is not contiguous")
+
+
+def test_in_place_non_contiguous():
+    refused_everywhere(
+        "allreduce_ 'py.contiguous_'",
+        lambda: hvd.allreduce_async_(torch.zeros(4, 4).t(), name="py.contiguous_"),
+        lambda: hvd.allreduce_async_(torch.zeros(4, 4), name="py.contiguous_"),
+        "allreduce input is not contiguous")
+
+
 def test_reducescatter_op_in_python():
     refused_everywhere(
         "reducescatter 'py.op'",

@@ -4,7 +4,9 @@
 A binding hands the engine *views*: ``(data pointer, dtype code, shape, device)``, the
 device -1 for host memory. It gets them from its own small adapter (``kolo.torch._tensors``
 for torch tensors, ``kolo.common.host`` for NumPy arrays, which TensorFlow and JAX use),
-which also says how a result becomes a tensor again. Everything else is the same for every
+which also says how a result becomes a tensor again. The allreduces of kolo.torch hand over
+the tensors themselves instead, with a reader its adapter made (:func:`tensor_reader`): the
+core reads a whole list in one call. Everything else is the same for every
 framework and lives here once:
 
 - the dtype table (the core's codes by dtype name; :func:`dtype_codes` maps a framework's
@@ -62,6 +64,29 @@ def grouped_allreduce_async(views, outs, name, op, prescale, postscale, set_id, 
              for (data, code, shape, device), out in zip(views, outs)]
     return _core.grouped_allreduce_async(specs, name or "", op, float(prescale),
                                          float(postscale), set_id, stream)
+
+
+# The same two for a framework whose adapter made a reader (:func:`tensor_reader`): the core
+# reads the tensors itself, one call however many there are. ``out`` / ``outs``: None to
+# reduce in place, else tensors like the inputs; ``what`` names the inputs in a refusal.
+
+def tensor_reader(tensor_type, dtypes, refuse, stream):
+    """How the core reads a framework's tensors (bindings/tensor_reader.h): instances of
+    ``tensor_type`` with torch.Tensor's attributes, ``dtypes`` ``{dtype: core code}``;
+    ``refuse(tensor, what, index)`` raises the adapter's error for a tensor that fails a
+    check, ``stream(tensor)`` gives the CUDA stream that produces a device tensor."""
+    return _core.TensorReader(tensor_type, dtypes, refuse, stream)
+
+
+def allreduce_tensor_async(reader, tensor, out, what, name, op, prescale, postscale, set_id):
+    return _core.allreduce_tensor_async(reader, tensor, out, what, name or "", op,
+                                        float(prescale), float(postscale), set_id)
+
+
+def grouped_allreduce_tensors_async(reader, tensors, outs, what, name, op, prescale, postscale,
+                                    set_id):
+    return _core.grouped_allreduce_tensors_async(reader, tensors, outs, what, name or "", op,
+                                                 float(prescale), float(postscale), set_id)
 
 
 def allgather_async(view, name, set_id, stream=0):

@@ -15,6 +15,7 @@ from kolo.common.refusals import announces_refusals
 from kolo.torch import _tensors
 from kolo.torch._tensors import check_list as _check_list
 from kolo.torch._tensors import check_tensor as _check_tensor
+from kolo.torch._tensors import READER as _READER
 from kolo.torch._tensors import stream as _stream
 from kolo.torch._tensors import view as _view
 from kolo.torch.basics import _check_join_device, _on_new_run
@@ -59,15 +60,19 @@ def reducescatter_op(op):
 
 # --- allreduce ---------------------------------------------------------------------------
 
+# The allreduces hand the tensors themselves to the engine: the core reads and checks them
+# (_tensors.READER), one call per operation however many tensors (issue 35).
+
 @announces_refusals("allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` into a new tensor; returns a handle."""
     op = reduce_op(op, average)
-    _check_tensor(tensor, "allreduce input")
+    _check_tensor(tensor, "allreduce input")  # before empty_like, which takes anything
     output = torch.empty_like(tensor)
-    h = _engine.allreduce_async(_view(tensor), output.data_ptr(), name, op, prescale_factor,
-                                postscale_factor, _set_id(process_set), _stream(tensor))
+    h = _engine.allreduce_tensor_async(_READER, tensor, output, "allreduce input", name, op,
+                                       prescale_factor, postscale_factor,
+                                       _set_id(process_set))
     return _register(h, lambda out, _input=tensor: output)
 
 
@@ -76,9 +81,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` in place; returns a handle."""
     op = reduce_op(op, average)
-    _check_tensor(tensor, "allreduce input")
-    h = _engine.allreduce_async(_view(tensor), tensor.data_ptr(), name, op, prescale_factor,
-                                postscale_factor, _set_id(process_set), _stream(tensor))
+    h = _engine.allreduce_tensor_async(_READER, tensor, None, "allreduce input", name, op,
+                                       prescale_factor, postscale_factor,
+                                       _set_id(process_set))
     return _register(h, lambda out: tensor)
 
 
@@ -89,15 +94,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
-                             process_set):
-    h = _engine.grouped_allreduce_async([_view(t) for t in tensors],
-                                        [o.data_ptr() for o in outputs], name, op,
-                                        prescale_factor, postscale_factor,
-                                        _set_id(process_set), _stream(tensors[0]))
-    return _register(h, lambda out, _inputs=tensors: tuple(outputs))
-
-
 @announces_refusals("allreduce", tensors="tensors")
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
@@ -105,8 +101,11 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     result is a tuple of new tensors."""
     op = reduce_op(op, average)
     tensors = _check_list(tensors, "grouped_allreduce")
-    return _grouped_allreduce_async(tensors, [torch.empty_like(t) for t in tensors], name, op,
-                                    prescale_factor, postscale_factor, process_set)
+    outputs = tuple(torch.empty_like(t) for t in tensors)
+    h = _engine.grouped_allreduce_tensors_async(_READER, tensors, outputs, "grouped_allreduce",
+                                                name, op, prescale_factor, postscale_factor,
+                                                _set_id(process_set))
+    return _register(h, lambda out, _inputs=tensors: outputs)
 
 
 @announces_refusals("allreduce", tensors="tensors")
@@ -114,9 +113,11 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     """In place: its result is the tuple of the input tensors."""
     op = reduce_op(op, average)
-    tensors = _check_list(tensors, "grouped_allreduce")
-    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor,
-                                    postscale_factor, process_set)
+    tensors = tuple(tensors)
+    h = _engine.grouped_allreduce_tensors_async(_READER, tensors, None, "grouped_allreduce",
+                                                name, op, prescale_factor, postscale_factor,
+                                                _set_id(process_set))
+    return _register(h, lambda out: tensors)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -64,6 +64,11 @@ def stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
+# How the core reads torch tensors itself (the allreduce entries): check_tensor's checks, in
+# C++; a tensor that fails one goes to check_tensor for its error.
+READER = _engine.tensor_reader(torch.Tensor, DTYPES, check_tensor, stream)
+
+
 def view(tensor, shape=None):
     """The engine's view of a checked tensor (``shape``: another shape of its elements)."""
     return (tensor.data_ptr(), DTYPES[tensor.dtype],
