@@ -390,21 +390,24 @@ PYBIND11_MODULE(_core, m) {
   // The same two, reading the framework's tensors here (tensor_reader.h): one
   // call per operation, however many tensors. `output` / `outputs`: None to
   // reduce in place, else tensors of the inputs' shapes and dtypes; `what`
-  // names the inputs in a refusal ("allreduce input").
+  // names the inputs in a refusal ("allreduce input"); `caller_waits`: a
+  // blocking call, whose caller runs the round (CollectiveOptions::caller_waits).
   m.def("allreduce_tensor_async",
         [](const TensorReader& reader, py::handle tensor, py::handle output, const char* what,
-           const std::string& name, int op, double prescale, double postscale, int process_set) {
+           const std::string& name, int op, double prescale, double postscale, int process_set,
+           bool caller_waits) {
           TensorView in = reader.Read(tensor, what, -1);
           TensorView out = in;
           if (!output.is_none()) out.data = reinterpret_cast<void*>(reader.DataPtr(output));
-          return Enqueued(Rt().EnqueueAllreduce(
-              in, out,
-              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                         reader.Stream(tensor, in))));
+          auto options = Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                    reader.Stream(tensor, in));
+          options.caller_waits = caller_waits;
+          return Enqueued(Rt().EnqueueAllreduce(in, out, options));
         });
   m.def("grouped_allreduce_tensors_async",
         [](const TensorReader& reader, py::handle tensors, py::handle outputs, const char* what,
-           const std::string& name, int op, double prescale, double postscale, int process_set) {
+           const std::string& name, int op, double prescale, double postscale, int process_set,
+           bool caller_waits) {
           std::vector<TensorView> in = reader.ReadList(tensors, what);
           if (in.empty()) throw py::value_error(std::string(what) + " needs at least one tensor");
           std::vector<TensorView> out;
@@ -416,10 +419,10 @@ PYBIND11_MODULE(_core, m) {
               out[i].data = reinterpret_cast<void*>(reader.DataPtr(seq[i]));
             }
           }
-          return Enqueued(Rt().EnqueueGroupedAllreduce(
-              in, outputs.is_none() ? in : out,
-              Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                         reader.FirstStream(tensors, in))));
+          auto options = Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                    reader.FirstStream(tensors, in));
+          options.caller_waits = caller_waits;
+          return Enqueued(Rt().EnqueueGroupedAllreduce(in, outputs.is_none() ? in : out, options));
         });
   // Grouped allgather / reducescatter: `tensors` are (data, dtype, shape, device);
   // the Output's take_parts() gives the results in order.
@@ -488,6 +491,14 @@ PYBIND11_MODULE(_core, m) {
       "the other ranks' matching collective fails too, naming this rank and `reason`, instead "
       "of waiting. Never raises.");
   m.def("poll", [](Handle h) { return Rt().Poll(h); });
+  m.def("cycle_stats", [] {
+    CycleStats c = Rt().cycle_stats();
+    py::dict d;
+    d["by_background"] = c.by_background;
+    d["by_callers"] = c.by_callers;
+    d["left_unfinished"] = c.left_unfinished;
+    return d;
+  });
   m.def(
       "release", [](Handle h) { Rt().Release(h); },
       "Forgets a handle that will not be waited for; its name is free once it completes.");

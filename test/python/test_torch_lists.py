@@ -161,3 +161,19 @@ def test_a_reader_that_disagrees_with_its_check_is_a_type_error():
         collectives.grouped_allreduce_tensors_async(reader, [torch.ones(1)], None,
                                                     "probe", "lists.probe", hvd.Sum,
                                                     1.0, 1.0, 0)
+
+
+def test_blocking_allreduces_run_their_round_on_the_calling_thread():
+    # allreduce_ and grouped_allreduce_ tell the core they wait at once: with
+    # KOLO_CALLER_RUNS on (the default) the calling thread runs the cycles, and nothing
+    # wakes the background thread for them.
+    before = collectives.cycle_stats()
+    for _ in range(20):
+        x = torch.ones(4)
+        assert hvd.allreduce_(x, op=hvd.Sum, name="lists.blocking").tolist() == [N] * 4
+        ys = hvd.grouped_allreduce_([torch.ones(2), torch.ones(3)], op=hvd.Sum,
+                                    name="lists.blocking.g")
+        assert [y.tolist() for y in ys] == [[N] * 2, [N] * 3]
+        assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="lists.blocking.o").tolist() == [N]
+    after = collectives.cycle_stats()
+    assert after["by_callers"] > before["by_callers"], (before, after)

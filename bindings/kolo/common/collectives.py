@@ -78,15 +78,20 @@ def tensor_reader(tensor_type, dtypes, refuse, stream):
     return _core.TensorReader(tensor_type, dtypes, refuse, stream)
 
 
-def allreduce_tensor_async(reader, tensor, out, what, name, op, prescale, postscale, set_id):
+# ``caller_waits``: the caller waits for the handle at once (a blocking call): the core does
+# not wake its background thread, and the waiting thread runs the round (KOLO_CALLER_RUNS).
+
+def allreduce_tensor_async(reader, tensor, out, what, name, op, prescale, postscale, set_id,
+                           caller_waits=False):
     return _core.allreduce_tensor_async(reader, tensor, out, what, name or "", op,
-                                        float(prescale), float(postscale), set_id)
+                                        float(prescale), float(postscale), set_id, caller_waits)
 
 
 def grouped_allreduce_tensors_async(reader, tensors, outs, what, name, op, prescale, postscale,
-                                    set_id):
+                                    set_id, caller_waits=False):
     return _core.grouped_allreduce_tensors_async(reader, tensors, outs, what, name or "", op,
-                                                 float(prescale), float(postscale), set_id)
+                                                 float(prescale), float(postscale), set_id,
+                                                 caller_waits)
 
 
 def allgather_async(view, name, set_id, stream=0):
@@ -128,6 +133,12 @@ def join_async():
 
 def barrier_async(set_id):
     return _core.barrier_async(set_id)
+
+
+def cycle_stats():
+    """Which threads ran this rank's cycles since init: {"by_background", "by_callers",
+    "left_unfinished"} (kolo::CycleStats)."""
+    return _core.cycle_stats()
 
 
 # --- waiting ----------------------------------------------------------------------------------

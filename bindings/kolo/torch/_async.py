@@ -63,68 +63,113 @@ def reducescatter_op(op):
 # The allreduces hand the tensors themselves to the engine: the core reads and checks them
 # (_tensors.READER), one call per operation however many tensors (issue 35).
 
+# A blocking call (allreduce_, grouped_allreduce_, kolo.torch.allreduce) tells the core it
+# waits at once (``caller_waits``): the core does not wake its background thread, and the
+# waiting thread runs the negotiation round and the reduction itself (KOLO_CALLER_RUNS).
+
 @announces_refusals("allreduce")
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
-    """Starts reducing ``tensor`` into a new tensor; returns a handle."""
+def _allreduce_out_of_place(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set, caller_waits):
     op = reduce_op(op, average)
     _check_tensor(tensor, "allreduce input")  # before empty_like, which takes anything
     output = torch.empty_like(tensor)
     h = _engine.allreduce_tensor_async(_READER, tensor, output, "allreduce input", name, op,
                                        prescale_factor, postscale_factor,
-                                       _set_id(process_set))
+                                       _set_id(process_set), caller_waits)
     return _register(h, lambda out, _input=tensor: output)
 
 
 @announces_refusals("allreduce")
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
-    """Starts reducing ``tensor`` in place; returns a handle."""
+def _allreduce_in_place(tensor, average, name, op, prescale_factor, postscale_factor,
+                        process_set, caller_waits):
     op = reduce_op(op, average)
     h = _engine.allreduce_tensor_async(_READER, tensor, None, "allreduce input", name, op,
                                        prescale_factor, postscale_factor,
-                                       _set_id(process_set))
+                                       _set_id(process_set), caller_waits)
     return _register(h, lambda out: tensor)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing ``tensor`` into a new tensor; returns a handle."""
+    return _allreduce_out_of_place(tensor, average, name, op, prescale_factor,
+                                   postscale_factor, process_set, False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing ``tensor`` in place; returns a handle."""
+    return _allreduce_in_place(tensor, average, name, op, prescale_factor, postscale_factor,
+                               process_set, False)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return synchronize(_allreduce_in_place(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set, True))
+
+
+def allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
+                       process_set):
+    """A new tensor with the reduction, waited for at once (kolo.torch.allreduce's
+    non-differentiable path)."""
+    return synchronize(_allreduce_out_of_place(tensor, average, name, op, prescale_factor,
+                                               postscale_factor, process_set, True))
 
 
 @announces_refusals("allreduce", tensors="tensors")
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
-    """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
-    result is a tuple of new tensors."""
+def _grouped_allreduce_out_of_place(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, caller_waits):
     op = reduce_op(op, average)
     tensors = _check_list(tensors, "grouped_allreduce")
     outputs = tuple(torch.empty_like(t) for t in tensors)
     h = _engine.grouped_allreduce_tensors_async(_READER, tensors, outputs, "grouped_allreduce",
                                                 name, op, prescale_factor, postscale_factor,
-                                                _set_id(process_set))
+                                                _set_id(process_set), caller_waits)
     return _register(h, lambda out, _inputs=tensors: outputs)
 
 
 @announces_refusals("allreduce", tensors="tensors")
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
-    """In place: its result is the tuple of the input tensors."""
+def _grouped_allreduce_in_place(tensors, average, name, op, prescale_factor, postscale_factor,
+                                process_set, caller_waits):
     op = reduce_op(op, average)
     tensors = tuple(tensors)
     h = _engine.grouped_allreduce_tensors_async(_READER, tensors, None, "grouped_allreduce",
                                                 name, op, prescale_factor, postscale_factor,
-                                                _set_id(process_set))
+                                                _set_id(process_set), caller_waits)
     return _register(h, lambda out: tensors)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
+    result is a tuple of new tensors."""
+    return _grouped_allreduce_out_of_place(tensors, average, name, op, prescale_factor,
+                                           postscale_factor, process_set, False)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In place: its result is the tuple of the input tensors."""
+    return _grouped_allreduce_in_place(tensors, average, name, op, prescale_factor,
+                                       postscale_factor, process_set, False)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """Reduces every tensor of the list in place; returns them as a tuple."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return synchronize(_grouped_allreduce_in_place(tensors, average, name, op, prescale_factor,
+                                                   postscale_factor, process_set, True))
+
+
+def grouped_allreduce_blocking(tensors, average, name, op, prescale_factor, postscale_factor,
+                               process_set):
+    """New tensors with the reductions, waited for at once (kolo.torch.grouped_allreduce's
+    non-differentiable path)."""
+    return synchronize(_grouped_allreduce_out_of_place(tensors, average, name, op,
+                                                       prescale_factor, postscale_factor,
+                                                       process_set, True))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):

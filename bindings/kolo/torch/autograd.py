@@ -49,8 +49,7 @@ class Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, pre, post, process_set):
         ctx.args = (op, pre, post, process_set)
-        return _ops.synchronize(_ops.allreduce_async(tensor, None, name, op, pre, post,
-                                                     process_set))
+        return _ops.allreduce_blocking(tensor, None, name, op, pre, post, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -64,8 +63,8 @@ class GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, pre, post, process_set, *tensors):
         ctx.args = (op, pre, post, process_set)
-        return _ops.synchronize(_ops.grouped_allreduce_async(list(tensors), None, name, op, pre,
-                                                             post, process_set))
+        return _ops.grouped_allreduce_blocking(list(tensors), None, name, op, pre, post,
+                                               process_set)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -193,8 +192,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         out = Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                               process_set)
     else:
-        out = _ops.synchronize(_ops.allreduce_async(compressed, None, name, op, prescale_factor,
-                                                    postscale_factor, process_set))
+        out = _ops.allreduce_blocking(compressed, None, name, op, prescale_factor,
+                                      postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
