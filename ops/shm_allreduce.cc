@@ -240,22 +240,21 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
-    // This rank's slice [begin, begin + len) of the piece.
-    const int64_t begin = SplitBegin(n, size_, rank_), len = SplitRows(n, size_, rank_);
+    // This rank's slice [begin, begin + len) of the piece, reduced in rank
+    // order into rank 0's slot (which only this rank reads there meanwhile).
+    const int64_t begin = SplitBegin(n, size_, rank_) * elem;
+    const int64_t len = SplitRows(n, size_, rank_);
+    uint8_t* sum = Slot(0, seq);
     work.Start();
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_ || len == 0) continue;
-      ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, len, dtype, op);
+    for (int r = 1; r < size_ && len > 0; ++r) {
+      ReduceInto(Slot(r, seq) + begin, sum + begin, len, dtype, op);
     }
     work.Stop();
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
     work.Start();
-    for (int r = 0; r < size_; ++r) {
-      const int64_t at = SplitBegin(n, size_, r) * elem;
-      std::memcpy(dst + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
-    }
+    std::memcpy(dst, sum, static_cast<size_t>(bytes));
     work.Stop();
     copy_.Record(streaming, bytes, work.seconds());
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);

@@ -3,12 +3,14 @@
 //
 // Each rank owns two slots of `piece_bytes` (double-buffered by piece
 // parity). For every piece of the buffer: each rank copies its piece into its
-// slot; rank r reduces slice r across all slots into its own slot (so every
-// element is summed once, by one rank, in rank order: every rank receives
-// bit-identical results); each rank copies all reduced slices out. Main memory
-// is read and written once per byte; the slots stay in the shared cache. An
-// MPI_Allreduce of the same buffer goes through MPI's temporary buffers and
-// touches main memory about three times per byte.
+// slot; rank r reduces slice r across all slots, in rank order, into rank 0's
+// slot; each rank copies the reduced piece out of rank 0's slot. Every element
+// is reduced once, by one rank, as op(x[n-1], ... op(x[1], x[0])) of the
+// ranks' values x: every rank receives the same bits, and neither the piece
+// size nor which rank reduced an element changes them. Main memory is read and
+// written once per byte; the slots stay in the shared cache. An MPI_Allreduce
+// of the same buffer goes through MPI's temporary buffers and touches main
+// memory about three times per byte.
 //
 // How a rank copies its piece into its slot is chosen from measurement (see
 // CopyChooser): a plain copy keeps the slot in cache, which is fastest when the
