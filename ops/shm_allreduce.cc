@@ -183,6 +183,7 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);
   if (options.single_copy && size > 1) {
     shm->single_copy_min_bytes_ = std::max<int64_t>(options.single_copy_min_bytes, 1);
+    shm->single_copy_max_bytes_ = options.single_copy_max_bytes;
     shm->chunk_bytes_ = std::max<int64_t>(options.chunk_bytes / 64 * 64, 64);
     KOLO_RETURN_IF_ERROR(shm->ProbeSingleCopy(comm));
   }
@@ -318,7 +319,7 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   const auto* from = static_cast<const uint8_t*>(in);
   auto* to = static_cast<uint8_t*>(out);
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
-  if (single_copy_ && bytes >= single_copy_min_bytes_) {
+  if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
     return AllreduceSingleCopy(from, to, count, dtype, op);
   }
   return AllreduceSlots(from, to, count, dtype, op);

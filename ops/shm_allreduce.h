@@ -1,14 +1,15 @@
 // Allreduce through one shared-memory segment for a process set whose ranks
 // all run on one host.
 //
-// Buffers below `single_copy_min_bytes` go through slots. Each rank owns two
+// Buffers below `single_copy_min_bytes` or above `single_copy_max_bytes` go
+// through slots. Each rank owns two
 // slots of `piece_bytes` (double-buffered by piece parity). For every piece of
 // the buffer: each rank copies its piece into its slot; rank r reduces slice r
 // across all slots, in rank order, into rank 0's slot; each rank copies the
 // reduced piece out of rank 0's slot. Main memory is read and written once per
 // byte; the slots stay in the shared cache, but every byte is copied twice.
 //
-// Larger buffers are reduced with one copy, where the kernel lets the ranks
+// Buffers between are reduced with one copy, where the kernel lets the ranks
 // read each other's memory (Linux cross-memory attach, process_vm_readv, as
 // Open MPI's vader BTL does for large messages). Each rank publishes the
 // addresses of its input and output in the segment; rank r reads slice r of
@@ -98,10 +99,12 @@ class ShmAllreduce {
     int64_t piece_bytes = 2 << 20;  // each slot's size, and the piece size until changed
     double timeout_seconds = 60;    // for a peer that does not arrive
     bool single_copy = true;        // KOLO_SHM_SINGLE_COPY: false = slots always
-    // Buffers of at least this many bytes are reduced with one copy (when
-    // permitted). On the 2-core VM both paths take the same time at 1 MiB and
-    // the single copy is faster above (docs/architecture.md).
+    // Buffers from single_copy_min_bytes to single_copy_max_bytes are reduced
+    // with one copy (when permitted). Measured on the 2-core VM: both paths
+    // take the same time at 1 MiB and at 32 MiB, the single copy is faster
+    // between, the slots above (docs/architecture.md).
     int64_t single_copy_min_bytes = 1 << 20;
+    int64_t single_copy_max_bytes = 32 << 20;
     // The reduce-scatter reads each peer's slice in chunks of this many bytes.
     int64_t chunk_bytes = 256 << 10;
   };
@@ -130,8 +133,8 @@ class ShmAllreduce {
   void SetPieceBytes(int64_t piece_bytes);
   int64_t piece_bytes() const { return piece_bytes_; }
 
-  // Whether buffers of at least single_copy_min_bytes go through one copy: the
-  // same on every rank.
+  // Whether buffers from single_copy_min_bytes to single_copy_max_bytes go
+  // through one copy: the same on every rank.
   bool single_copy() const { return single_copy_; }
   // Why not, when asked for but not permitted ("rank 1 cannot read rank 0's
   // memory: process_vm_readv: Operation not permitted"); the same on every rank.
@@ -169,6 +172,7 @@ class ShmAllreduce {
   bool single_copy_ = false;
   std::string single_copy_why_not_;
   int64_t single_copy_min_bytes_ = 0;
+  int64_t single_copy_max_bytes_ = 0;
   int64_t chunk_bytes_ = 0;
   std::vector<int> peer_pid_;       // each rank's process, as this rank sees it
   std::vector<uint8_t> scratch_;    // a chunk read from a peer

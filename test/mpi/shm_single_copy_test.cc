@@ -222,14 +222,39 @@ TEST(ShmSingleCopy, SameBitsAsTheSlotsAndTheRankOrderAroundTheThreshold) {
   }
 }
 
+// Both ends of the single copy's range, scaled down (4 to 64 KiB): one
+// element either side of each bound, against the reference.
+TEST(ShmSingleCopy, SameBitsAsTheRankOrderAtBothEndsOfItsRange) {
+  ShmAllreduce::Options options;
+  options.single_copy_min_bytes = 4096;
+  options.single_copy_max_bytes = 64 << 10;
+  options.chunk_bytes = 1024;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  if (!shm.value()->single_copy()) GTEST_SKIP() << shm.value()->single_copy_why_not();
+  uint64_t seed = 1000;
+  for (int64_t count : {1023, 1024, 1025, 16383, 16384, 16385}) {
+    std::vector<uint8_t> mine;
+    const std::vector<uint8_t> want =
+        Reference(DataType::kFloat32, ReduceOp::kSum, count, ++seed, &mine);
+    for (bool in_place : {true, false}) {
+      std::vector<uint8_t> got =
+          Reduce(*shm.value(), DataType::kFloat32, ReduceOp::kSum, count, mine, in_place);
+      ASSERT_EQ(FirstDifference(got, want, DataType::kFloat32), -1)
+          << "count " << count << (in_place ? " in place" : " out of place") << " rank " << Rank();
+    }
+  }
+}
+
 TEST(ShmSingleCopy, ManyCallsMixingBothPathsReuseTheirBuffersAtOnce) {
-  // 4 KiB and larger through the single copy, in 4 KiB chunks; smaller in
-  // 1 KiB pieces through the slots. Each call refills its buffer as soon as the
-  // previous one returned, so a peer still reading it would get the next
+  // 4 to 64 KiB through the single copy, in 4 KiB chunks; smaller and larger
+  // in 1 KiB pieces through the slots. Each call refills its buffer as soon as
+  // the previous one returned, so a peer still reading it would get the next
   // round's values.
   ShmAllreduce::Options options;
   options.piece_bytes = 1024;
   options.single_copy_min_bytes = 4096;
+  options.single_copy_max_bytes = 64 << 10;
   options.chunk_bytes = 4096;
   auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
@@ -237,8 +262,9 @@ TEST(ShmSingleCopy, ManyCallsMixingBothPathsReuseTheirBuffersAtOnce) {
   const int size = Size(), rank = Rank();
   std::vector<float> x(40000), y(40000);
   for (int round = 0; round < 60; ++round) {
-    const int64_t n = round % 3 == 0 ? 1000 : (round % 3 == 1 ? 1025 : 39999);
-    const bool in_place = round % 2 == 0;
+    const int64_t sizes[] = {1000, 1025, 9999, 16384, 16385, 39999};  // elements
+    const int64_t n = sizes[round % 6];
+    const bool in_place = round / 6 % 2 == 0;
     for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 7));
     Status s = in_place ? shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum)
                         : shm.value()->Allreduce(x.data(), y.data(), n, DataType::kFloat32,
