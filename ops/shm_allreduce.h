@@ -123,8 +123,9 @@ class ShmAllreduce {
     return Allreduce(buffer, buffer, count, dtype, op);
   }
   // Reduces `in` into `out` (the same buffer, or two that do not overlap):
-  // each piece is read from `in` into the slot and its result written to
-  // `out`, so an out-of-place allreduce costs no more copies than one in place.
+  // each piece is read from `in` into the slot (or by the peers, with the
+  // single copy) and its result written to `out`, so an out-of-place
+  // allreduce costs no more copies than one in place.
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
   // Pieces of `piece_bytes` (at most the slot size given to Create, at least
   // 64 bytes) from the next Allreduce on; every rank must change it between
