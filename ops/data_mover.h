@@ -90,8 +90,9 @@ std::unique_ptr<HostMover> MakeHierarchicalMover(MPI_Comm comm, const MpiOps* op
 
 struct HostMoverOptions {
   int64_t piece_bytes = 0;
-  bool shared_memory = true;  // KOLO_SHM_ALLREDUCE
-  bool hierarchical = false;  // KOLO_HIERARCHICAL_ALLREDUCE
+  bool shared_memory = true;    // KOLO_SHM_ALLREDUCE
+  bool shm_single_copy = true;  // KOLO_SHM_SINGLE_COPY
+  bool hierarchical = false;    // KOLO_HIERARCHICAL_ALLREDUCE
   double shm_timeout_seconds = 60;
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,12 +20,23 @@
 
 namespace kolo {
 
-// One rank's progress counters, each on its own cache line: the last piece
-// it copied in, reduced its slice of, and finished copying out.
+// One rank's entry in the segment. The first cache line is written by the
+// rank as it goes: its progress counters (the last piece or single-copy call
+// it copied in or published its buffers for, reduced its slice of, finished
+// copying out) and whether it gave up. The second holds what the peers read
+// of it: its process and probe value (set once at Create) and its buffers'
+// addresses in the current single-copy call (set before kArrived is raised).
 struct ShmAllreduce::Control {
   alignas(64) std::atomic<uint64_t> counter[3];
-  char pad[64 - sizeof(std::atomic<uint64_t>)];
+  std::atomic<uint64_t> failed;
+  alignas(64) std::atomic<int64_t> pid;
+  std::atomic<uint64_t> probe_address;
+  std::atomic<uint64_t> probe_value;
+  std::atomic<uint64_t> in;
+  std::atomic<uint64_t> out;
 };
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "atomics shared between processes must be lock-free");
 
 namespace {
 
@@ -38,6 +50,10 @@ const char* CounterName(int which) {
 }
 
 std::string ErrnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+uint64_t Address(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+constexpr int kWhyBytes = 256;
 
 using Clock = std::chrono::steady_clock;
 
@@ -94,8 +110,8 @@ void CopyChooser::Record(bool streaming, int64_t bytes, double seconds) {
   }
 }
 
-Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_t piece_bytes,
-                                                           double timeout_seconds) {
+Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const Options& options) {
+  const int64_t piece_bytes = options.piece_bytes;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -116,7 +132,7 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   shm->size_ = size;
   shm->slot_bytes_ = piece_bytes / 64 * 64;
   shm->piece_bytes_ = shm->slot_bytes_;
-  shm->timeout_seconds_ = timeout_seconds;
+  shm->timeout_seconds_ = options.timeout_seconds;
   shm->mapped_bytes_ = static_cast<size_t>(size) * sizeof(Control) +
                        static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->slot_bytes_);
 
@@ -165,7 +181,61 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, int64_
   }
   shm->control_ = static_cast<Control*>(shm->base_);
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);
+  if (options.single_copy && size > 1) {
+    shm->single_copy_min_bytes_ = std::max<int64_t>(options.single_copy_min_bytes, 1);
+    shm->single_copy_max_bytes_ = options.single_copy_max_bytes;
+    shm->chunk_bytes_ = std::max<int64_t>(options.chunk_bytes / 64 * 64, 64);
+    KOLO_RETURN_IF_ERROR(shm->ProbeSingleCopy(comm));
+  }
   return shm;
+}
+
+Status ShmAllreduce::ProbeSingleCopy(MPI_Comm comm) {
+  // Every rank publishes a random value's address and the value, then reads
+  // every peer's. A wrong value means the published pid names another process
+  // here (the ranks are in different PID namespaces).
+  std::random_device rd;
+  probe_value_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+  Control& me = control_[rank_];
+  me.pid.store(getpid(), std::memory_order_relaxed);
+  me.probe_address.store(Address(&probe_value_), std::memory_order_relaxed);
+  me.probe_value.store(probe_value_, std::memory_order_relaxed);
+  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Barrier(comm), "MPI_Barrier"));
+  peer_pid_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    peer_pid_[r] = static_cast<int>(control_[r].pid.load(std::memory_order_relaxed));
+  }
+  std::string why_not;
+  for (int r = 0; r < size_ && why_not.empty(); ++r) {
+    if (r == rank_) continue;
+    uint64_t seen = 0;
+    Status read =
+        ReadPeer(r, control_[r].probe_address.load(std::memory_order_relaxed), &seen, sizeof(seen));
+    if (!read.ok()) {
+      why_not = read.message();
+    } else if (seen != control_[r].probe_value.load(std::memory_order_relaxed)) {
+      why_not = "rank " + std::to_string(rank_) + " read another value than rank " +
+                std::to_string(r) +
+                "'s from its memory (the ranks are in different PID namespaces)";
+    }
+  }
+  // All ranks agree: the first rank that could not read says why. The
+  // allreduce is also the barrier after which nobody reads probe_value_.
+  int first_refused = why_not.empty() ? size_ : rank_;
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allreduce(MPI_IN_PLACE, &first_refused, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce"));
+  if (first_refused == size_) {
+    single_copy_ = true;
+    scratch_.resize(static_cast<size_t>(chunk_bytes_));
+    own_chunk_.resize(static_cast<size_t>(chunk_bytes_));
+    return Status::OK();
+  }
+  char text[kWhyBytes] = {};
+  std::snprintf(text, sizeof(text), "%s", why_not.c_str());
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Bcast(text, kWhyBytes, MPI_CHAR, first_refused, comm), "MPI_Bcast"));
+  single_copy_why_not_ = text;
+  return Status::OK();
 }
 
 ShmAllreduce::~ShmAllreduce() {
@@ -178,6 +248,33 @@ uint8_t* ShmAllreduce::Slot(int rank, uint64_t seq) const {
 
 void ShmAllreduce::SetPieceBytes(int64_t piece_bytes) {
   piece_bytes_ = std::clamp<int64_t>(piece_bytes / 64 * 64, 64, slot_bytes_);
+}
+
+Status ShmAllreduce::ReadPeer(int peer, uint64_t address, void* to, size_t bytes) {
+  auto* dst = static_cast<uint8_t*>(to);
+  while (bytes > 0) {
+    iovec local{dst, bytes};
+    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(address)), bytes};
+    const ssize_t n = process_vm_readv(peer_pid_[peer], &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // A partial read returns what it read; the next call says why it stopped.
+      return Status::Internal(
+          "rank " + std::to_string(rank_) + " cannot read rank " + std::to_string(peer) +
+          "'s memory: " +
+          (n < 0 ? ErrnoText("process_vm_readv") : std::string("process_vm_readv read nothing")));
+    }
+    dst += n;
+    address += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::Fail(Status status) {
+  broken_ = true;
+  control_[rank_].failed.store(1, std::memory_order_release);
+  return status;
 }
 
 Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
@@ -193,17 +290,21 @@ Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
 #endif
         continue;
       }
+      // Checked right after the counter, which the peer raises before it can fail.
+      if (control_[r].failed.load(std::memory_order_acquire) != 0) {
+        return Fail(Status::Internal("rank " + std::to_string(r) +
+                                     " failed a shared-memory allreduce (its log says why)"));
+      }
       sched_yield();
       if (spins % 256 != 0) continue;
       if (deadline == Clock::time_point{}) {
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeout_seconds_));
       } else if (Clock::now() > deadline) {
-        broken_ = true;
-        return Status::Internal("rank " + std::to_string(r) + " has not " + CounterName(which) +
-                                " of a shared-memory allreduce for " +
-                                std::to_string(static_cast<int>(timeout_seconds_)) +
-                                " s; it died or stopped");
+        return Fail(Status::Internal("rank " + std::to_string(r) + " has not " +
+                                     CounterName(which) + " of a shared-memory allreduce for " +
+                                     std::to_string(static_cast<int>(timeout_seconds_)) +
+                                     " s; it died or stopped"));
       }
     }
   }
@@ -215,10 +316,19 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   if (broken_) {
     return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
   }
-  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
-  const int64_t piece = piece_bytes_ / elem;
   const auto* from = static_cast<const uint8_t*>(in);
   auto* to = static_cast<uint8_t*>(out);
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
+    return AllreduceSingleCopy(from, to, count, dtype, op);
+  }
+  return AllreduceSlots(from, to, count, dtype, op);
+}
+
+Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,
+                                    ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece = piece_bytes_ / elem;
   for (int64_t done = 0; done < count;) {
     const int64_t n = std::min(piece, count - done);
     const uint8_t* src = from + done * elem;
@@ -240,26 +350,91 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
-    // This rank's slice [begin, begin + len) of the piece.
-    const int64_t begin = SplitBegin(n, size_, rank_), len = SplitRows(n, size_, rank_);
+    // This rank's slice [begin, begin + len) of the piece, reduced in rank
+    // order into rank 0's slot (which only this rank reads there meanwhile).
+    const int64_t begin = SplitBegin(n, size_, rank_) * elem;
+    const int64_t len = SplitRows(n, size_, rank_);
+    uint8_t* sum = Slot(0, seq);
     work.Start();
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_ || len == 0) continue;
-      ReduceInto(Slot(r, seq) + begin * elem, mine + begin * elem, len, dtype, op);
+    for (int r = 1; r < size_ && len > 0; ++r) {
+      ReduceInto(Slot(r, seq) + begin, sum + begin, len, dtype, op);
     }
     work.Stop();
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
     work.Start();
-    for (int r = 0; r < size_; ++r) {
-      const int64_t at = SplitBegin(n, size_, r) * elem;
-      std::memcpy(dst + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
-    }
+    std::memcpy(dst, sum, static_cast<size_t>(bytes));
     work.Stop();
     copy_.Record(streaming, bytes, work.seconds());
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);
     done += n;
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_t count,
+                                         DataType dtype, ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const uint64_t seq = ++seq_;
+  Control& me = control_[rank_];
+  me.in.store(Address(in), std::memory_order_relaxed);
+  me.out.store(Address(out), std::memory_order_relaxed);
+  me.counter[kArrived].store(seq, std::memory_order_release);
+  KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
+
+  KOLO_RETURN_IF_ERROR(ReduceMySlice(in, out, count, dtype, op));
+  me.counter[kReduced].store(seq, std::memory_order_release);
+  // Every slice is reduced, and no peer reads an input any more: an in-place
+  // rank may now overwrite its input with the other slices.
+  KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
+
+  for (int k = 1; k < size_; ++k) {
+    const int s = (rank_ + k) % size_;  // each rank starts with another peer
+    const int64_t at = SplitBegin(count, size_, s) * elem;
+    Status read = ReadPeer(s, control_[s].out.load(std::memory_order_relaxed) + at, out + at,
+                           static_cast<size_t>(SplitRows(count, size_, s) * elem));
+    if (!read.ok()) return Fail(read);
+  }
+  me.counter[kDone].store(seq, std::memory_order_release);
+  // No rank returns (and lets its caller reuse the buffers) while a peer reads them.
+  return WaitFor(kDone, seq);
+}
+
+// Slice rank_ of `out` = op(x[n-1], ... op(x[1], x[0])) of the ranks' inputs,
+// chunk by chunk: the chunk accumulates in `out`, starting from rank 0's.
+Status ShmAllreduce::ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                                   ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t chunk = std::max<int64_t>(chunk_bytes_ / elem, 1);
+  const int64_t end = SplitBegin(count, size_, rank_) + SplitRows(count, size_, rank_);
+  for (int64_t at = SplitBegin(count, size_, rank_); at < end; at += chunk) {
+    const int64_t n = std::min(chunk, end - at);
+    const size_t bytes = static_cast<size_t>(n * elem);
+    const size_t offset = static_cast<size_t>(at * elem);
+    uint8_t* sum = out + offset;
+    const uint8_t* mine = in + offset;
+    if (rank_ == 0) {
+      if (sum != mine) std::memcpy(sum, mine, bytes);
+    } else {
+      if (sum == mine) {  // in place: rank 0's chunk goes where this rank's is
+        std::memcpy(own_chunk_.data(), mine, bytes);
+        mine = own_chunk_.data();
+      }
+      Status read =
+          ReadPeer(0, control_[0].in.load(std::memory_order_relaxed) + offset, sum, bytes);
+      if (!read.ok()) return Fail(read);
+    }
+    for (int r = 1; r < size_; ++r) {
+      const uint8_t* x = mine;
+      if (r != rank_) {
+        Status read = ReadPeer(r, control_[r].in.load(std::memory_order_relaxed) + offset,
+                               scratch_.data(), bytes);
+        if (!read.ok()) return Fail(read);
+        x = scratch_.data();
+      }
+      ReduceInto(x, sum, n, dtype, op);
+    }
   }
   return Status::OK();
 }

@@ -1,14 +1,35 @@
 // Allreduce through one shared-memory segment for a process set whose ranks
 // all run on one host.
 //
-// Each rank owns two slots of `piece_bytes` (double-buffered by piece
-// parity). For every piece of the buffer: each rank copies its piece into its
-// slot; rank r reduces slice r across all slots into its own slot (so every
-// element is summed once, by one rank, in rank order: every rank receives
-// bit-identical results); each rank copies all reduced slices out. Main memory
-// is read and written once per byte; the slots stay in the shared cache. An
-// MPI_Allreduce of the same buffer goes through MPI's temporary buffers and
-// touches main memory about three times per byte.
+// Buffers below `single_copy_min_bytes` or above `single_copy_max_bytes` go
+// through slots. Each rank owns two
+// slots of `piece_bytes` (double-buffered by piece parity). For every piece of
+// the buffer: each rank copies its piece into its slot; rank r reduces slice r
+// across all slots, in rank order, into rank 0's slot; each rank copies the
+// reduced piece out of rank 0's slot. Main memory is read and written once per
+// byte; the slots stay in the shared cache, but every byte is copied twice.
+//
+// Buffers between are reduced with one copy, where the kernel lets the ranks
+// read each other's memory (Linux cross-memory attach, process_vm_readv, as
+// Open MPI's vader BTL does for large messages). Each rank publishes the
+// addresses of its input and output in the segment; rank r reads slice r of
+// every peer's input, in chunks of `chunk_bytes` that stay in cache, and
+// reduces them in rank order into slice r of its own output (reduce-scatter);
+// after a barrier, rank r reads every peer s's reduced slice s straight from
+// the peer's output into its own (allgather); a last barrier keeps every
+// buffer alive until no peer reads it. The barrier between the phases also
+// keeps an in-place rank from overwriting its input slice s while peer s still
+// reads it.
+//
+// Both paths reduce every element once, by one rank, as
+// op(x[n-1], ... op(x[2], op(x[1], x[0]))) of the ranks' values x: every rank
+// receives the same bits, and which path, piece size or slice reduced an
+// element does not change them.
+//
+// Create probes the single copy: every rank reads a random value from every
+// peer's memory (Yama's ptrace scope, a container's seccomp profile, different
+// PID namespaces or users can forbid it); when any rank cannot, all ranks use
+// the slots, and single_copy_why_not() says why.
 //
 // How a rank copies its piece into its slot is chosen from measurement (see
 // CopyChooser): a plain copy keeps the slot in cache, which is fastest when the
@@ -19,7 +40,9 @@
 //
 // Ranks signal progress with sequence counters in the segment. A rank that
 // does not arrive within `timeout_seconds` (it died, or stopped) fails the
-// call with a message naming it, instead of spinning forever.
+// call with a message naming it, instead of spinning forever; so does a peer
+// whose memory cannot be read, and a rank that fails tells its peers, which
+// then fail at once instead of waiting for the timeout.
 #pragma once
 
 #include <mpi.h>
@@ -27,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kolo/status.h"
 #include "kolo/types.h"
@@ -71,11 +95,25 @@ class CopyChooser {
 
 class ShmAllreduce {
  public:
+  struct Options {
+    int64_t piece_bytes = 2 << 20;  // each slot's size, and the piece size until changed
+    double timeout_seconds = 60;    // for a peer that does not arrive
+    bool single_copy = true;        // KOLO_SHM_SINGLE_COPY: false = slots always
+    // Buffers from single_copy_min_bytes to single_copy_max_bytes are reduced
+    // with one copy (when permitted). Measured on the 2-core VM: both paths
+    // take the same time at 1 MiB and at 32 MiB, the single copy is faster
+    // between, the slots above (docs/architecture.md).
+    int64_t single_copy_min_bytes = 1 << 20;
+    int64_t single_copy_max_bytes = 32 << 20;
+    // The reduce-scatter reads each peer's slice in chunks of this many bytes.
+    int64_t chunk_bytes = 256 << 10;
+  };
+
   // Collective over `comm` (every rank calls it). Fails on every rank alike
   // when the ranks of `comm` are not all on this host or the segment cannot be
-  // made (the caller then keeps using MPI).
-  static Result<std::unique_ptr<ShmAllreduce>> Create(MPI_Comm comm, int64_t piece_bytes,
-                                                      double timeout_seconds);
+  // made (the caller then keeps using MPI). Whether the single copy is
+  // permitted is decided here, alike on every rank.
+  static Result<std::unique_ptr<ShmAllreduce>> Create(MPI_Comm comm, const Options& options);
   ~ShmAllreduce();
   ShmAllreduce(const ShmAllreduce&) = delete;
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
@@ -85,8 +123,9 @@ class ShmAllreduce {
     return Allreduce(buffer, buffer, count, dtype, op);
   }
   // Reduces `in` into `out` (the same buffer, or two that do not overlap):
-  // each piece is read from `in` into the slot and its result written to
-  // `out`, so an out-of-place allreduce costs no more copies than one in place.
+  // each piece is read from `in` into the slot (or by the peers, with the
+  // single copy) and its result written to `out`, so an out-of-place
+  // allreduce costs no more copies than one in place.
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
   // Pieces of `piece_bytes` (at most the slot size given to Create, at least
   // 64 bytes) from the next Allreduce on; every rank must change it between
@@ -95,10 +134,27 @@ class ShmAllreduce {
   void SetPieceBytes(int64_t piece_bytes);
   int64_t piece_bytes() const { return piece_bytes_; }
 
+  // Whether buffers from single_copy_min_bytes to single_copy_max_bytes go
+  // through one copy: the same on every rank.
+  bool single_copy() const { return single_copy_; }
+  // Why not, when asked for but not permitted ("rank 1 cannot read rank 0's
+  // memory: process_vm_readv: Operation not permitted"); the same on every rank.
+  const std::string& single_copy_why_not() const { return single_copy_why_not_; }
+
  private:
   struct Control;
   ShmAllreduce() = default;
+  Status ProbeSingleCopy(MPI_Comm comm);
+  Status AllreduceSlots(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                        ReduceOp op);
+  Status AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                             ReduceOp op);
+  Status ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype, ReduceOp op);
+  // Reads `bytes` at `address` in rank `peer`'s memory into `to`.
+  Status ReadPeer(int peer, uint64_t address, void* to, size_t bytes);
   Status WaitFor(int which, uint64_t at_least);
+  // Marks the segment as broken on this rank and tells the peers; returns `status`.
+  Status Fail(Status status);
   uint8_t* Slot(int rank, uint64_t seq) const;
 
   int rank_ = 0;
@@ -112,7 +168,17 @@ class ShmAllreduce {
   uint8_t* slots_ = nullptr;
   uint64_t seq_ = 0;
   CopyChooser copy_;
-  bool broken_ = false;  // a peer timed out: the counters can no longer be trusted
+  bool broken_ = false;  // a call failed: the counters can no longer be trusted
+
+  bool single_copy_ = false;
+  std::string single_copy_why_not_;
+  int64_t single_copy_min_bytes_ = 0;
+  int64_t single_copy_max_bytes_ = 0;
+  int64_t chunk_bytes_ = 0;
+  std::vector<int> peer_pid_;       // each rank's process, as this rank sees it
+  std::vector<uint8_t> scratch_;    // a chunk read from a peer
+  std::vector<uint8_t> own_chunk_;  // this rank's input chunk, saved when in place
+  uint64_t probe_value_ = 0;        // read by every peer at Create
 };
 
 }  // namespace kolo

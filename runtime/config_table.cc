@@ -428,6 +428,12 @@ const std::vector<Setting>& Settings() {
        "segment (/dev/shm, 2 x KOLO_PIECE_SIZE per rank) instead of MPI; 0 = always MPI. Off "
        "when KOLO_PIECE_SIZE is 0.",
        NoHorovodName()},
+      {env::kShmSingleCopy, Boolean(&Config::shm_single_copy),
+       "With KOLO_SHM_ALLREDUCE, reduce buffers of 1 to 32 MiB with one copy: each rank reads "
+       "the other ranks' buffers directly (Linux cross-memory attach, process_vm_readv) instead "
+       "of copying through the segment. Used only where the kernel allows it (probed at init; "
+       "otherwise rank 0 logs why at info level); 0 = always through the segment.",
+       NoHorovodName()},
       {env::kAutotune, Boolean(&Config::autotune),
        "Tune KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME and KOLO_PIECE_SIZE while the job runs, "
        "from the bytes reduced per second of wall time, then keep the best (docs/"

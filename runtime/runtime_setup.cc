@@ -149,6 +149,7 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
     HostMoverOptions options;
     options.piece_bytes = config_.piece_bytes;
     options.shared_memory = config_.shm_allreduce;
+    options.shm_single_copy = config_.shm_single_copy;
     options.hierarchical = config_.hierarchical_allreduce;
     options.shm_timeout_seconds = kShmTimeoutSeconds;
     // Collective over the set's members, like the split above.

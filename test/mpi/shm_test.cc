@@ -19,9 +19,18 @@ int Rank() {
   return r;
 }
 
+// Through the slots only (shm_single_copy_test.cc tests the single copy).
+Result<std::unique_ptr<ShmAllreduce>> CreateSlots(int64_t piece_bytes, double timeout_seconds) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = piece_bytes;
+  options.timeout_seconds = timeout_seconds;
+  options.single_copy = false;
+  return ShmAllreduce::Create(MPI_COMM_WORLD, options);
+}
+
 TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
   // 256-byte pieces: the counts below cross piece and slice boundaries.
-  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 256, 30);
+  auto shm = CreateSlots(256, 30);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   ExpectSameBitsAsMpiAllreduce([&](void* p, int64_t n, DataType dtype, ReduceOp op) {
     return shm.value()->Allreduce(p, n, dtype, op);
@@ -29,7 +38,7 @@ TEST(ShmAllreduce, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndPieceBoundary) {
 }
 
 TEST(ShmAllreduce, OutOfPlaceMatchesMpiAllreduceAndLeavesTheInputAlone) {
-  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 256, 30);
+  auto shm = CreateSlots(256, 30);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   ExpectSameBitsAsMpiAllreduce([&](void* p, int64_t n, DataType dtype, ReduceOp op) {
     const size_t bytes = static_cast<size_t>(n) * DataTypeSize(dtype);
@@ -45,7 +54,7 @@ TEST(ShmAllreduce, LargePiecesAreExactWhetherCopiedPlainlyOrStreamed) {
   // Pieces big enough to be timed: the first is copied plainly, the second
   // streamed, then whichever measured faster (each rank decides for itself).
   const int64_t piece = CopyChooser::kMinTimedBytes * 2;
-  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, piece, 30);
+  auto shm = CreateSlots(piece, 30);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -62,7 +71,7 @@ TEST(ShmAllreduce, LargePiecesAreExactWhetherCopiedPlainlyOrStreamed) {
 TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, 1024, 0.5);
+  auto shm = CreateSlots(1024, 0.5);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   std::vector<float> x(100, 1.0f);
   const int absent = size - 1;

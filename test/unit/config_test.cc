@@ -28,8 +28,8 @@ auto Fields(const Config& c) {
   return std::tie(c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity, c.timeline_path,
                   c.timeline_mark_cycles, c.stall_check_seconds, c.stall_shutdown_seconds,
                   c.stall_check_disabled, c.log_level, c.idle_tick_ms, c.piece_bytes,
-                  c.in_place_threshold_bytes, c.shm_allreduce, c.hierarchical_allreduce, c.python,
-                  c.start_timeout_seconds);
+                  c.in_place_threshold_bytes, c.shm_allreduce, c.shm_single_copy,
+                  c.hierarchical_allreduce, c.python, c.start_timeout_seconds);
 }
 
 // The defaults are written once, in Config's initializers; the table shows
@@ -66,6 +66,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_PIECE_SIZE", "4096"},
       {"KOLO_IN_PLACE_THRESHOLD", "0"},
       {"KOLO_SHM_ALLREDUCE", "0"},
+      {"KOLO_SHM_SINGLE_COPY", "0"},
       {"KOLO_AUTOTUNE", "1"},
       {"KOLO_AUTOTUNE_LOG", "/tmp/autotune.csv"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},
@@ -102,6 +103,7 @@ TEST(Config, DocsShowDefaultsForReaders) {
   EXPECT_EQ(shown["KOLO_TIMELINE"], "(off)");
   EXPECT_EQ(shown["KOLO_LOG_LEVEL"], "warning");
   EXPECT_EQ(shown["KOLO_SHM_ALLREDUCE"], "1");
+  EXPECT_EQ(shown["KOLO_SHM_SINGLE_COPY"], "1");
   EXPECT_EQ(shown["KOLO_PYTHON"], "/usr/bin/python3");
 }
 
