@@ -11,7 +11,8 @@ Run as a script, it is standalone.sh's body:
     python3 bench/standalone_jobs.py torch_alone JOBS MODEL STRATEGY...
 
 A strategy "<name>:base" runs with the build in $BASE_BUILD instead (kolorun and package),
-so that a change's before and after alternate in one run.
+so that a change's before and after alternate in one run; "<name>@KOLO_X=V" runs with that
+setting.
 """
 import json
 import os
@@ -133,12 +134,14 @@ def torch_alone(jobs, model, strategies):
     def command(strategy, out):
         # "<strategy>:base" runs the build in $BASE_BUILD (kolorun and package): a change's
         # before and after, alternated in one run.
+        # "<strategy>@VAR=VALUE": with that setting (kolorun passes KOLO_* on).
+        strategy, *settings = strategy.split("@")
         name, _, which = strategy.partition(":")
-        prefix = run
+        prefix = ["env"] + settings + run
         if which == "base":
             base = os.path.join(ROOT, os.environ["BASE_BUILD"])
-            prefix = ["env", "PYTHONPATH=" + os.path.join(base, "python"),
-                      os.path.join(base, "launcher", "kolorun"), "-np", np] + extra
+            prefix = ["env", "PYTHONPATH=" + os.path.join(base, "python")] + settings + [
+                os.path.join(base, "launcher", "kolorun"), "-np", np] + extra
         return prefix + ["/usr/bin/python3", bench, "--out", out, "alone", "--strategy", name,
                          "--model", model] + alone_args
 

@@ -351,20 +351,31 @@ Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t co
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
     // This rank's slice [begin, begin + len) of the piece, reduced in rank
-    // order into rank 0's slot (which only this rank reads there meanwhile).
+    // order into this rank's own slot (the peers read other slices of it
+    // meanwhile): it starts from rank 0's values; this rank's own term comes
+    // from its input, which still holds what its slot held. Writing into the
+    // rank's own slot keeps the stores in its own cache (into rank 0's slot
+    // they cost 25-40 % at 64 MiB on the project's VM).
     const int64_t begin = SplitBegin(n, size_, rank_) * elem;
     const int64_t len = SplitRows(n, size_, rank_);
-    uint8_t* sum = Slot(0, seq);
+    uint8_t* sum = mine + begin;
     work.Start();
+    if (rank_ != 0 && len > 0) {
+      std::memcpy(sum, Slot(0, seq) + begin, static_cast<size_t>(len * elem));
+    }
     for (int r = 1; r < size_ && len > 0; ++r) {
-      ReduceInto(Slot(r, seq) + begin, sum + begin, len, dtype, op);
+      ReduceInto(r == rank_ ? src + begin : Slot(r, seq) + begin, sum, len, dtype, op);
     }
     work.Stop();
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
 
+    // Slice s of the result is in rank s's slot.
     work.Start();
-    std::memcpy(dst, sum, static_cast<size_t>(bytes));
+    for (int r = 0; r < size_; ++r) {
+      const int64_t at = SplitBegin(n, size_, r) * elem;
+      std::memcpy(dst + at, Slot(r, seq) + at, static_cast<size_t>(SplitRows(n, size_, r) * elem));
+    }
     work.Stop();
     copy_.Record(streaming, bytes, work.seconds());
     control_[rank_].counter[kDone].store(seq, std::memory_order_release);

@@ -5,8 +5,8 @@
 // through slots. Each rank owns two
 // slots of `piece_bytes` (double-buffered by piece parity). For every piece of
 // the buffer: each rank copies its piece into its slot; rank r reduces slice r
-// across all slots, in rank order, into rank 0's slot; each rank copies the
-// reduced piece out of rank 0's slot. Main memory is read and written once per
+// across all slots, in rank order, into its own slot; each rank copies every
+// reduced slice s out of rank s's slot. Main memory is read and written once per
 // byte; the slots stay in the shared cache, but every byte is copied twice.
 //
 // Buffers between are reduced with one copy, where the kernel lets the ranks
