@@ -4,7 +4,7 @@
     kolorun -np 2 python3 bench/torch_bench.py sweep   [--max-bytes N] [--seconds S]
     kolorun -np 2 python3 bench/torch_bench.py latency [--iterations N]
     kolorun -np 2 python3 bench/torch_bench.py models  [--steps N] [--models resnet50,bert_base]
-    kolorun -np 2 python3 bench/torch_bench.py alone --strategy kolo|kolo_grouped|raw_per_tensor|raw_packed [--model resnet50|bert_base|small]
+    kolorun -np 2 python3 bench/torch_bench.py alone --strategy kolo|kolo_grouped|kolo_grouped_blocking|raw_per_tensor|raw_packed [--model resnet50|bert_base|small]
 
 `alone` runs one strategy by itself, as a training job would: no barrier and no
 other strategy between steps; each rank times its steps and the slowest rank's
@@ -159,6 +159,11 @@ class GradientSet:
         self.submit_s.append(time.perf_counter() - start)
         kolo.synchronize(handle)
 
+    def kolo_grouped_blocking(self):
+        # The blocking call: the core is told the caller waits at once (caller_waits), so
+        # the calling thread runs the round (KOLO_CALLER_RUNS). No submit time of its own.
+        kolo.grouped_allreduce_(self.backward, op=kolo.Sum, name="grouped")
+
     def raw_packed(self):
         COMM.Allreduce(MPI.IN_PLACE, self.packed, op=MPI.SUM)
 
@@ -286,7 +291,8 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--models", default="resnet50,bert_base")
     p = sub.add_parser("alone")
-    p.add_argument("--strategy", choices=["kolo", "kolo_grouped", "raw_per_tensor", "raw_packed"], default="kolo")
+    p.add_argument("--strategy", choices=["kolo", "kolo_grouped", "kolo_grouped_blocking", "raw_per_tensor",
+                            "raw_packed"], default="kolo")
     p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
