@@ -147,7 +147,7 @@ class RuntimeImpl {
   // Fusion threshold and cycle time change when autotune applies settings, in
   // a cycle: read in cycles only, after Create.
   Config config_;
-  bool caller_runs_ = false;  // KOLO_CALLER_RUNS and MPI's thread level allow it; set at Create
+  bool caller_runs_ = false;  // KOLO_CALLER_RUNS, set at Create (read by callers after)
   bool owns_mpi_ = false;
   Placement placement_;
   MpiComm global_comm_;  // duplicated; never used after the sets are built but to split
