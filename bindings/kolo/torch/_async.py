@@ -68,108 +68,98 @@ def reducescatter_op(op):
 # waiting thread runs the negotiation round and the reduction itself (KOLO_CALLER_RUNS).
 
 @announces_refusals("allreduce")
-def _allreduce_out_of_place(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set, caller_waits):
+def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+               in_place, caller_waits):
+    """Starts an allreduce of ``tensor``, in place or into a new tensor; the handle's result
+    is the tensor reduced into."""
     op = reduce_op(op, average)
-    _check_tensor(tensor, "allreduce input")  # before empty_like, which takes anything
-    output = torch.empty_like(tensor)
+    output = None
+    if not in_place:
+        _check_tensor(tensor, "allreduce input")  # before empty_like, which takes anything
+        output = torch.empty_like(tensor)
     h = _engine.allreduce_tensor_async(_READER, tensor, output, "allreduce input", name, op,
                                        prescale_factor, postscale_factor,
                                        _set_id(process_set), caller_waits)
-    return _register(h, lambda out, _input=tensor: output)
-
-
-@announces_refusals("allreduce")
-def _allreduce_in_place(tensor, average, name, op, prescale_factor, postscale_factor,
-                        process_set, caller_waits):
-    op = reduce_op(op, average)
-    h = _engine.allreduce_tensor_async(_READER, tensor, None, "allreduce input", name, op,
-                                       prescale_factor, postscale_factor,
-                                       _set_id(process_set), caller_waits)
-    return _register(h, lambda out: tensor)
+    result = tensor if in_place else output
+    return _register(h, lambda out, _input=tensor: result)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` into a new tensor; returns a handle."""
-    return _allreduce_out_of_place(tensor, average, name, op, prescale_factor,
-                                   postscale_factor, process_set, False)
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                      False, False)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` in place; returns a handle."""
-    return _allreduce_in_place(tensor, average, name, op, prescale_factor, postscale_factor,
-                               process_set, False)
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                      True, False)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` in place and returns it."""
-    return synchronize(_allreduce_in_place(tensor, average, name, op, prescale_factor,
-                                           postscale_factor, process_set, True))
+    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set, True, True))
 
 
 def allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
                        process_set):
     """A new tensor with the reduction, waited for at once (kolo.torch.allreduce's
     non-differentiable path)."""
-    return synchronize(_allreduce_out_of_place(tensor, average, name, op, prescale_factor,
-                                               postscale_factor, process_set, True))
+    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set, False, True))
 
 
 @announces_refusals("allreduce", tensors="tensors")
-def _grouped_allreduce_out_of_place(tensors, average, name, op, prescale_factor,
-                                    postscale_factor, process_set, caller_waits):
+def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
+                       process_set, in_place, caller_waits):
+    """Starts one allreduce of the list, in place or into new tensors; the handle's result
+    is the tuple reduced into."""
     op = reduce_op(op, average)
-    tensors = _check_list(tensors, "grouped_allreduce")
-    outputs = tuple(torch.empty_like(t) for t in tensors)
+    if in_place:
+        tensors = tuple(tensors)
+        outputs = None
+    else:
+        tensors = _check_list(tensors, "grouped_allreduce")
+        outputs = tuple(torch.empty_like(t) for t in tensors)
     h = _engine.grouped_allreduce_tensors_async(_READER, tensors, outputs, "grouped_allreduce",
                                                 name, op, prescale_factor, postscale_factor,
                                                 _set_id(process_set), caller_waits)
-    return _register(h, lambda out, _inputs=tensors: outputs)
-
-
-@announces_refusals("allreduce", tensors="tensors")
-def _grouped_allreduce_in_place(tensors, average, name, op, prescale_factor, postscale_factor,
-                                process_set, caller_waits):
-    op = reduce_op(op, average)
-    tensors = tuple(tensors)
-    h = _engine.grouped_allreduce_tensors_async(_READER, tensors, None, "grouped_allreduce",
-                                                name, op, prescale_factor, postscale_factor,
-                                                _set_id(process_set), caller_waits)
-    return _register(h, lambda out: tensors)
+    result = tensors if in_place else outputs
+    return _register(h, lambda out, _inputs=tensors: result)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
     result is a tuple of new tensors."""
-    return _grouped_allreduce_out_of_place(tensors, average, name, op, prescale_factor,
-                                           postscale_factor, process_set, False)
+    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
+                              process_set, False, False)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In place: its result is the tuple of the input tensors."""
-    return _grouped_allreduce_in_place(tensors, average, name, op, prescale_factor,
-                                       postscale_factor, process_set, False)
+    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
+                              process_set, True, False)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """Reduces every tensor of the list in place; returns them as a tuple."""
-    return synchronize(_grouped_allreduce_in_place(tensors, average, name, op, prescale_factor,
-                                                   postscale_factor, process_set, True))
+    return synchronize(_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                          postscale_factor, process_set, True, True))
 
 
 def grouped_allreduce_blocking(tensors, average, name, op, prescale_factor, postscale_factor,
                                process_set):
     """New tensors with the reductions, waited for at once (kolo.torch.grouped_allreduce's
     non-differentiable path)."""
-    return synchronize(_grouped_allreduce_out_of_place(tensors, average, name, op,
-                                                       prescale_factor, postscale_factor,
-                                                       process_set, True))
+    return synchronize(_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                          postscale_factor, process_set, False, True))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
