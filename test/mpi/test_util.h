@@ -250,4 +250,19 @@ inline void ExpectSameBitsAsMpiAllreduce(
   }
 }
 
+// ExpectSameBitsAsMpiAllreduce for an out-of-place allreduce(in, out, ...):
+// the input is a copy of each test buffer, the result goes into the buffer,
+// and the input must come back unwritten.
+inline void ExpectSameBitsOutOfPlaceLeavingTheInputAlone(
+    const std::function<Status(const void*, void*, int64_t, DataType, ReduceOp)>& allreduce) {
+  ExpectSameBitsAsMpiAllreduce([&](void* p, int64_t n, DataType dtype, ReduceOp op) {
+    const size_t bytes = static_cast<size_t>(n) * DataTypeSize(dtype);
+    std::vector<uint8_t> in(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + bytes);
+    const std::vector<uint8_t> before = in;
+    Status s = allreduce(in.data(), p, n, dtype, op);
+    EXPECT_EQ(in, before) << "the input was written to";
+    return s;
+  });
+}
+
 }  // namespace kolo::test
