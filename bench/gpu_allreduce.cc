@@ -5,8 +5,10 @@
 // the call until the result is on the device (kolo: Enqueue + Wait; NCCL: the
 // call + cudaStreamSynchronize). Prints one JSON object on rank 0; progress on
 // stderr. Built with CUDA only; run by scripts/gpu_check.sh (step speed).
+// Exits 77 (skipped) where no CUDA device answers.
 //
-//   kolorun -np 1 build/bench/gpu_allreduce [max_bytes] [seconds_per_size]
+//   mpirun -np 1 build/bench/gpu_allreduce [max_bytes] [seconds_per_size] > out.json
+// (under kolorun every line of the JSON would carry its rank's tag)
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -57,7 +59,11 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1, devices = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    if (rank == 0) std::fprintf(stderr, "gpu_allreduce: SKIPPED: no CUDA device on this machine\n");
+    MPI_Finalize();
+    return 77;
+  }
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   Check(cudaSetDevice((local ? std::atoi(local) : 0) % devices), "cudaSetDevice");
 
@@ -94,7 +100,7 @@ int main(int argc, char** argv) {
   bool first = true;
   for (int64_t bytes : sizes) {
     const int64_t count = bytes / 4;
-    kolo::TensorView view{buf, kolo::DataType::kFloat32, {count}};
+    kolo::TensorView view{buf, kolo::DataType::kFloat32, {count}, 0};
     kolo::AllreduceOptions opts;
     opts.op = kolo::ReduceOp::kSum;
     opts.name = "gpu_sweep." + std::to_string(bytes);
