@@ -5,6 +5,7 @@
 // events, median of repeats, rotating between four buffer pairs so that no
 // size below the L2 measures the cache alone. Prints one JSON object; progress
 // on stderr. Built with CUDA only; run by scripts/gpu_check.sh (step speed).
+// Exits 77 (skipped) where no CUDA device answers.
 //
 //   build/bench/gpu_copy [max_bytes]
 #include <cuda_runtime.h>
@@ -54,6 +55,11 @@ double MedianMs(cudaStream_t stream, int reps, const std::function<void(int)>& o
 int main(int argc, char** argv) {
   const int64_t max_bytes = argc > 1 ? std::atoll(argv[1]) : (int64_t{1} << 30);
   const int kPairs = 4, kPieces = 64;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "gpu_copy: SKIPPED: no CUDA device on this machine\n");
+    return 77;
+  }
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::vector<char*> src(kPairs), dst(kPairs);

@@ -4,11 +4,12 @@ timed as a training step sees them: from the call until the result is on the dev
 (torch.cuda.synchronize). Rank 0 prints a table and writes JSON.
 
     kolorun -np 1 python bench/gpu_torch_bench.py --json out.json
-Run by scripts/gpu_check.sh (step speed); docs/gpu.md."""
+Run by scripts/gpu_check.sh (step speed); docs/gpu.md. Exits 77 (skipped) without a GPU."""
 import argparse
 import json
 import socket
 import statistics
+import sys
 import time
 
 import torch
@@ -31,8 +32,11 @@ def main():
     args = parser.parse_args()
 
     kolo.init()
-    if not (kolo.cuda_built() and torch.cuda.is_available()):
-        raise SystemExit("gpu_torch_bench: needs a GPU and kolo built with CUDA")
+    if not torch.cuda.is_available():
+        print("gpu_torch_bench: SKIPPED: no CUDA device on this machine", file=sys.stderr)
+        sys.exit(77)
+    if not kolo.cuda_built():
+        raise SystemExit("gpu_torch_bench: kolo was built without CUDA: build with -DKOLO_WITH_CUDA=ON")
     torch.cuda.set_device(kolo.local_rank() % torch.cuda.device_count())
     port = kolo.broadcast_object(free_port() if kolo.rank() == 0 else None, root_rank=0)
     dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port,
