@@ -4,29 +4,41 @@
 # here by scripts/gpu_kit.sh), or any machine of a user's own with a GPU, the
 # CUDA toolkit and NCCL. See docs/gpu.md.
 #
-#   scripts/gpu_check.sh [--kit DIR] [--build DIR] [--out DIR] STEP...
+#   scripts/gpu_check.sh [--kit DIR] [--build DIR] [--out DIR] [--budget-s N] STEP...
 #
-# Steps, in the order `all` runs them (each appends to the summary):
-#   build     unpack the kit (if --kit names one), configure with CUDA for this
-#             machine's GPU (native; sm_90 where no GPU answers), build
-#   suite     the whole normal CTest suite of that build (gpu.np1 included)
-#   sanitize  the GPU tests under compute-sanitizer: memcheck, racecheck, synccheck
-#   tworanks  two ranks on the one GPU: the GPU tests at np=2 (what NCCL allows)
-#   torch     kolo.torch on CUDA tensors: test/python/test_torch_cuda.py at np=1
-#             and np=2, the synthetic ResNet-50 benchmark on the GPU
-#   speed     bench/gpu_allreduce (kolo vs ncclAllReduce, 4 B to 1 GiB; the fusion
-#             copy kernel vs cudaMemcpyAsync) and torch.distributed's NCCL backend
-#             on the same tensors
-#   faults    mismatched devices across ranks, two ranks pinned to one GPU, a rank
-#             killed inside a GPU collective: a named error on every surviving
-#             rank, no hang
-# Part B of the GPU issue fits in two calls of the device tool:
-#   `build suite sanitize` and `build tworanks torch speed faults`.
+# Steps (each appends a line to the summary):
+#   build      unpack the kit (if --kit names one), configure with CUDA for this
+#              machine's GPU (native; sm_90 where no GPU answers), build
+#   suite      the whole normal CTest suite of that build (gpu.np1 included)
+#   gpu        gpu.np1: kolo_gpu_tests at np=1 (NCCL, the fusion copy kernel)
+#   torch1     test/python/test_torch_cuda.py at np=1 (CUDA tensors, the
+#              DistributedOptimizer equivalence in float64)
+#   speed      bench/gpu_allreduce (kolo vs ncclAllReduce, 4 B to 1 GiB), bench/gpu_copy
+#              (the fusion copy kernel vs cudaMemcpyAsync), bench/gpu_torch_bench.py
+#              (kolo.torch vs torch.distributed with NCCL on the same tensors)
+#   memcheck, racecheck, synccheck
+#              kolo_gpu_tests under compute-sanitizer with that tool
+#   tworanks   two ranks on the one GPU: kolo_gpu_tests at np=2 (what NCCL allows)
+#   torch2     test/python/test_torch_cuda.py at np=2
+#   faults     mismatched devices across ranks, two ranks pinned to one GPU, a rank
+#              killed inside a GPU collective: a named error on every surviving
+#              rank, no hang
+#   resnet     the synthetic ResNet-50 benchmark on the GPU, np=1
+# Groups: sanitize = memcheck racecheck synccheck; torch = torch1 torch2 resnet;
+#   quick = build gpu torch1 speed memcheck racecheck synccheck tworanks torch2
+#           faults resnet, in that order of value: one call of a lent machine;
+#   all   = build suite, then the rest of quick.
+#
+# Budget (--budget-s, default 480; 0 = none): a step starts only if the time
+# left covers its estimate (STEP_ESTIMATE_S below, measured on a lent H100)
+# and runs at most for the time left; the build always starts. summary.txt,
+# speed.json and logs.tgz are rewritten after every step, so a call cut off at
+# its limit still brings back everything measured so far.
 #
 # Out ($OUT, else --out, else gpu-check-out/): summary.txt (one line per step:
-# name, ok/FAILED, seconds; the machine's GPU and driver first), speed.json, and
-# logs.tgz with every step's full log. Three files: the device tool brings
-# back at most eight.
+# name, ok/FAILED/skipped, seconds; the machine's GPU and driver first),
+# speed.json, and logs.tgz with every step's full log. Three files: the device
+# tool brings back at most eight.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,20 +46,36 @@ root=$PWD
 kit=""
 build=build-gpu
 out=${OUT:-$root/gpu-check-out}
+budget=480
 steps=()
+quick=(build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 faults resnet)
+step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 faults resnet"
 while [ $# -gt 0 ]; do
   case $1 in
     --kit) kit=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    all) steps+=(build suite sanitize tworanks torch speed faults); shift ;;
-    build | suite | sanitize | tworanks | torch | speed | faults) steps+=("$1"); shift ;;
+    --budget-s) budget=$2; shift 2 ;;
+    quick) steps+=("${quick[@]}"); shift ;;
+    all) steps+=(build suite "${quick[@]:1}"); shift ;;
+    sanitize) steps+=(memcheck racecheck synccheck); shift ;;
+    torch) steps+=(torch1 torch2 resnet); shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check: unknown argument '$1' (steps: build suite sanitize tworanks torch speed faults all)" >&2; exit 2 ;;
+    *)
+      if [[ " $step_names " == *" $1 "* ]]; then
+        steps+=("$1"); shift
+      else
+        echo "gpu_check: unknown argument '$1' (steps: $step_names; groups: sanitize torch quick all)" >&2
+        exit 2
+      fi ;;
   esac
 done
+[[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget-s takes whole seconds, not '$budget'" >&2; exit 2; }
 [ ${#steps[@]} -gt 0 ] || { echo "gpu_check: name at least one step (or all); --help lists them" >&2; exit 2; }
-[ -z "$kit" ] && [ -f "$root/gpu-kit/MANIFEST" ] && kit=$root/gpu-kit
+case $kit in
+  none) kit="" ;;
+  "") [ -f "$root/gpu-kit/MANIFEST" ] && kit=$root/gpu-kit ;;
+esac
 
 mkdir -p "$out"
 logs=$(mktemp -d)
@@ -105,91 +133,241 @@ step_suite() {
   ctest --output-on-failure --timeout 300 --rerun-failed
 }
 
-step_sanitize() {
-  local tool rc=0
-  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on PATH"; return 1; }
-  for tool in memcheck racecheck synccheck; do
-    echo "== compute-sanitizer --tool $tool"
-    "$mpirun" -np 1 "${mpiflags[@]}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$build/test/kolo_gpu_tests" || rc=1
-  done
-  return $rc
+# A step that finds nothing to check returns 77 after a line "SKIPPED: why",
+# which the summary repeats.
+skipped() {
+  echo "SKIPPED: $*"
+  return 77
 }
+need_gpu() {
+  [ -n "$gpu_name" ] || skipped "no CUDA device answers nvidia-smi"
+}
+# Runs a command, output shown and kept; 77 (with its reason) where the output
+# says that every test skipped and none ran (pytest, GoogleTest, CTest).
+all_or_skipped() {
+  local tmp rc why
+  tmp=$(mktemp)
+  "$@" 2>&1 | tee "$tmp"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ] && grep -Eq '[0-9]+ skipped|\[  SKIPPED \]|\*\*\*Skipped' "$tmp" &&
+    ! grep -Eq '[0-9]+ passed|\[  PASSED  \] [1-9]|Test +#[0-9]+: .* Passed' "$tmp"; then
+    rc=77
+    why=$(grep -Eo 'no CUDA device on this machine|[0-9]+ ranks on this host share [0-9]+ GPU\(s\)' "$tmp" | head -1)
+    echo "SKIPPED: ${why:-every test skipped}"
+  fi
+  rm -f "$tmp"
+  return "$rc"
+}
+
+step_gpu() {
+  cd "$build" || return 1
+  all_or_skipped ctest --verbose --timeout 120 -R '^gpu\.'
+}
+
+# kolo_gpu_tests at np=1 under one compute-sanitizer tool. API errors are not
+# reported: NCCL's ncclCommInitRank probes its kernels with
+# cudaFuncGetAttributes and handles the "no kernel image" (209) it gets for
+# those not built for this GPU (16 of them with the lent H100's NCCL 2.28.3);
+# kolo checks every CUDA call of its own.
+sanitize_with() {
+  need_gpu || return
+  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on PATH"; return 1; }
+  echo "== compute-sanitizer --tool $1"
+  "$mpirun" -np 1 "${mpiflags[@]}" compute-sanitizer --tool "$1" --error-exitcode 9 --report-api-errors no \
+    "$build/test/kolo_gpu_tests"
+}
+step_memcheck() { sanitize_with memcheck; }
+step_racecheck() { sanitize_with racecheck; }
+step_synccheck() { sanitize_with synccheck; }
 
 step_tworanks() {
-  # Both ranks see GPU 0. NCCL refuses two ranks of one communicator on one
-  # device; what kolo makes of that is the finding, so the step passes only
-  # when every rank either passes or names the problem (no hang: timeout).
-  timeout 120 "$mpirun" -np 2 "${mpiflags[@]}" "$build/test/kolo_gpu_tests"
+  # Two ranks: on a machine with a GPU per rank the GPU tests run at np=2; on
+  # one GPU they skip, each rank saying why (what kolo says to two ranks that
+  # do share a GPU is checked in the faults step). Nothing may hang.
+  all_or_skipped timeout 120 "$mpirun" -np 2 "${mpiflags[@]}" "$build/test/kolo_gpu_tests"
   local rc=$?
-  [ $rc -ne 124 ] || { echo "tworanks: HUNG (timeout 120 s)"; return 1; }
-  echo "tworanks: exit $rc"
-}
-
-step_torch() {
-  local rc=0
-  export PYTHONPATH=$build/python
-  for np in 1 2; do
-    echo "== test_torch_cuda.py at np=$np"
-    timeout 300 "$build/launcher/kolorun" -np "$np" "$python" -m pytest -q -p no:cacheprovider \
-      "$root/test/python/test_torch_cuda.py" || rc=1
-  done
-  echo "== synthetic ResNet-50 with CUDA tensors, np=1"
-  timeout 300 "$build/launcher/kolorun" -np 1 "$python" "$root/examples/pytorch_synthetic_benchmark.py" \
-    --model resnet50 --batch-size 64 --num-iters 5 --json "$logs/resnet50_cuda.json" || rc=1
+  [ $rc -ne 124 ] || echo "tworanks: HUNG (timeout 120 s)"
   return $rc
 }
 
+torch_at() {
+  echo "== test_torch_cuda.py at np=$1"
+  PYTHONPATH=$build/python all_or_skipped timeout 300 "$build/launcher/kolorun" -np "$1" "$python" \
+    -m pytest -q -rs -p no:cacheprovider "$root/test/python/test_torch_cuda.py"
+}
+step_torch1() { torch_at 1; }
+step_torch2() { torch_at 2; }
+
+step_resnet() {
+  # Without a GPU the example would train on the CPU: nothing of the GPU path.
+  need_gpu || return
+  echo "== synthetic ResNet-50 with CUDA tensors, np=1"
+  PYTHONPATH=$build/python timeout 300 "$build/launcher/kolorun" -np 1 "$python" \
+    "$root/examples/pytorch_synthetic_benchmark.py" --model resnet50 --batch-size 64 --num-iters 5 \
+    --json "$logs/resnet50_cuda.json"
+}
+
+# Each benchmark exits 77 without a device; the step is skipped when all three are.
 step_speed() {
-  local rc=0
-  export PYTHONPATH=$build/python
+  local rc=0 ran=0 r
   echo "== kolo vs ncclAllReduce on the same buffers"
-  timeout 300 "$build/launcher/kolorun" -np 1 "$build/bench/gpu_allreduce" >"$logs/gpu_allreduce.json" || rc=1
+  timeout 300 "$mpirun" -np 1 "${mpiflags[@]}" "$build/bench/gpu_allreduce" >"$logs/gpu_allreduce.json"
+  r=$?
+  write_results
   echo "== the fusion copy kernel vs cudaMemcpyAsync device to device"
-  timeout 120 "$build/bench/gpu_copy" >"$logs/gpu_copy.json" || rc=1
+  timeout 120 "$build/bench/gpu_copy" >"$logs/gpu_copy.json"
+  r="$r $?"
+  write_results
   echo "== kolo.torch vs torch.distributed (NCCL) on the same CUDA tensors"
-  timeout 300 "$build/launcher/kolorun" -np 1 "$python" "$root/bench/gpu_torch_bench.py" \
-    --json "$logs/gpu_torch.json" || rc=1
-  "$python" - "$logs" "$out/speed.json" "$gpu_name" <<'EOF' || rc=1
-import json, os, sys
-logs, dest, gpu = sys.argv[1:]
-result = {"gpu": gpu}
-for name in ("gpu_allreduce", "gpu_copy", "gpu_torch", "resnet50_cuda"):
-    path = os.path.join(logs, name + ".json")
-    if os.path.exists(path) and os.path.getsize(path):
-        with open(path) as f:
-            result[name] = json.load(f)
-json.dump(result, open(dest, "w"), indent=1)
-EOF
+  PYTHONPATH=$build/python timeout 300 "$build/launcher/kolorun" -np 1 "$python" \
+    "$root/bench/gpu_torch_bench.py" --json "$logs/gpu_torch.json"
+  r="$r $?"
+  echo "exit codes: $r"
+  for r in $r; do
+    case $r in
+      0) ran=1 ;;
+      77) ;;
+      *) rc=1 ;;
+    esac
+  done
+  if [ $rc -eq 0 ] && [ $ran -eq 0 ]; then
+    skipped "no CUDA device on this machine"
+    return
+  fi
   return $rc
 }
 
 step_faults() {
-  local rc=0 status
+  local rc first status
   export PYTHONPATH=$build/python
-  timeout 300 "$build/launcher/kolorun" -np 2 "$python" -m pytest -q -rs -s -p no:cacheprovider \
-    "$root/test/python/test_torch_cuda_faults.py" -k "not killed" || rc=1
+  all_or_skipped timeout 300 "$build/launcher/kolorun" -np 2 "$python" -m pytest -q -rs -s \
+    -p no:cacheprovider "$root/test/python/test_torch_cuda_faults.py" -k "not killed"
+  first=$?
   # The killed rank ends the job with its exit code; what counts is that the
   # survivors name the failure and that nothing hangs.
   echo "== a rank killed inside a GPU collective"
   timeout 120 "$build/launcher/kolorun" -np 2 "$python" -m pytest -q -rs -s -p no:cacheprovider \
     "$root/test/python/test_torch_cuda_faults.py" -k killed
   status=$?
-  [ $status -ne 124 ] || { echo "faults: the killed-rank run HUNG (timeout 120 s)"; rc=1; }
   echo "killed-rank run: exit $status"
+  [ $status -ne 124 ] || { echo "faults: the killed-rank run HUNG (timeout 120 s)"; return 1; }
+  [ $first -ne 77 ] || return 77
+  return $first
+}
+
+# speed.json (every benchmark that wrote its JSON so far, each file whole or
+# not at all) and logs.tgz, rewritten after every step and benchmark.
+write_results() {
+  "$python" - "$logs" "$out/speed.json" "$gpu_name" <<'EOF' || true
+import json, os, sys
+logs, dest, gpu = sys.argv[1:]
+result = {"gpu": gpu}
+for name in ("gpu_allreduce", "gpu_copy", "gpu_torch", "resnet50_cuda"):
+    path = os.path.join(logs, name + ".json")
+    try:
+        with open(path) as f:
+            result[name] = json.load(f)
+    except (OSError, ValueError):
+        pass
+with open(dest + ".new", "w") as f:
+    json.dump(result, f, indent=1)
+os.replace(dest + ".new", dest)
+EOF
+  tar -czf "$out/logs.tgz.new" -C "$logs" . && mv "$out/logs.tgz.new" "$out/logs.tgz"
+}
+
+# What each step may take, in seconds: about twice what it took on a lent H100
+# (16 cores; 2026-11-26: build from scratch 33, gpu 4, torch1 14, speed 25,
+# memcheck 21, racecheck 11, synccheck 8, tworanks 2, torch2 6, faults 13,
+# resnet 12). A step starts only if this much of the budget is left.
+declare -A STEP_ESTIMATE_S=(
+  [build]=120 [suite]=900 [gpu]=20 [torch1]=40 [speed]=60 [memcheck]=60 [racecheck]=40
+  [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40 [resnet]=40
+)
+
+# The clock. GPU_CHECK_FAKE_CLOCK names a file holding the time: the budget's
+# test (test/packaging/gpu_check_budget_test.sh) sets it and
+# GPU_CHECK_FAKE_STEPS ("build=200 gpu=30:1 speed=20:kill ..."), and each step
+# then only moves the clock by its seconds (cut at the time it was given) and
+# exits with the code named (0 by default); "kill" kills this script there, as
+# the device tool does at its limit.
+now() {
+  if [ -n "${GPU_CHECK_FAKE_CLOCK:-}" ]; then cat "$GPU_CHECK_FAKE_CLOCK"; else date +%s; fi
+}
+fake_step() {
+  local kv spec d code=0
+  for kv in ${GPU_CHECK_FAKE_STEPS:-}; do
+    [ "${kv%%=*}" = "$1" ] || continue
+    spec=${kv#*=}
+    d=${spec%%:*}
+    [ "$spec" = "$d" ] || code=${spec#*:}
+  done
+  [ "$code" != kill ] || kill -KILL $$
+  if [ "${d:-0}" -gt "$2" ]; then
+    echo $(($(now) + $2)) >"$GPU_CHECK_FAKE_CLOCK"
+    return 143
+  fi
+  echo $(($(now) + ${d:-0})) >"$GPU_CHECK_FAKE_CLOCK"
+  [ "$code" != 77 ] || echo "SKIPPED: fake" >"$logs/$1.log"
+  return "$code"
+}
+
+# Runs one step in its own process group, killed (TERM, then KILL) when its
+# time runs out.
+run_step() {
+  local s=$1 limit=$2 pid watchdog rc
+  if [ -n "${GPU_CHECK_FAKE_CLOCK:-}" ]; then
+    fake_step "$s" "$limit"
+    return
+  fi
+  set -m
+  ("step_$s") >"$logs/$s.log" 2>&1 &
+  pid=$!
+  (sleep "$limit" && echo "gpu_check: $s ran out of budget after $limit s" >>"$logs/$s.log" &&
+    kill -TERM -- -"$pid" && sleep 5 && kill -KILL -- -"$pid") >/dev/null 2>&1 &
+  watchdog=$!
+  set +m
+  wait "$pid"
+  rc=$?
+  kill -- -"$watchdog" 2>/dev/null
+  wait "$watchdog" 2>/dev/null
   return $rc
 }
 
+# The budget: each step starts only if the time left covers its estimate (the
+# build always starts) and runs at most for the time left.
+started=$(now)
+built=yes
 for s in "${steps[@]}"; do
-  start=$(date +%s)
-  echo "== gpu_check: $s (log: $s.log)"
-  "step_$s" >"$logs/$s.log" 2>&1
+  left=$((budget - ($(now) - started)))
+  need=${STEP_ESTIMATE_S[$s]}
+  if [ "$built" = no ]; then
+    note "$s: skipped (the build failed)"
+    continue
+  fi
+  if [ "$budget" -gt 0 ] && [ "$s" != build ] && [ "$left" -lt "$need" ]; then
+    note "$s: skipped (needs ~$need s, $left s of the budget left)"
+    continue
+  fi
+  [ "$budget" -gt 0 ] || left=86400
+  [ "$left" -gt 0 ] || left=1
+  start=$(now)
+  echo "== gpu_check: $s (log: $s.log; $left s of the budget left)"
+  run_step "$s" "$left"
   rc=$?
-  tail -n 15 "$logs/$s.log"
-  note "$s: $([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)") in $(($(date +%s) - start)) s"
-  [ "$s" = build ] && [ $rc -ne 0 ] && { note "build failed: later steps not run"; break; }
+  [ -f "$logs/$s.log" ] && tail -n 15 "$logs/$s.log"
+  took=$(($(now) - start))
+  case $rc in
+    0) result="ok in $took s" ;;
+    77) result="skipped ($(grep -o 'SKIPPED: .*' "$logs/$s.log" 2>/dev/null | tail -1 | cut -c10-)) in $took s" ;;
+    124 | 137 | 143) result="FAILED (exit $rc, out of budget) in $took s" ;;
+    *) result="FAILED (exit $rc) in $took s" ;;
+  esac
+  [ "$took" -le "$need" ] || result="$result, over its $need s estimate"
+  note "$s: $result"
+  [ "$s" = build ] && [ $rc -ne 0 ] && built=no
+  write_results
 done
-tar -czf "$out/logs.tgz" -C "$logs" .
 rm -rf "$logs"
 echo "== gpu_check summary ($out/summary.txt; logs in $out/logs.tgz)"
 cat "$summary"

@@ -5,8 +5,10 @@
 # namespace whose /usr hides, by overlayfs whiteouts, every file of the
 # system's Open MPI, PMIx, hwloc, libevent, Boost, flatbuffers, GoogleTest,
 # CLI11, pybind11 and mpi4py packages (and /etc/openmpi), under `env -i`. In
-# there: the GPU tests skip cleanly (no device), and kolo runs on the kit's
-# relocated Open MPI (C++ tests at np=2, kolo.torch under kolorun at np=2).
+# there: the GPU tests skip cleanly (no device), kolo runs on the kit's
+# relocated Open MPI (C++ tests at np=2, kolo.torch under kolorun at np=2), and
+# `gpu_check.sh quick`, the lent machine's one call, runs every step, each
+# skipping cleanly within its estimate.
 #
 #   test/packaging/gpu_kit_test.sh <source_dir> <work_dir>
 #
@@ -65,7 +67,7 @@ for f in /usr/include/boost/asio.hpp /usr/include/mpi.h /usr/bin/mpirun /usr/inc
   [ ! -e "$f" ] || { echo "gpu kit test: $f is still visible"; exit 1; }
 done
 if python3 -c 'from mpi4py import MPI' 2>/dev/null; then echo "gpu kit test: mpi4py still loads an MPI"; exit 1; fi
-scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/out" build
+scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/out" --budget-s 0 build
 source scripts/gpu_kit_env.sh "$WORK/kit" "$GPU_KIT_DIR"
 echo "== what was built links the kit's Open MPI"
 ldd "$WORK/build/test/kolo_mpi_tests" | grep -q "$GPU_KIT_ROOT/.*libmpi.so" ||
@@ -82,6 +84,16 @@ hvd.init()
 print("sum", hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist(), "cuda_built", hvd.cuda_built())')
 echo "$out"
 echo "$out" | grep -q "\[1\]<stdout>:sum \[2.0, 2.0\] cuda_built True"
+echo "== quick, as on a lent machine: every step starts, skips without a GPU, within its estimate"
+scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/quick" quick ||
+  { echo "gpu kit test: gpu_check.sh quick failed"; exit 1; }
+steps=$(grep -vc '^machine:' "$WORK/quick/summary.txt")
+[ "$steps" = 11 ] || { echo "gpu kit test: quick ran $steps steps, not 11"; exit 1; }
+if grep -v '^machine:' "$WORK/quick/summary.txt" |
+  grep -Ev '^(build: ok|[a-z0-9]+: skipped \(no CUDA device [a-z -]+\)) in [0-9]+ s$'; then
+  echo "gpu kit test: the steps above did not skip cleanly within their estimates"
+  exit 1
+fi
 echo "gpu kit: OK"
 EOF
 )
