@@ -167,8 +167,8 @@ step_gpu() {
 # kolo_gpu_tests at np=1 under one compute-sanitizer tool. API errors are not
 # reported: NCCL's ncclCommInitRank probes its kernels with
 # cudaFuncGetAttributes and handles the "no kernel image" (209) it gets for
-# those not built for this GPU (16 of them with the lent H100's NCCL 2.28.3);
-# kolo checks every CUDA call of its own.
+# those not built for this GPU (docs/gpu.md); kolo checks every CUDA call of
+# its own.
 sanitize_with() {
   need_gpu || return
   command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on PATH"; return 1; }
@@ -276,10 +276,9 @@ EOF
   tar -czf "$out/logs.tgz.new" -C "$logs" . && mv "$out/logs.tgz.new" "$out/logs.tgz"
 }
 
-# What each step may take, in seconds: about twice what it took on a lent H100
-# (16 cores; 2026-11-26: build from scratch 33, gpu 4, torch1 14, speed 25,
-# memcheck 21, racecheck 11, synccheck 8, tworanks 2, torch2 6, faults 13,
-# resnet 12). A step starts only if this much of the budget is left.
+# What each step may take, in seconds: about twice what it took on a lent
+# H100 (docs/gpu.md has those times). A step starts only if this much of the
+# budget is left.
 declare -A STEP_ESTIMATE_S=(
   [build]=120 [suite]=900 [gpu]=20 [torch1]=40 [speed]=60 [memcheck]=60 [racecheck]=40
   [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40 [resnet]=40
