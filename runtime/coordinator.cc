@@ -250,18 +250,21 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
 // Records the first way `r` disagrees with the entry's first request.
 void Coordinator::Compare(Entry& entry, const Request& r) {
   const Request& f = entry.first;
-  // Unnamed collectives pair up by call order; a call from another place is
-  // another collective of a rank that is out of step, even when it agrees
-  // otherwise (pairing them would mix up data): Resync sorts them out.
+  const bool refused = !f.refusal.empty() || !r.refusal.empty();
+  std::string what = refused ? std::string() : Disagreement(f, r);
+  // Unnamed collectives pair up by their number, as Horovod's do, wherever
+  // each rank called them: a rank-dependent branch that calls the same
+  // collective on each side pairs. Called from different places and
+  // disagreeing (or refused, which leaves nothing to compare), the ranks are
+  // out of step (an exception on some rank skipped a collective the others
+  // called): Resync names both places and brings them back in step.
   if (f.unnamed() && r.unnamed() && !f.call_site.empty() && !r.call_site.empty() &&
-      f.call_site != r.call_site) {
+      f.call_site != r.call_site && (refused || !what.empty())) {
     entry.sites_differ = true;
     return;
   }
   // A refusal carries no tensor to compare; the collective fails anyway.
-  if (!f.refusal.empty() || !r.refusal.empty()) return;
-  std::string what = Disagreement(f, r);
-  if (what.empty()) return;
+  if (refused || what.empty()) return;
   if (entry.mismatch.empty()) entry.mismatch = what;
   entry.disagreeing.push_back(r.rank);
 }
@@ -377,7 +380,7 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
       Resync(entry, &outcome);
       continue;
     }
-    if (entry.first.unnamed()) left_.clear();  // the ranks are in step again
+    if (entry.first.unnamed()) NotePlacesPaired(entry);
     Request first = entry.first;
     Response response = Decide(first.name, entry);
     barrier |= response.op == OpType::kBarrier;
@@ -489,6 +492,21 @@ std::string RankList(const RankBits& bits, int size) {
 }
 
 }  // namespace
+
+void Coordinator::NotePlacesPaired(const Entry& entry) {
+  left_.clear();
+  std::unordered_map<std::string, RankBits> places;
+  for (const Entry::Arrival& a : entry.arrivals) {
+    const std::string& site =
+        a.request.call_site.empty() ? entry.first.call_site : a.request.call_site;
+    places.try_emplace(site, size_).first->second.Set(a.request.rank);
+  }
+  // From one place: the ranks are in step. From several (a rank-dependent
+  // branch, or a rank that skipped a collective and met the others' one of
+  // the same signature), each rank has now left its place: should the ranks
+  // disagree next, ranks still at a place another rank has left are behind.
+  if (places.size() > 1) left_ = std::move(places);
+}
 
 void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
   // The places the ranks called number n from (a request without a place

@@ -16,21 +16,22 @@
 //      same name on another process set answers with a request naming that
 //      set, and the tensor then fails with a process-set mismatch.
 //   3. Unnamed collectives pair up by their number in each rank's call order
-//      (PairingKey: epoch and number, whatever the collective), and only when
-//      the ranks called them from the same place (call site). When the ranks
-//      called number n from different places, an exception on some rank
-//      skipped a collective that the others called, and the ranks are out of
-//      step. The ranks at the place that is behind get a RESYNC: they fail
-//      their unnamed collectives numbered n and later and number their next
-//      one n again, so it meets the others' waiting one. Behind: a place that
-//      another rank has already left by a RESYNC since the ranks were last in
-//      step; failing that, every place but the one called in the latest round
-//      (a tie: the one fewer ranks called, then rank order). An unnamed
-//      tensor that stalls out is a RESYNC of the ranks that sent it; a barrier
-//      or join that completes is one for every unnamed tensor still pending
-//      (ranks number afresh after it, in a new epoch); so is, after a second,
-//      an unnamed tensor that keeps its ranks from a barrier the others wait in
-//      (ranks that are in the barrier never called it).
+//      (PairingKey: epoch and number, whatever the collective), wherever each
+//      rank called them (call site), as Horovod's do. When the ranks called
+//      number n from different places and their requests disagree, an
+//      exception on some rank skipped a collective that the others called,
+//      and the ranks are out of step. The ranks at the place that is behind
+//      get a RESYNC: they fail their unnamed collectives numbered n and later
+//      and number their next one n again, so it meets the others' waiting one.
+//      Behind: a place that another rank has already left (by a RESYNC, or by
+//      the last pair when the ranks called it from different places); failing
+//      that, every place but the one called in the latest round (a tie: the
+//      one fewer ranks called, then rank order). An unnamed tensor that stalls
+//      out is a RESYNC of the ranks that sent it; a barrier or join that
+//      completes is one for every unnamed tensor still pending (ranks number
+//      afresh after it, in a new epoch); so is, after a second, an unnamed
+//      tensor that keeps its ranks from a barrier the others wait in (ranks
+//      that are in the barrier never called it).
 #pragma once
 
 #include <algorithm>
@@ -114,7 +115,7 @@ class Coordinator {
     // have waited in unnamed collectives that its ranks never called.
     std::optional<Clock::time_point> deadlocked_since;
     // Unnamed only: every request, in arrival order (a RESYNC takes some
-    // ranks' out again), and whether they came from more than one place.
+    // ranks' out again), and whether ranks at different places disagree.
     struct Arrival {
       Request request;
       uint64_t round = 0;  // rounds_ when it came
@@ -149,8 +150,11 @@ class Coordinator {
   Response Decide(const std::string& name, Entry& entry);
   void Emit(Response response, const Request& request, std::vector<Response>* out);
   void CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome);
-  // Unnamed collective number n, called from different places: RESYNCs the
-  // ranks that are behind (see the protocol above).
+  // An unnamed collective paired: the ranks are in step if they called it
+  // from one place; else each place is one its ranks have left.
+  void NotePlacesPaired(const Entry& entry);
+  // Unnamed collective number n, called from different places, disagreeing:
+  // RESYNCs the ranks that are behind (see the protocol above).
   void Resync(Entry& entry, CoordinatorOutcome* outcome);
   // A RESYNC of `ranks` for the unnamed tensors numbered `first.unnamed_index`
   // and later of `first`'s epoch: the response, and those ranks' requests
@@ -175,7 +179,8 @@ class Coordinator {
   std::vector<std::string> arrival_order_;        // keys in table_, first arrival first
   uint64_t rounds_ = 0;                           // ComputeResponses calls so far
   // Unnamed collectives: the places that ranks left by a RESYNC since the
-  // ranks last paired one (a place that another rank has left is behind).
+  // ranks last paired one, or, when that pair came from several places, those
+  // places (a place that another rank has left is behind).
   std::unordered_map<std::string, RankBits> left_;
   std::unordered_map<std::string, Group> groups_;
   RankBits joined_;

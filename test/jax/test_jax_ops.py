@@ -372,3 +372,12 @@ def test_process_set():
     finally:
         kj.remove_process_set(ps)
     assert_equal(kj.allreduce(jnp.ones(2), op=kj.Sum), [float(N)] * 2)
+
+
+def test_unnamed_collectives_in_rank_dependent_branches_pair():
+    # As in Horovod: the same collective, unnamed, on each side of a branch.
+    if R == 0:
+        b = kj.broadcast(jnp.arange(4.0), root_rank=0)
+    else:
+        b = kj.broadcast(jnp.zeros(4), root_rank=0)
+    assert np.asarray(b).tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -246,7 +246,7 @@ ONE_RANK_RAISES_BETWEEN_UNNAMED = """
 import torch
 import kolo.torch as hvd
 hvd.init()
-r = hvd.rank()
+r, n = hvd.rank(), hvd.size()
 
 def report(tag, fn, want):
     try:
@@ -258,46 +258,103 @@ def report(tag, fn, want):
 try:
     if r == 0:
         raise AssertionError("a failed assertion on rank 0 only")
-    hvd.allgather(torch.tensor([1, 2], dtype=torch.int64))   # rank 0 never gets here
+    got = hvd.allgather(torch.tensor([1, 2], dtype=torch.int64))   # rank 0 never gets here
+    print("skipped op:", got.tolist(), flush=True)
 except AssertionError:
     pass
-except hvd.HorovodInternalError as e:
-    print("skipped op:", "out of step" in str(e), flush=True)
-# The same unnamed collectives, in the same order, on every rank; one has the
-# shape of the skipped one, so a plain counter would pair it with it.
+# The same unnamed collectives, in the same order, on every rank. The first has
+# the signature of the one rank 0 skipped: as in Horovod, it pairs with it by
+# number. The next disagrees with what rank 0 calls: the others are out of step.
+met = torch.tensor([7, 7] + [1, 2] * (n - 1))
 report("allgather", lambda: hvd.allgather(torch.tensor([7, 7], dtype=torch.int64)),
-       torch.tensor([7, 7] * hvd.size()))
+       met if r == 0 else torch.tensor([7, 7] * n))
 report("allreduce", lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum),
-       torch.full((3,), float(hvd.size())))
+       torch.full((3,), float(n)))
 report("named", lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum, name="named"),
-       torch.full((3,), float(hvd.size())))
+       torch.full((3,), float(n)))
 hvd.barrier()
-report("after barrier", lambda: hvd.allgather(torch.tensor([r])), torch.arange(hvd.size()))
+report("after barrier", lambda: hvd.allgather(torch.tensor([r])), torch.arange(n))
 print("finished", flush=True)
 """
 
 
 @pytest.mark.parametrize("np", [2, 3])
-def test_one_rank_raising_between_unnamed_collectives_never_hangs_or_mixes_data(np, tmp_path):
+def test_one_rank_raising_between_unnamed_collectives_pairs_by_number_and_never_hangs(np, tmp_path):
     # Default stall settings: nothing here may wait for the stall shutdown.
     r, elapsed = run(np, ONE_RANK_RAISES_BETWEEN_UNNAMED, tmp_path, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "WRONG" not in r.stdout, r.stdout
+    met = [7, 7] + [1, 2] * (np - 1)
     for rank in range(np):
         lines = [l.split(":", 1)[1] for l in r.stdout.splitlines()
                  if l.startswith("[%d]<stdout>:" % rank)]
-        if rank != 0:
-            assert "skipped op: True" in lines, lines
-        # The ranks resynchronize without a barrier: the next unnamed collective is
-        # correct, or (when the skipping rank's call came first) fails on every rank
-        # saying the ranks are out of step; the one after it, the named one and
-        # everything after the barrier are correct.
-        line = next(l for l in lines if l.startswith("allgather "))
-        assert line == "allgather correct" or line.endswith("| True"), lines
+        if rank == 0:
+            # Rank 0's first unnamed collective met the others' skipped one.
+            assert "allgather correct" in lines, lines
+        else:
+            assert "skipped op: %s" % met in lines, lines
+            # Their next one, where rank 0 calls an allreduce from another
+            # place: behind (rank 0 left that place), cancelled on them alone.
+            line = next(l for l in lines if l.startswith("allgather "))
+            assert line.startswith("allgather error:") and line.endswith("| True"), lines
+        # Then the ranks are in step: the next unnamed collective, the named one
+        # and everything after the barrier are correct.
         assert "allreduce correct" in lines, lines
         assert "named correct" in lines, lines
         assert "after barrier correct" in lines, lines
         assert "finished" in lines, lines
+    assert elapsed < 30, elapsed
+
+
+RANK_DEPENDENT_BRANCHES = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+# The root builds the value, the others a placeholder: one unnamed broadcast on
+# each side of the branch, as Horovod scripts do.
+if r == 0:
+    x = hvd.broadcast(torch.arange(4.0), root_rank=0)
+else:
+    x = hvd.broadcast(torch.zeros(4), root_rank=0)
+print("broadcast", x.tolist(), flush=True)
+# A helper called from different places in rank order.
+def total(t):
+    return hvd.allreduce(t, op=hvd.Sum)
+if r % 2 == 0:
+    a = total(torch.ones(2))
+    b = total(torch.full((3,), 2.0))
+else:
+    a = total(torch.ones(2))
+    b = total(torch.full((3,), 2.0))
+print("sums", a.tolist(), b.tolist(), flush=True)
+# Disagreeing from different places: an error on every rank; the ranks cancelled
+# as out of step are told where each side called it.
+try:
+    if r == 0:
+        hvd.allreduce(torch.ones(2))
+    else:
+        hvd.allreduce(torch.ones(5))
+except hvd.HorovodInternalError as e:
+    print("mismatch: places named", str(e).count("job.py:"), flush=True)
+hvd.barrier()
+print("after barrier", hvd.allgather(torch.tensor([r])).tolist(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_rank_dependent_branches_pair_unnamed_collectives_as_horovod(np, tmp_path):
+    r, elapsed = run(np, RANK_DEPENDENT_BRANCHES, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(np):
+        lines = [l.split(":", 1)[1] for l in r.stdout.splitlines()
+                 if l.startswith("[%d]<stdout>:" % rank)]
+        assert "broadcast [0.0, 1.0, 2.0, 3.0]" in lines, lines
+        assert "sums %s %s" % ([float(np)] * 2, [2.0 * np] * 3) in lines, lines
+        assert any(l.startswith("mismatch: places named") for l in lines), lines
+        assert "after barrier %s" % list(range(np)) in lines, lines
+    # The ranks cancelled as out of step are told where each side called it.
+    assert "mismatch: places named 2" in r.stdout, r.stdout
     assert elapsed < 30, elapsed
 
 

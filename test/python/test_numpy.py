@@ -32,3 +32,12 @@ def test_bad_input():
         kn.allreduce(np.ones((3, 3))[:, 0])
     with pytest.raises(TypeError, match="does not support"):
         kn.allreduce(np.ones(2, dtype=np.complex64))
+
+
+def test_unnamed_collectives_in_rank_dependent_branches_pair():
+    # As in Horovod: the same collective, unnamed, on each side of a branch.
+    if R == 0:
+        b = kn.broadcast(np.arange(4.0), 0)
+    else:
+        b = kn.broadcast(np.zeros(4), 0)
+    assert np.array_equal(b, np.arange(4.0))

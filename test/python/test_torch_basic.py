@@ -177,3 +177,22 @@ def test_other_collectives_every_dtype(dtype):
         assert torch.equal(g[0], full) and torch.equal(g[1], full[:3])
         rs = hvd.reducescatter(base.view(N, 2), op=hvd.Sum)
         assert torch.equal(rs, full.view(N, 2)[R:R + 1])
+
+
+def test_unnamed_collectives_in_rank_dependent_branches_pair():
+    # As in Horovod: the same collective, unnamed, on each side of a branch,
+    # and a helper called from different places in rank order.
+    if R == 0:
+        b = hvd.broadcast(torch.arange(4.0), root_rank=0)
+    else:
+        b = hvd.broadcast(torch.zeros(4), root_rank=0)
+    assert b.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+    def total(t):
+        return hvd.allreduce(t, op=hvd.Sum)
+
+    if R % 2:
+        s = total(torch.ones(3))
+    else:
+        s = total(torch.ones(3))
+    assert s.tolist() == [float(N)] * 3

@@ -504,3 +504,12 @@ def test_process_sets_are_kolos_shared_registry():
     assert hvd.ProcessSet is common_process_sets.ProcessSet
     assert hvd.global_process_set is common_process_sets.global_process_set
     assert hvd.global_process_set.ranks == list(range(N))
+
+
+def test_unnamed_collectives_in_rank_dependent_branches_pair():
+    # As in Horovod: the same collective, unnamed, on each side of a branch.
+    if R == 0:
+        b = hvd.broadcast(tf.range(4, dtype=tf.float32), root_rank=0)
+    else:
+        b = hvd.broadcast(tf.zeros(4), root_rank=0)
+    assert b.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -290,6 +290,100 @@ Request Unnamed(int64_t index, const std::string& site, OpType op = OpType::kAll
 
 std::vector<int> Ranks(const Response& r) { return {r.ranks.begin(), r.ranks.end()}; }
 
+// An unnamed allreduce whose tensor has as many elements as the line number of
+// `site` ("a.py:30 in g": 30): calls from different lines disagree, as the
+// collectives of ranks out of step mostly do.
+Request At(int64_t index, const std::string& site) {
+  const size_t colon = site.find(':');
+  return Unnamed(index, site, OpType::kAllreduce, 0, {std::stoll(site.substr(colon + 1))});
+}
+
+TEST_F(CoordinatorTest, UnnamedCallsThatAgreeFromDifferentPlacesPairByNumber) {
+  // A rank-dependent branch: the root broadcasts at line 10, the others at
+  // line 12, the same tensor. Horovod pairs them by number; so does kolo.
+  Coordinator c(3, no_stall);
+  Request root = Unnamed(0, "a.py:10 in f", OpType::kBroadcast);
+  root.root = 0;
+  c.AddRequests(0, {root}, t0);
+  for (int r = 1; r < 3; ++r) {
+    Request other = Unnamed(0, "a.py:12 in f", OpType::kBroadcast);
+    other.root = 0;
+    c.AddRequests(r, {other}, t0);
+  }
+  auto out = c.ComputeResponses(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kBroadcast) << out.responses[0].error;
+  EXPECT_TRUE(out.warnings.empty());
+  EXPECT_EQ(c.pending(), 0u);
+  // And the next ones, from the same line on every rank, pair as before.
+  for (int r = 0; r < 3; ++r) c.AddRequests(r, {Unnamed(1, "a.py:20 in f")}, t0);
+  out = c.ComputeResponses(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kAllreduce);
+}
+
+TEST_F(CoordinatorTest, AfterAPairFromTwoPlacesTheRanksStillAtTheOtherPlaceAreBehind) {
+  // Rank 0 raised before the allgather at line 10 that ranks 1 and 2 call;
+  // its next unnamed collective, an allgather of the same signature at line
+  // 20, pairs with theirs by number (as in Horovod). Then ranks 1 and 2 call
+  // line 20 while rank 0 is at line 30: they are the ones behind, whichever
+  // side arrives first.
+  for (bool behind_first : {true, false}) {
+    SCOPED_TRACE(behind_first ? "ranks 1 and 2 arrive first" : "rank 0 arrives first");
+    Coordinator c(3, no_stall);
+    auto allgather = [](int64_t n, const std::string& site) {
+      return Unnamed(n, site, OpType::kAllgather, 0, {2}, DataType::kInt64);
+    };
+    c.AddRequests(1, {allgather(0, "a.py:10 in f")}, t0);
+    c.AddRequests(2, {allgather(0, "a.py:10 in f")}, t0);
+    c.AddRequests(0, {allgather(0, "a.py:20 in g")}, t0);
+    auto out = c.ComputeResponses(t0).responses;
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].op, OpType::kAllgather) << out[0].error;
+    auto behind = [&] {
+      c.AddRequests(1, {allgather(1, "a.py:20 in g")}, t0);
+      c.AddRequests(2, {allgather(1, "a.py:20 in g")}, t0);
+    };
+    // One side in a round of its own, the other in the next: the side that
+    // comes last is not therefore kept.
+    if (behind_first) {
+      behind();
+    } else {
+      c.AddRequests(0, {At(1, "a.py:30 in g")}, t0);
+    }
+    EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+    if (behind_first) {
+      c.AddRequests(0, {At(1, "a.py:30 in g")}, t0);
+    } else {
+      behind();
+    }
+    out = c.ComputeResponses(t0).responses;
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].op, OpType::kResync);
+    EXPECT_EQ(Ranks(out[0]), (std::vector<int>{1, 2}));
+    c.AddRequests(1, {At(1, "a.py:30 in g")}, t0);
+    c.AddRequests(2, {At(1, "a.py:30 in g")}, t0);
+    out = c.ComputeResponses(t0).responses;
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].op, OpType::kAllreduce);  // in step again
+  }
+}
+
+TEST_F(CoordinatorTest, UnnamedCallsThatDisagreeFromDifferentPlacesNameBothPlaces) {
+  // Same number, different places, different shapes: out of step, and the
+  // error names where each rank called its collective.
+  Coordinator c(2, no_stall);
+  c.AddRequests(0, {At(0, "a.py:3 in f")}, t0);
+  c.AddRequests(1, {At(0, "a.py:7 in g")}, t0);
+  auto out = c.ComputeResponses(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].op, OpType::kResync);
+  EXPECT_NE(out.responses[0].error.find("a.py:3 in f"), std::string::npos)
+      << out.responses[0].error;
+  EXPECT_NE(out.responses[0].error.find("a.py:7 in g"), std::string::npos)
+      << out.responses[0].error;
+}
+
 TEST_F(CoordinatorTest, UnnamedCallsFromDifferentPlacesResyncTheRanksBehind) {
   // Rank 0 raised before the allreduce at line 10, which rank 1 waits in, and
   // called its next unnamed collective, an allgather at line 30.
@@ -341,17 +435,17 @@ TEST_F(CoordinatorTest, UnnamedMismatchFromOnePlaceIsAPlainMismatch) {
 TEST_F(CoordinatorTest, ResyncAlsoDropsTheRanksLaterUnnamedRequests) {
   // Rank 1 started two unnamed collectives of the test rank 0 left early.
   Coordinator c(2, no_stall);
-  c.AddRequests(1, {Unnamed(0, "a.py:10 in f"), Unnamed(1, "a.py:11 in f")}, t0);
+  c.AddRequests(1, {At(0, "a.py:10 in f"), At(1, "a.py:11 in f")}, t0);
   EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
-  c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
+  c.AddRequests(0, {At(0, "a.py:30 in g")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kResync);
   EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});
   EXPECT_EQ(out[0].unnamed_from, 0);
   EXPECT_EQ(c.pending(), 1u);  // only rank 0's number 0
-  c.AddRequests(1, {Unnamed(0, "a.py:30 in g"), Unnamed(1, "a.py:31 in g")}, t0);
-  c.AddRequests(0, {Unnamed(1, "a.py:31 in g")}, t0);
+  c.AddRequests(1, {At(0, "a.py:30 in g"), At(1, "a.py:31 in g")}, t0);
+  c.AddRequests(0, {At(1, "a.py:31 in g")}, t0);
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].op, OpType::kAllreduce);
@@ -363,22 +457,22 @@ TEST_F(CoordinatorTest, APlaceThatAnotherRankLeftIsBehindWhateverArrivesLast) {
   // rank 1, still in the test, arrives last at line 10: arrival order alone
   // picks the wrong side once, and the places left tell the rest.
   Coordinator c(2, no_stall);
-  c.AddRequests(0, {Unnamed(0, "a.py:30 in g")}, t0);
+  c.AddRequests(0, {At(0, "a.py:30 in g")}, t0);
   EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
-  c.AddRequests(1, {Unnamed(0, "a.py:10 in f")}, t0);
+  c.AddRequests(1, {At(0, "a.py:10 in f")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0});       // the last arrival is kept: wrong here
-  c.AddRequests(0, {Unnamed(0, "a.py:50 in h")}, t0);  // rank 0's next test
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{0});  // the last arrival is kept: wrong here
+  c.AddRequests(0, {At(0, "a.py:50 in h")}, t0);  // rank 0's next test
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});       // rank 1 leaves line 10
-  c.AddRequests(1, {Unnamed(0, "a.py:30 in g")}, t0);  // rank 1's next: rank 0 left it
+  EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});  // rank 1 leaves line 10
+  c.AddRequests(1, {At(0, "a.py:30 in g")}, t0);  // rank 1's next: rank 0 left it
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kResync);
   EXPECT_EQ(Ranks(out[0]), std::vector<int>{1});  // behind, although it came last
-  c.AddRequests(1, {Unnamed(0, "a.py:50 in h")}, t0);
+  c.AddRequests(1, {At(0, "a.py:50 in h")}, t0);
   out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kAllreduce);  // in step again
@@ -388,9 +482,9 @@ TEST_F(CoordinatorTest, PlacesCalledInOneRoundKeepTheOneFewerRanksCalled) {
   // Rank 1 raised and went on; ranks 0 and 2 wait where it skipped, all in one
   // round: the ranks that raised are fewer, mostly.
   Coordinator c(3, no_stall);
-  c.AddRequests(0, {Unnamed(0, "a.py:10 in f")}, t0);
-  c.AddRequests(1, {Unnamed(0, "a.py:30 in g")}, t0);
-  c.AddRequests(2, {Unnamed(0, "a.py:10 in f")}, t0);
+  c.AddRequests(0, {At(0, "a.py:10 in f")}, t0);
+  c.AddRequests(1, {At(0, "a.py:30 in g")}, t0);
+  c.AddRequests(2, {At(0, "a.py:10 in f")}, t0);
   auto out = c.ComputeResponses(t0).responses;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op, OpType::kResync);
