@@ -337,14 +337,17 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "init",
-      [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle) {
+      [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle,
+         std::vector<int> world_ranks) {
         InitOptions options;
         options.process_sets = std::move(process_sets);
         // An mpi4py communicator's handle (MPI._handleof(comm)): an Open MPI MPI_Comm.
         if (comm_handle != 0) options.comm = reinterpret_cast<MPI_Comm>(comm_handle);
         State().Init(options);
+        options.world_ranks = std::move(world_ranks);  // init(comm=[ranks])
       },
-      py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0);
+      py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0,
+      py::arg("world_ranks") = std::vector<int>());
   m.def("shutdown", [] { State().Shutdown(); });
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });
