@@ -519,10 +519,15 @@ TEST_F(TimelineTest, RankZeroWritesAValidTrace) {
   ASSERT_GE(text.size(), 3u);
   EXPECT_EQ(text.front(), '[');
   EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
-  for (const char* part :
-       {"traced.0", "\"NEGOTIATE\"", "\"ALLREDUCE\"", "\"QUEUE\"", "CYCLE_START"}) {
-    EXPECT_TRUE(Contains(text, part)) << part;
+  // Horovod's names: the row "<op>.<name>", the phases NEGOTIATE_<OP> and <OP>,
+  // the data movement as an activity inside the latter.
+  for (const char* part : {"\"allreduce.traced.0\"", "\"NEGOTIATE_ALLREDUCE\"", "\"ALLREDUCE\"",
+                           "\"QUEUE\"", "CYCLE_START"}) {
+    EXPECT_TRUE(Contains(text, part)) << part << "\n" << text;
   }
+  EXPECT_TRUE(Contains(text, "\"MPI_ALLREDUCE\"") || Contains(text, "\"SHM_ALLREDUCE\"")) << text;
+  EXPECT_FALSE(Contains(text, "\"NEGOTIATE\"")) << text;
+  EXPECT_FALSE(Contains(text, "\"traced.0\"")) << text;
 }
 
 // A call refused on one rank's calling thread (a bad input) fails the other
