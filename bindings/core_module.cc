@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "join.h"
+#include "kolo/launch_settings.h"
 #include "kolo/runtime.h"
 #include "p2p.h"
 #include "tensor_reader.h"
@@ -337,14 +338,17 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "init",
-      [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle) {
+      [](std::vector<std::vector<int>> process_sets, uintptr_t comm_handle,
+         std::vector<int> world_ranks) {
         InitOptions options;
         options.process_sets = std::move(process_sets);
         // An mpi4py communicator's handle (MPI._handleof(comm)): an Open MPI MPI_Comm.
         if (comm_handle != 0) options.comm = reinterpret_cast<MPI_Comm>(comm_handle);
+        options.world_ranks = std::move(world_ranks);  // init(comm=[ranks])
         State().Init(options);
       },
-      py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0);
+      py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0,
+      py::arg("world_ranks") = std::vector<int>());
   m.def("shutdown", [] { State().Shutdown(); });
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });
@@ -503,6 +507,13 @@ PYBIND11_MODULE(_core, m) {
       "release", [](Handle h) { Rt().Release(h); },
       "Forgets a handle that will not be waited for; its name is free once it completes.");
   m.def("cuda_built", [] { return BuiltWithCuda(); });
+  // The stall shutdown time read through the settings table, as the runtime
+  // reads it (the KOLO_ name or its HOROVOD_ alias; 0 when stall checks are off).
+  m.def("stall_shutdown_seconds", [] {
+    Result<LaunchSettings> settings = ReadLaunchSettings();
+    return settings.ok() ? settings.value().stall_shutdown_seconds
+                         : DefaultLaunchSettings().stall_shutdown_seconds;
+  });
   m.def("gpu_count", [] { return GpuCount(); });
   m.def("nccl_version", [] { return NcclVersion(); });
   // The Python line that called an unnamed collective (kolo.jax records it

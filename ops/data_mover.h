@@ -58,6 +58,9 @@ class HostMover {
   // the set must change it between the same two collectives; the shared-memory
   // mover never goes above the size its slots were made for.
   virtual void SetPieceBytes(int64_t piece_bytes) = 0;
+  // The timeline's name for the allreduce's data phase, in Horovod's style
+  // ("MPI_ALLREDUCE"); the other collectives are MPI's in every host mover.
+  virtual const char* AllreduceActivity() const = 0;
 };
 
 // The communicators of a hierarchical allreduce: the ranks on this host

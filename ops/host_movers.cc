@@ -50,6 +50,8 @@ class HierarchicalMover : public MpiMover {
                     std::unique_ptr<Hierarchy> hierarchy)
       : MpiMover(comm, ops, piece_bytes), hierarchy_(std::move(hierarchy)) {}
 
+  const char* AllreduceActivity() const override { return "MPI_HIERARCHICAL_ALLREDUCE"; }
+
  protected:
   Status AllreducePiece(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) override {
     MPI_Comm local = hierarchy_->local.get();

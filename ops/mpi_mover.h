@@ -27,6 +27,7 @@ class MpiMover : public HostMover {
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
   void SetPieceBytes(int64_t piece_bytes) override { piece_bytes_ = piece_bytes; }
+  const char* AllreduceActivity() const override { return "MPI_ALLREDUCE"; }
 
  protected:
   // One piece of an allreduce, in place (`n` elements of `elem` bytes).

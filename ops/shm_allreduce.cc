@@ -466,6 +466,7 @@ class ShmMover : public MpiMover {
     return shm_->Allreduce(in, out, count, dtype, op);
   }
   void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
+  const char* AllreduceActivity() const override { return "SHM_ALLREDUCE"; }
 
  private:
   std::unique_ptr<ShmAllreduce> shm_;

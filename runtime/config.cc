@@ -130,13 +130,18 @@ Status ApplyHorovodAliases(const std::vector<const Source*>& sources, Config* co
       notes->aliases_overridden.push_back({alias->first, value, setting.name, ""});
       continue;
     }
-    Result<std::string> translated = setting.horovod.translate(value);
-    if (!translated.ok()) {
+    Result<HorovodReading> reading = setting.horovod.translate(value);
+    if (!reading.ok()) {
       return Status::InvalidArgument(alias->first + "='" + value + "' " +
-                                     translated.status().message());
+                                     reading.status().message());
     }
-    KOLO_RETURN_IF_ERROR(Apply(setting, alias->first, translated.value(), config));
-    notes->aliases_used.push_back({alias->first, value, setting.name, translated.value()});
+    const HorovodReading& read = reading.value();
+    KOLO_RETURN_IF_ERROR(Apply(setting, alias->first, read.value, config));
+    notes->aliases_used.push_back({alias->first, value, setting.name, read.value});
+    if (!read.note.empty()) {
+      notes->horovod_misread.push_back(alias->first + "='" + value +
+                                       "' is read as Horovod reads it, as " + read.note);
+    }
     notes->given.push_back(setting.name);
   }
   return Status::OK();
@@ -238,6 +243,7 @@ std::vector<std::string> ConfigNotes::Warnings() const {
     out.push_back(name + " is not a Horovod setting that kolo knows and is ignored" +
                   did_you_mean(name));
   }
+  out.insert(out.end(), horovod_misread.begin(), horovod_misread.end());
   return out;
 }
 

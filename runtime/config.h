@@ -2,7 +2,8 @@
 // Horovod alias), read once at init from the environment and then from
 // init()'s overrides. Each default is written once, as Config's member
 // initializer; the table and docs/configuration.md show it from Config{}.
-// runtime/config_table.cc holds the table, runtime/config.cc reads it.
+// runtime/config_table.cc holds the table, runtime/config_horovod.cc the
+// readings of Horovod's variables, runtime/config.cc reads them all.
 #pragma once
 
 #include <cstdint>
@@ -49,16 +50,26 @@ struct Config {
   std::string elastic_dir = "/dev/shm";
 };
 
-// A kolo setting's Horovod variable. Horovod reads its variables with
-// strtol/strtof, which stop at the first character they do not expect, so
-// `translate` takes a value in Horovod's syntax and returns it in the kolo
-// setting's syntax, or a message (without the variable name) when Horovod
-// would have read the value differently from what it says, e.g.
-// HOROVOD_FUSION_THRESHOLD=64M, which Horovod reads as 64 bytes.
+// How a HOROVOD_* value reads: the value Horovod reads, written in the kolo
+// setting's syntax, and, when that reading differs from what the text seems
+// to say, why (for one warning on rank 0), e.g. HOROVOD_FUSION_THRESHOLD=64M,
+// which Horovod's strtol reads as 64 bytes.
+struct HorovodReading {
+  std::string value;
+  std::string note;  // "" when the text says what Horovod reads
+};
+
+// A kolo setting's Horovod variable. Horovod's runtime reads its variables
+// with strtol/strtof (utils/env_parser.cc, operations.cc,
+// parameter_manager.cc), which skip leading spaces, stop at the first
+// character that is no part of a number and read a text without one as 0;
+// `translate` reads a value the same way. Only a value that Horovod itself
+// refuses (horovodrun's int() of its timeouts) is an error, as a message
+// without the variable name.
 struct HorovodAlias {
   const char* name = "";    // "" when Horovod has no such variable
-  const char* syntax = "";  // how Horovod writes the value, for the docs
-  std::function<Result<std::string>(const std::string& text)> translate;
+  const char* syntax = "";  // how Horovod reads the value, for the docs
+  std::function<Result<HorovodReading>(const std::string& text)> translate;
 };
 
 // How a setting reads and shows its field of Config. The table builds one
@@ -107,6 +118,9 @@ struct ConfigNotes {
   std::vector<Alias> aliases_overridden;         // HOROVOD_* not read: the KOLO_ name is set
   std::vector<std::string> horovod_unsupported;  // HOROVOD_* that kolo ignores, with a warning
   std::vector<std::string> horovod_unknown;      // HOROVOD_* that Horovod does not read either
+  // One line per HOROVOD_* value that reads as Horovod reads it, but not as
+  // its text seems to say ("HOROVOD_FUSION_THRESHOLD='64M' is read ...").
+  std::vector<std::string> horovod_misread;
   // The KOLO_ settings given in the environment or the overrides, directly or
   // through their HOROVOD_* alias (autotune holds them, and they win over
   // KOLO_AUTOTUNE_FILE).
@@ -117,14 +131,16 @@ struct ConfigNotes {
   // The one info line that names the HOROVOD_* variables read, and those not
   // read because their KOLO_ name is set; "" when there are none.
   std::string AliasLine() const;
-  // One warning line per unknown or unsupported name.
+  // One warning line per unknown or unsupported name, and per HOROVOD_*
+  // value that Horovod reads otherwise than it seems to say.
   std::vector<std::string> Warnings() const;
 };
 
 // Reads `environment` (name -> value pairs, typically KoloEnvironment()) and
 // then `overrides` (init()'s settings), which win. A HOROVOD_* alias is read
 // only when its KOLO_ name is set in neither: the KOLO_ name always wins. A
-// bad value fails naming the variable (KOLO_ or HOROVOD_) and the value.
+// bad KOLO_ value fails naming the variable and the value; a HOROVOD_ value
+// reads as Horovod reads it (HorovodAlias).
 Result<Config> ParseConfig(const std::vector<std::pair<std::string, std::string>>& environment,
                            const std::vector<std::pair<std::string, std::string>>& overrides,
                            ConfigNotes* notes = nullptr);

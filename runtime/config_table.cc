@@ -10,10 +10,19 @@
 #include <cstdlib>
 
 #include "config.h"
+#include "config_horovod.h"
 #include "kolo/env_names.h"
 
 namespace kolo {
 namespace {
+
+// The bounds of kolo's settings, where Horovod's readings of its variables
+// (config_horovod.cc) keep their values too.
+constexpr int64_t kMaxBytes = 1000000000000000LL;
+constexpr double kMaxCycleMs = 60000;
+constexpr int64_t kMaxCacheEntries = 1 << 20;
+constexpr int64_t kMaxWarmupSamples = 1000;
+constexpr int64_t kMaxStepsPerSample = 100000;
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -57,13 +66,25 @@ Result<double> ParsePositiveMs(const std::string& text) {
   Result<double> v = ParseDouble(text);
   if (!v.ok()) return v.status();
   if (v.value() <= 0) return Status::InvalidArgument("must be greater than 0 (milliseconds)");
-  if (v.value() > 60000) return Status::InvalidArgument("is more than 60000 ms");
+  if (v.value() > kMaxCycleMs) return Status::InvalidArgument("is more than 60000 ms");
+  return v;
+}
+
+// The cycle time: 0 (no pause between rounds, Horovod's HOROVOD_CYCLE_TIME=0)
+// up to a minute.
+Result<double> ParseCycleMs(const std::string& text) {
+  Result<double> v = ParseDouble(text);
+  if (!v.ok()) return v.status();
+  if (v.value() < 0) return Status::InvalidArgument("is negative (milliseconds)");
+  if (v.value() > kMaxCycleMs) return Status::InvalidArgument("is more than 60000 ms");
   return v;
 }
 
 Result<int64_t> ParseCacheCapacity(const std::string& text) {
   Result<int64_t> v = ParseNonNegativeInt(text);
-  if (v.ok() && v.value() > (1 << 20)) return Status::InvalidArgument("is more than 1048576");
+  if (v.ok() && v.value() > kMaxCacheEntries) {
+    return Status::InvalidArgument("is more than 1048576");
+  }
   return v;
 }
 
@@ -108,7 +129,7 @@ Result<int64_t> ParseByteSize(const std::string& raw) {
     return Status::InvalidArgument("has an unknown unit '" + unit + "' (use K, M or G)");
   }
   double bytes = number.value() * scale;
-  if (bytes > 1e15) return Status::InvalidArgument("is too large");
+  if (bytes > static_cast<double>(kMaxBytes)) return Status::InvalidArgument("is too large");
   return static_cast<int64_t>(bytes);
 }
 
@@ -213,6 +234,11 @@ SettingField Milliseconds(double Config::*field) {
   return Field<double>(field, ParsePositiveMs, FormatNumber);
 }
 
+// The cycle time in milliseconds: 0 (no pause) to a minute.
+SettingField CycleMilliseconds(double Config::*field) {
+  return Field<double>(field, ParseCycleMs, FormatNumber);
+}
+
 // Seconds: 0 or more, fractions allowed.
 SettingField Seconds(double Config::*field) {
   return Field<double>(field, ParseNonNegativeDouble, FormatNumber);
@@ -248,113 +274,6 @@ SettingField Level(LogLevel Config::*field) {
   return Field<LogLevel>(field, ParseLogLevel, FormatLogLevel);
 }
 
-// Horovod's syntax for each kind of value (horovod/common/operations.cc,
-// utils/env_parser.cc, logging.cc). Horovod parses with strtol/strtof and
-// ignores what follows the number, so a value it would read differently from
-// what it says is an error here rather than a silent difference.
-
-bool IsWholeNumber(const std::string& t) {
-  size_t digits = (!t.empty() && t[0] == '-') ? 1 : 0;
-  return t.size() > digits && std::all_of(t.begin() + static_cast<std::ptrdiff_t>(digits), t.end(),
-                                          [](unsigned char c) { return std::isdigit(c); });
-}
-
-// For the settings that Horovod does not have.
-HorovodAlias NoHorovodName() { return {}; }
-
-HorovodAlias Same(const char* name, const char* syntax) {
-  return {name, syntax, [](const std::string& text) -> Result<std::string> { return text; }};
-}
-
-// HOROVOD_FUSION_THRESHOLD: strtol, bytes.
-HorovodAlias WholeBytes(const char* name) {
-  return {name, "whole bytes, no suffix", [](const std::string& text) -> Result<std::string> {
-            if (!IsWholeNumber(Trim(text))) {
-              return Status::InvalidArgument(
-                  "is not a whole number of bytes (Horovod reads this variable as bytes and "
-                  "ignores what follows the digits, so '64M' would be 64 bytes); write "
-                  "67108864, or use the KOLO_ name, which accepts K/M/G suffixes");
-            }
-            return Trim(text);
-          }};
-}
-
-// HOROVOD_STALL_*_SECONDS: strtol, seconds.
-HorovodAlias WholeSeconds(const char* name) {
-  return {name, "whole seconds", [](const std::string& text) -> Result<std::string> {
-            if (!IsWholeNumber(Trim(text))) {
-              return Status::InvalidArgument(
-                  "is not a whole number of seconds (Horovod would read '1.5' as 1); use the "
-                  "KOLO_ name for fractions of a second");
-            }
-            return Trim(text);
-          }};
-}
-
-// HOROVOD_CYCLE_TIME: strtof, milliseconds; 0 means no pause between cycles.
-HorovodAlias CycleMs(const char* name) {
-  return {name, "milliseconds, > 0", [](const std::string& text) -> Result<std::string> {
-            Result<double> v = ParseDouble(text);
-            if (v.ok() && v.value() == 0) {
-              return Status::InvalidArgument(
-                  "asks for no pause between cycles, which kolo does not need: a submitted "
-                  "tensor starts a round at once, and the cycle time only paces rounds that "
-                  "wait for other ranks; unset it, or use a positive value such as 0.1");
-            }
-            return text;
-          }};
-}
-
-// HOROVOD_AUTOTUNE_WARMUP_SAMPLES, ...: strtol, a count.
-HorovodAlias WholeCount(const char* name) {
-  return {name, "whole number", [](const std::string& text) -> Result<std::string> {
-            if (!IsWholeNumber(Trim(text))) {
-              return Status::InvalidArgument(
-                  "is not a whole number (Horovod would read only the digits it starts with)");
-            }
-            return Trim(text);
-          }};
-}
-
-// Horovod's switches (HOROVOD_HIERARCHICAL_ALLREDUCE, ...): strtol(v) > 0.
-HorovodAlias Switch(const char* name) {
-  return {name, "integer, > 0 = on", [](const std::string& text) -> Result<std::string> {
-            std::string t = Trim(text);
-            if (t.empty()) return std::string("0");
-            if (!IsWholeNumber(t)) {
-              return Status::InvalidArgument(
-                  "is not a number; Horovod reads this switch as an integer (> 0 = on) and would "
-                  "read this value as off: use 1 or 0");
-            }
-            return std::string(t[0] != '-' && t.find_first_not_of('0') != std::string::npos ? "1"
-                                                                                            : "0");
-          }};
-}
-
-// HOROVOD_LOG_LEVEL: case-insensitive TRACE..FATAL. kolo's highest level,
-// error, is what FATAL asks for: nothing below it.
-HorovodAlias HorovodLogLevel(const char* name) {
-  return {name, "`TRACE` to `FATAL`; `FATAL` = error",
-          [](const std::string& text) -> Result<std::string> {
-            std::string t = Lower(Trim(text));
-            if (t == "fatal") return std::string("error");
-            if (t == "trace" || t == "debug" || t == "info" || t == "warning" || t == "error") {
-              return t;
-            }
-            return Status::InvalidArgument(
-                "is not a Horovod log level (TRACE, DEBUG, INFO, WARNING, ERROR, FATAL)");
-          }};
-}
-
-// HOROVOD_TIMELINE: a path; DYNAMIC = recorded only between start_timeline()
-// and stop_timeline(), which kolo's start_timeline() does without a setting.
-HorovodAlias TimelinePath(const char* name) {
-  return {name, "path; `DYNAMIC` = off until `start_timeline()`",
-          [](const std::string& text) -> Result<std::string> {
-            return Trim(text) == "DYNAMIC" ? std::string() : Trim(text);
-          }};
-}
-
 }  // namespace
 
 // One entry per setting, in the order the docs list them. Longer than a
@@ -363,30 +282,30 @@ const std::vector<Setting>& Settings() {
   static const std::vector<Setting> kSettings = {
       {env::kFusionThreshold, Bytes(&Config::fusion_threshold_bytes),
        "Bytes per fused allreduce buffer; 0 turns fusion off. Accepts K/M/G suffixes.",
-       WholeBytes("HOROVOD_FUSION_THRESHOLD")},
-      {env::kCycleTime, Milliseconds(&Config::cycle_time_ms),
-       "Milliseconds between negotiation rounds while tensors are pending on some rank. A new "
-       "tensor wakes the background thread at once; this only paces the rounds that wait for "
-       "other ranks.",
-       CycleMs("HOROVOD_CYCLE_TIME")},
+       HorovodFusionBytes("HOROVOD_FUSION_THRESHOLD", kMaxBytes)},
+      {env::kCycleTime, CycleMilliseconds(&Config::cycle_time_ms),
+       "Milliseconds between negotiation rounds while tensors are pending on some rank; 0 = "
+       "none (the rounds follow each other, each waiting for every rank). A new tensor wakes "
+       "the background thread at once; this only paces the rounds that wait for other ranks.",
+       HorovodCycleMs("HOROVOD_CYCLE_TIME", kMaxCycleMs)},
       {env::kCacheCapacity, CacheEntries(&Config::cache_capacity),
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "
        "seen); 0 turns the cache off. A group (grouped_allreduce, ...) rides the cache only as "
        "a whole: one larger than this is negotiated through the coordinator every time (kolo "
        "warns once).",
-       Same("HOROVOD_CACHE_CAPACITY", "whole number")},
+       HorovodCacheCapacity("HOROVOD_CACHE_CAPACITY", kMaxCacheEntries)},
       {env::kTimeline, Path(&Config::timeline_path, "(off)"),
        "Path of a Chrome-trace JSON timeline written by rank 0 (open in Perfetto or "
        "chrome://tracing).",
-       TimelinePath("HOROVOD_TIMELINE")},
+       HorovodTimelinePath("HOROVOD_TIMELINE")},
       {env::kTimelineMarkCycles, Boolean(&Config::timeline_mark_cycles),
        "Also mark every negotiation cycle in the timeline (CYCLE_START), and each one that "
        "asked the coordinator (SLOW_PATH).",
-       Switch("HOROVOD_TIMELINE_MARK_CYCLES")},
+       HorovodSwitch("HOROVOD_TIMELINE_MARK_CYCLES")},
       {env::kStallCheckTime, Seconds(&Config::stall_check_seconds),
        "Seconds a tensor may wait for other ranks before the coordinator logs which ranks are "
        "missing it.",
-       WholeSeconds("HOROVOD_STALL_CHECK_TIME_SECONDS")},
+       HorovodStallCheckSeconds("HOROVOD_STALL_CHECK_TIME_SECONDS")},
       // Finite by default, like PyTorch's process groups (10 minutes for NCCL): a
       // tensor that some rank never submits fails everywhere instead of hanging.
       {env::kStallShutdownTime, Seconds(&Config::stall_shutdown_seconds),
@@ -394,17 +313,17 @@ const std::vector<Setting>& Settings() {
        "missing ranks; 0 = never. The default, 10 minutes, is PyTorch's NCCL process-group "
        "timeout: long enough for a checkpoint or an evaluation on one rank, short enough "
        "that a hang ends with a message.",
-       WholeSeconds("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")},
+       HorovodStallShutdownSeconds("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")},
       {env::kStallCheckDisable, Boolean(&Config::stall_check_disabled),
        "Turns the stall warnings and the stall shutdown off.",
-       Switch("HOROVOD_STALL_CHECK_DISABLE")},
+       HorovodSwitch("HOROVOD_STALL_CHECK_DISABLE")},
       {env::kLogLevel, Level(&Config::log_level), "trace, debug, info, warning or error.",
        HorovodLogLevel("HOROVOD_LOG_LEVEL")},
       {env::kHierarchicalAllreduce, Boolean(&Config::hierarchical_allreduce),
        "Allreduce in three steps on process sets that span hosts: reduce-scatter within each "
        "host, allreduce across hosts, allgather within the host (MPI for host memory, NCCL for "
        "GPU memory). Needs the same number of the set's ranks on every host; otherwise flat.",
-       Switch("HOROVOD_HIERARCHICAL_ALLREDUCE")},
+       HorovodSwitch("HOROVOD_HIERARCHICAL_ALLREDUCE")},
       {env::kIdleTick, Milliseconds(&Config::idle_tick_ms),
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
@@ -438,18 +357,19 @@ const std::vector<Setting>& Settings() {
        "Tune KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME and KOLO_PIECE_SIZE while the job runs, "
        "from the bytes reduced per second of wall time, then keep the best (docs/"
        "configuration.md, \"Autotune\"). Settings given explicitly are held, not tuned.",
-       Switch("HOROVOD_AUTOTUNE")},
+       HorovodSwitch("HOROVOD_AUTOTUNE")},
       {env::kAutotuneLog, Path(&Config::autotune_log, "(off)"),
        "CSV file where rank 0 writes every autotune sample (the settings and their score) and "
        "the final choice.",
-       Same("HOROVOD_AUTOTUNE_LOG", "path")},
-      {env::kAutotuneWarmupSamples, Count(&Config::autotune_warmup_samples, 0, 1000),
+       SameReading("HOROVOD_AUTOTUNE_LOG", "path")},
+      {env::kAutotuneWarmupSamples, Count(&Config::autotune_warmup_samples, 0, kMaxWarmupSamples),
        "Autotune samples discarded at the start (the job warms up).",
-       WholeCount("HOROVOD_AUTOTUNE_WARMUP_SAMPLES")},
-      {env::kAutotuneStepsPerSample, Count(&Config::autotune_steps_per_sample, 1, 100000),
+       HorovodCount("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 0, kMaxWarmupSamples)},
+      {env::kAutotuneStepsPerSample,
+       Count(&Config::autotune_steps_per_sample, 1, kMaxStepsPerSample),
        "Training steps per autotune sample: a sample ends when a tensor has run this many more "
        "times since it first ran in the sample.",
-       WholeCount("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE")},
+       HorovodCount("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 1, kMaxStepsPerSample)},
       {env::kAutotuneFile, Path(&Config::autotune_file, "(none)"),
        "Autotune's result file. When tuning ends, rank 0 writes the chosen settings there "
        "(KOLO_NAME=value lines); a job that starts with the file present reads it and does not "
@@ -461,7 +381,7 @@ const std::vector<Setting>& Settings() {
       {env::kStartTimeout, PositiveSeconds(&Config::start_timeout_seconds),
        "Seconds kolorun waits for the hosts' ssh ports and for every rank to start; "
        "--start-timeout wins. The runtime does not read it.",
-       Same("HOROVOD_START_TIMEOUT", "seconds, > 0")},
+       SameReading("HOROVOD_START_TIMEOUT", "seconds, > 0")},
       {"KOLO_PYTHON", Path(&Config::python, "(none)"),
        "The Python interpreter that `kolorun --check-build` runs (without a shell) to see "
        "whether the kolo package imports, and which PyTorch, TensorFlow and Keras it has. "
@@ -472,7 +392,7 @@ const std::vector<Setting>& Settings() {
        "Elastic mode: seconds kolorun waits for enough slots (-np to start, --min-np after a "
        "host failed or left) before it gives up; --elastic-timeout wins. The runtime does not "
        "read it.",
-       WholeSeconds("HOROVOD_ELASTIC_TIMEOUT")},
+       HorovodrunWholeSeconds("HOROVOD_ELASTIC_TIMEOUT")},
       // Set by kolorun for every rank of an elastic job: settings, so that
       // the ranks do not warn about them; read by the Python side.
       {env::kElastic, Boolean(&Config::elastic),

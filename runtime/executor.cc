@@ -20,7 +20,7 @@ void Finalize(void* data, int64_t count, const Response& r, int size) {
 
 void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point begin) {
   if (timeline_ != nullptr && timeline_->active()) {
-    timeline_->Span(e.request.name, phase, begin, Clock::now());
+    timeline_->Span(TimelineRow(e.request), phase, begin, Clock::now());
   }
 }
 
@@ -122,7 +122,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
           : movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
   if (status.ok()) Finalize(buffer, total, r, movers.size);
   for (auto& e : entries) {
-    if (e) Phase(*e, "ALLREDUCE", reduce_start);
+    if (e) Phase(*e, movers.host->AllreduceActivity(), reduce_start);
   }
   const auto copy_start = Clock::now();
   int64_t offset = 0;
@@ -149,14 +149,14 @@ void Executor::Allgather(TensorEntry& e, const Response& r, HostMover& mover) {
   result.data.resize(static_cast<size_t>(result.shape[0] * row_bytes));
   Status s = mover.Allgatherv(e.input.data, shape[0] * row_bytes, result.data.data(),
                               RowsToBytes(r.sizes, row_bytes));
-  Phase(e, "ALLGATHER", start);
+  Phase(e, "MPI_ALLGATHER", start);
   Finish(std::move(e), s, &result);
 }
 
 void Executor::Broadcast(TensorEntry& e, const Response& r, HostMover& mover) {
   const auto start = Clock::now();
   Status s = mover.Broadcast(e.input.data, static_cast<int64_t>(e.input.NumBytes()), r.root);
-  Phase(e, "BROADCAST", start);
+  Phase(e, "MPI_BCAST", start);
   Finish(std::move(e), s);
 }
 
@@ -172,7 +172,7 @@ void Executor::Alltoall(TensorEntry& e, const Response& r, HostMover& mover) {
     s = mover.Alltoallv(e.input.data, RowsToBytes(e.splits, row_bytes), result.data.data(),
                         RowsToBytes(result.received_splits, row_bytes));
   }
-  Phase(e, "ALLTOALL", start);
+  Phase(e, "MPI_ALLTOALL", start);
   Finish(std::move(e), s, &result);
 }
 
@@ -194,7 +194,7 @@ void Executor::Reducescatter(TensorEntry& e, const Response& r, const Movers& mo
   result.data.resize(static_cast<size_t>(counts[me]) * elem);
   Status s = movers.host->ReduceScatter(send, result.data.data(), counts, r.dtype, r.reduce_op);
   if (s.ok()) Finalize(result.data.data(), counts[me], r, n);
-  Phase(e, "REDUCESCATTER", start);
+  Phase(e, "MPI_REDUCESCATTER", start);
   Finish(std::move(e), s, &result);
 }
 
@@ -248,7 +248,7 @@ Result<Gpu::Token> Executor::StartOnDevice(const Response& r, const TensorEntry*
       f.phase = "NCCL_ALLREDUCE";
       return gpu.Allreduce(comms, device, tensors, r.dtype, r.reduce_op, r.prescale, r.postscale);
     case OpType::kBroadcast:
-      f.phase = "NCCL_BROADCAST";
+      f.phase = "NCCL_BCAST";
       return gpu.Broadcast(comms, device, tensors[0], static_cast<int64_t>(first->input.NumBytes()),
                            r.root);
     case OpType::kAllgather: {

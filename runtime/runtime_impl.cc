@@ -186,9 +186,17 @@ void RuntimeImpl::Release(const Work& work) {
 }
 
 void RuntimeImpl::Complete(TensorEntry entry, const Status& status, WorkResult* result) {
-  if (timeline_.active()) {
-    timeline_.Span(entry.request.name, "QUEUE", entry.enqueued, entry.picked_up);
-    timeline_.Span(entry.request.name, "NEGOTIATE", entry.picked_up, entry.negotiated);
+  if (timeline_.active() && entry.picked_up != Clock::time_point()) {
+    // A refusal or an operation cancelled before its negotiation ended has
+    // no later phase.
+    const std::string row = TimelineRow(entry.request);
+    timeline_.Span(row, "QUEUE", entry.enqueued, entry.picked_up);
+    if (entry.negotiated != Clock::time_point()) {
+      const OpType op = entry.request.op;
+      timeline_.Span(row, NegotiatePhase(op), entry.picked_up, entry.negotiated);
+      timeline_.Span(row, status.ok() ? ExecutePhase(op) : std::string("ERROR"), entry.negotiated,
+                     Clock::now());
+    }
   }
   // The name is free before the handle completes: the caller may reuse it as
   // soon as Wait() returns.

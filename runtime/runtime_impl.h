@@ -81,7 +81,9 @@ class RuntimeImpl {
 
  private:
   RuntimeImpl() = default;
-  // Set-up and tear-down (runtime_setup.cc).
+  // Set-up and tear-down (runtime_setup.cc). Start does everything Create
+  // does after reading the configuration, up to starting the background thread.
+  Status Start(const InitOptions& options, const ConfigNotes& notes);
   Status InitMpi(const InitOptions& options);
   Status InitProcessSets(const InitOptions& options) REQUIRES(round_mutex_);
   // Collective over the global comm.

@@ -1,6 +1,10 @@
 // Set-up and tear-down of the runtime: MPI, the placement of this process,
 // the process sets with their data movers, and the orderly shutdown.
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "logging.h"
 #include "runtime_impl.h"
@@ -11,6 +15,122 @@ namespace {
 // A rank that takes longer than this inside one shared-memory allreduce has
 // died or stopped (every rank negotiated the op before entering it).
 constexpr double kShmTimeoutSeconds = 60;
+
+std::string Joined(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+std::string RankListText(const std::vector<int>& ranks) { return "[" + Joined(ranks) + "]"; }
+
+// FNV-1a over the list, to compare lists across ranks in one allreduce.
+uint64_t ListDigest(const std::vector<int>& ranks) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int r : ranks) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<uint32_t>(r) >> (8 * b)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+// Every listed rank passed the same list (the same ranks in the same order),
+// or an error that says who passed which; collective over `members`.
+Status CheckSameList(const std::vector<int>& ranks, MPI_Comm members, const std::string& call) {
+  const uint64_t digest = ListDigest(ranks);
+  uint64_t bounds[2] = {digest, ~digest};  // min of the digests, and ~max
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_UINT64_T, MPI_MIN, members), "MPI_Allreduce"));
+  if (bounds[0] == ~bounds[1]) return Status::OK();
+  // They differ: every member gathers every list and writes the same message.
+  const int n = static_cast<int>(ranks.size());
+  int size = 0;
+  MPI_Comm_size(members, &size);
+  std::vector<int> all(static_cast<size_t>(n) * size);
+  KOLO_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allgather(ranks.data(), n, MPI_INT, all.data(), n, MPI_INT, members), "MPI_Allgather"));
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::map<std::vector<int>, std::vector<int>> passed_by;  // list -> world ranks that passed it
+  for (int i = 0; i < size; ++i) {
+    passed_by[std::vector<int>(all.begin() + i * n, all.begin() + (i + 1) * n)].push_back(
+        sorted[i]);
+  }
+  std::string who;
+  for (const auto& [list, world] : passed_by) {
+    who += (who.empty() ? "" : "; ") +
+           std::string(world.size() == 1 ? "world rank " : "world ranks ") + Joined(world) +
+           " passed " + RankListText(list);
+  }
+  return Status::InvalidArgument(call + ": the listed ranks passed different lists (" + who +
+                                 "); every listed rank must pass the same list, whose order "
+                                 "gives kolo's ranks");
+}
+
+// Horovod's init(comm=[ranks]): a communicator of the listed ranks of
+// MPI_COMM_WORLD, ranked in the list's order. MPI_Comm_create_group is
+// collective over the listed ranks only, so a process that is not listed need
+// not take part; it gets an error here, where Horovod's falls back to
+// MPI_COMM_WORLD and waits forever in MPI_Comm_dup for the listed ranks.
+Status CommOfWorldRanks(const std::vector<int>& ranks, MpiComm* out) {
+  int world_size = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const std::string call = "init(comm=" + RankListText(ranks) + ")";
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted.front() < 0 ||
+      sorted.back() >= world_size) {
+    return Status::InvalidArgument(call +
+                                   ": the list must hold distinct ranks of MPI_COMM_WORLD, "
+                                   "between 0 and " +
+                                   std::to_string(world_size - 1));
+  }
+  const auto mine = std::find(ranks.begin(), ranks.end(), me);
+  if (mine == ranks.end()) {
+    return Status::InvalidArgument(
+        call + ": this process is rank " + std::to_string(me) +
+        " of MPI_COMM_WORLD, which the list does not hold. Only the listed ranks start kolo with "
+        "it; give this process a list that holds its rank (e.g. the other ranks' own group), or "
+        "do not call init() here");
+  }
+  MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_incl(world_group, static_cast<int>(sorted.size()), sorted.data(), &group);
+  MPI_Comm created = MPI_COMM_NULL;
+  // In ascending order: ranks whose lists order the same ranks differently
+  // still build one communicator, and learn so below.
+  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0, &created);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Comm_create_group"));
+  MpiComm members(created);
+  MPI_Comm_set_errhandler(created, MPI_ERRORS_RETURN);
+  KOLO_RETURN_IF_ERROR(CheckSameList(ranks, created, call));
+  MPI_Comm ordered = MPI_COMM_NULL;
+  KOLO_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split(created, 0, static_cast<int>(mine - ranks.begin()), &ordered),
+                "MPI_Comm_split"));
+  *out = MpiComm(ordered);
+  return Status::OK();
+}
+
+// A start that failed after kolo initialized MPI leaves MPI initialized:
+// MPI_Finalize would wait there for every other process of the job to
+// finalize too. It is finalized when the process exits.
+void FinalizeMpiAtExit() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    std::atexit([] {
+      int initialized = 0, finalized = 0;
+      MPI_Initialized(&initialized);
+      MPI_Finalized(&finalized);
+      if (initialized && !finalized) MPI_Finalize();
+    });
+  });
+}
 
 }  // namespace
 
@@ -32,37 +152,45 @@ Result<std::unique_ptr<RuntimeImpl>> RuntimeImpl::Create(const InitOptions& opti
   std::unique_ptr<RuntimeImpl> rt(new RuntimeImpl());
   rt->config_ = config.value();
   SetLogLevel(rt->config_.log_level);
-  KOLO_RETURN_IF_ERROR(rt->InitMpi(options));
-  SetLogRank(rt->placement_.rank);
-  if (rt->placement_.rank == 0) {
+  Status started = rt->Start(options, notes);
+  if (!started.ok()) {
+    if (rt->owns_mpi_) FinalizeMpiAtExit();
+    rt->owns_mpi_ = false;
+    return started;
+  }
+  return rt;
+}
+
+Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) {
+  KOLO_RETURN_IF_ERROR(InitMpi(options));
+  SetLogRank(placement_.rank);
+  if (placement_.rank == 0) {
     for (const std::string& line : notes.Warnings()) KOLO_LOG(kWarning) << line;
     if (std::string line = notes.AliasLine(); !line.empty()) KOLO_LOG(kInfo) << line;
   }
-  rt->gpu_ = MakeGpu(rt->config_.hierarchical_allreduce);
+  gpu_ = MakeGpu(config_.hierarchical_allreduce);
   {
-    MutexLock round(&rt->round_mutex_);
-    KOLO_RETURN_IF_ERROR(rt->InitAutotune(notes));  // a tuned piece size shapes the sets
-    KOLO_RETURN_IF_ERROR(rt->InitProcessSets(options));
-    if (!rt->config_.timeline_path.empty() && rt->placement_.rank == 0) {
-      KOLO_RETURN_IF_ERROR(
-          rt->timeline_.Start(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
+    MutexLock round(&round_mutex_);
+    KOLO_RETURN_IF_ERROR(InitAutotune(notes));  // a tuned piece size shapes the sets
+    KOLO_RETURN_IF_ERROR(InitProcessSets(options));
+    if (!config_.timeline_path.empty() && placement_.rank == 0) {
+      KOLO_RETURN_IF_ERROR(timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles));
     }
-    rt->executor_ = std::make_unique<Executor>(&rt->timeline_);
+    executor_ = std::make_unique<Executor>(&timeline_);
   }
   // A caller that runs a cycle calls MPI from its own thread, which
   // MPI_THREAD_SERIALIZED allows (round_mutex_ orders the calls); InitMpi
   // refused anything less.
-  rt->caller_runs_ = rt->config_.caller_runs;
+  caller_runs_ = config_.caller_runs;
   {
-    MutexLock lock(&rt->queue_mutex_);
-    rt->next_cycle_at_ =
+    MutexLock lock(&queue_mutex_);
+    next_cycle_at_ =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double, std::milli>(rt->config_.idle_tick_ms));
+                           std::chrono::duration<double, std::milli>(config_.idle_tick_ms));
   }
-  RuntimeImpl* raw = rt.get();
-  rt->running_ = true;
-  rt->thread_ = std::thread([raw] { raw->BackgroundLoop(); });
-  return rt;
+  running_ = true;
+  thread_ = std::thread([this] { BackgroundLoop(); });
+  return Status::OK();
 }
 
 Status RuntimeImpl::InitMpi(const InitOptions& options) {
@@ -90,6 +218,14 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
         "MPI_THREAD_MULTIPLE, ...) or let kolo initialize it.");
   }
   MPI_Comm base = options.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : options.comm;
+  MpiComm listed;
+  if (!options.world_ranks.empty()) {
+    if (options.comm != MPI_COMM_NULL) {
+      return Status::InvalidArgument("init(): pass a communicator or a list of ranks, not both");
+    }
+    KOLO_RETURN_IF_ERROR(CommOfWorldRanks(options.world_ranks, &listed));
+    base = listed.get();
+  }
   MPI_Comm dup;
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(base, &dup), "MPI_Comm_dup"));
   global_comm_ = MpiComm(dup);

@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -27,7 +28,21 @@ std::string JsonEscape(const std::string& s) {
 
 constexpr char kTail[] = "\n]\n";
 
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace
+
+std::string TimelineRow(const Request& request) {
+  if (request.unnamed() || request.op > OpType::kReducescatter) return request.name;
+  return std::string(OpTypeName(request.op)) + "." + request.name;
+}
+
+std::string NegotiatePhase(OpType op) { return "NEGOTIATE_" + ExecutePhase(op); }
+
+std::string ExecutePhase(OpType op) { return Upper(OpTypeName(op)); }
 
 Timeline::~Timeline() { Stop(); }
 
@@ -88,14 +103,14 @@ int Timeline::TidFor(const std::string& tensor) {
   return tid;
 }
 
-void Timeline::Span(const std::string& tensor, const char* phase, Clock::time_point begin,
+void Timeline::Span(const std::string& tensor, const std::string& phase, Clock::time_point begin,
                     Clock::time_point end) {
   MutexLock lock(&mutex_);
   if (file_ == nullptr) return;
   int tid = TidFor(tensor);
   long ts = Micros(begin);
   long dur = std::max(0L, Micros(end) - ts);
-  WriteEvent(std::string(R"({"name":")") + phase + R"(","ph":"X","pid":0,"tid":)" +
+  WriteEvent(R"({"name":")" + JsonEscape(phase) + R"(","ph":"X","pid":0,"tid":)" +
              std::to_string(tid) + ",\"ts\":" + std::to_string(ts) +
              ",\"dur\":" + std::to_string(dur) + "}");
 }

@@ -10,9 +10,23 @@
 #include <unordered_map>
 
 #include "kolo/status.h"
+#include "message.h"
 #include "mutex.h"
 
 namespace kolo {
+
+// Horovod's names, so that a trace reads as Horovod's and tools written for
+// Horovod's traces find what they look for. A tensor's row is "<op>.<name>",
+// as Horovod's torch binding names every collective it submits
+// (horovod/torch/mpi_ops_v2.cc, GetOpName); an unnamed collective's name
+// ("allreduce.noname.3") and the fixed names of barrier, join and the
+// process-set operations are shown as they are.
+std::string TimelineRow(const Request& request);
+// "NEGOTIATE_ALLREDUCE", ... (horovod/common/timeline.cc, NegotiateStart).
+std::string NegotiatePhase(OpType op);
+// "ALLREDUCE", ...: the span from the negotiation's end to the completion,
+// which holds the activities (MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...).
+std::string ExecutePhase(OpType op);
 
 class Timeline {
  public:
@@ -30,7 +44,7 @@ class Timeline {
   bool mark_cycles() const { return mark_cycles_.load(std::memory_order_relaxed); }
 
   // A complete event: phase `phase` of tensor `tensor` from `begin` to `end`.
-  void Span(const std::string& tensor, const char* phase, Clock::time_point begin,
+  void Span(const std::string& tensor, const std::string& phase, Clock::time_point begin,
             Clock::time_point end) EXCLUDES(mutex_);
   void Instant(const char* name, Clock::time_point at) EXCLUDES(mutex_);
   // Makes everything written so far durable and the file valid JSON.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs other projects' own test suites against kolo, from ../shared/peer-suites
-# (see its README): Horovod 0.28.1's test/parallel/test_torch.py through its
-# runner, on Debian's PyTorch 1.13 and on .venv's PyTorch 2.x, at np=2; and
+# (see its README): Horovod 0.28.1's test/parallel/test_torch.py and
+# test_timeline.py through its runner, on Debian's PyTorch 1.13 and on .venv's
+# PyTorch 2.x, at np=2; and
 # PyTorch's own distributed test base against the torch.distributed backend
 # "kolo" (pytorch-distributed/run_c10d.sh), at np=2 and 3, in both of its modes.
 # A suite that falls short fails this script. Without ../shared/peer-suites it
@@ -127,5 +128,13 @@ for py in /usr/bin/python3 .venv/bin/python; do
     continue
   fi
   failed=1
+done
+
+# Horovod's other suites, taken as the runner's verdict with no exception: every rank
+# finishes with 0 failed and 0 errors.
+for py in /usr/bin/python3 .venv/bin/python; do
+  log=build/peer-horovod-timeline-$(basename "$(dirname "$py")")-$(basename "$py").log
+  echo "== Horovod 0.28.1's test_timeline.py against kolo.torch, $py (log: $log)"
+  SUITE=test_timeline.py OUT=$PWD/$log "$suite/run_torch.sh" "$py" || failed=1
 done
 exit $failed

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 import kolo.jax as kj
+import object_checks  # test/common
 
 from jax_common import (FLOATS, N, NUMERIC, R, WITH_BOOL, as_np, assert_array,
                         assert_equal, const, expect, ids, reducescatter_rows, val)
@@ -333,6 +334,15 @@ def test_broadcast_object():
     assert np.array_equal(out["arr"], np.arange(N + 1))
     assert kj.broadcast_object(obj if R == 0 else None)["text"] == "r0"  # default root 0
     assert kj.broadcast_object(("named", R), name="jax.obj.named") == ("named", 0)
+
+
+def test_objects_pickle_with_cloudpickle_where_it_is_installed():
+    object_checks.with_cloudpickle(kj.broadcast_object, kj.allgather_object, R, N)
+
+
+def test_objects_pickle_with_pickle_without_cloudpickle(monkeypatch):
+    object_checks.without_cloudpickle(kj.broadcast_object, kj.allgather_object, R, N,
+                                      monkeypatch)
 
 
 def test_allgather_object():

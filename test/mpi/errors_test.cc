@@ -1,6 +1,7 @@
 // What happens when things go wrong: every rank gets the same clear error, no
 // test can hang, and the runtime carries on where the API allows.
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -518,10 +519,15 @@ TEST_F(TimelineTest, RankZeroWritesAValidTrace) {
   ASSERT_GE(text.size(), 3u);
   EXPECT_EQ(text.front(), '[');
   EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
-  for (const char* part :
-       {"traced.0", "\"NEGOTIATE\"", "\"ALLREDUCE\"", "\"QUEUE\"", "CYCLE_START"}) {
-    EXPECT_TRUE(Contains(text, part)) << part;
+  // Horovod's names: the row "<op>.<name>", the phases NEGOTIATE_<OP> and <OP>,
+  // the data movement as an activity inside the latter.
+  for (const char* part : {"\"allreduce.traced.0\"", "\"NEGOTIATE_ALLREDUCE\"", "\"ALLREDUCE\"",
+                           "\"QUEUE\"", "CYCLE_START"}) {
+    EXPECT_TRUE(Contains(text, part)) << part << "\n" << text;
   }
+  EXPECT_TRUE(Contains(text, "\"MPI_ALLREDUCE\"") || Contains(text, "\"SHM_ALLREDUCE\"")) << text;
+  EXPECT_FALSE(Contains(text, "\"NEGOTIATE\"")) << text;
+  EXPECT_FALSE(Contains(text, "\"traced.0\"")) << text;
 }
 
 // A call refused on one rank's calling thread (a bad input) fails the other
@@ -708,6 +714,106 @@ TEST(Init, BadConfigurationFailsNamingTheVariable) {
   auto rt = Runtime::Create(options);
   ASSERT_FALSE(rt.ok());
   EXPECT_TRUE(Contains(rt.status().message(), "KOLO_CYCLE_TIME='fast'")) << rt.status().message();
+}
+
+// Horovod's init(comm=[ranks]): kolo runs on the listed ranks of
+// MPI_COMM_WORLD, ranked in the list's order.
+int WorldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int WorldSize() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+Result<std::unique_ptr<Runtime>> CreateOnWorldRanks(std::vector<int> ranks) {
+  InitOptions options;
+  options.world_ranks = std::move(ranks);
+  return Runtime::Create(options);
+}
+
+TEST(Init, WorldRanksRunInTheListsOrder) {
+  const int me = WorldRank(), n = WorldSize();
+  std::vector<int> reversed;
+  for (int r = n - 1; r >= 0; --r) reversed.push_back(r);
+  auto rt = CreateOnWorldRanks(reversed);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  Runtime& kolo = *rt.value();
+  EXPECT_EQ(kolo.size(), n);
+  EXPECT_EQ(kolo.rank(), n - 1 - me) << "world rank " << me;
+  // Gathered in kolo's rank order: the world ranks from the last to the first.
+  Buffer mine(DataType::kFloat64, 1);
+  mine.Set(0, me);
+  WorkResult out;
+  auto h = kolo.EnqueueAllgather(mine.View(), {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(kolo.Wait(h.value(), &out).ok());
+  ASSERT_EQ(out.data.size(), sizeof(double) * n);
+  for (int i = 0; i < n; ++i) {
+    double got = 0;
+    std::memcpy(&got, out.data.data() + i * sizeof(double), sizeof got);
+    EXPECT_EQ(got, n - 1 - i) << "world rank " << me << " elem " << i;
+  }
+  EXPECT_TRUE(kolo.Shutdown().ok());
+}
+
+TEST(Init, AProcessNotInTheListFailsAtOnceAndTheListedRanksRun) {
+  const int me = WorldRank();
+  auto rt = CreateOnWorldRanks({0});
+  if (me != 0) {
+    ASSERT_FALSE(rt.ok()) << "world rank " << me << " started on a list without it";
+    EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(rt.status().message(), "init(comm=[0]): this process is rank " +
+                                                    std::to_string(me) + " of MPI_COMM_WORLD"))
+        << rt.status().message();
+    return;
+  }
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  EXPECT_EQ(rt.value()->size(), 1);
+  Buffer b(DataType::kFloat32, 4);
+  b.Set(0, 5);
+  auto h = rt.value()->EnqueueAllreduce(b.View(), b.View(), AllreduceOptions{});
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(rt.value()->Wait(h.value()).ok());
+  EXPECT_EQ(b.Get(0), 5);
+  EXPECT_TRUE(rt.value()->Shutdown().ok());
+}
+
+TEST(Init, ListsThatOrderTheRanksDifferentlyFailOnEveryListedRank) {
+  const int me = WorldRank(), n = WorldSize();
+  std::vector<int> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(me == 0 ? r : n - 1 - r);
+  auto rt = CreateOnWorldRanks(ranks);
+  ASSERT_FALSE(rt.ok()) << "world rank " << me;
+  EXPECT_EQ(rt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(rt.status().message(), "the listed ranks passed different lists"))
+      << rt.status().message();
+  EXPECT_TRUE(Contains(rt.status().message(), "world rank 0 passed [0, 1"))
+      << rt.status().message();
+}
+
+TEST(Init, ListsThatAreNoRanksAreRefusedOnEveryRank) {
+  const int n = WorldSize();
+  auto twice = CreateOnWorldRanks({0, 0});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(Contains(twice.status().message(),
+                       "init(comm=[0, 0]): the list must hold distinct ranks of MPI_COMM_WORLD, "
+                       "between 0 and " +
+                           std::to_string(n - 1)))
+      << twice.status().message();
+  auto outside = CreateOnWorldRanks({n});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_TRUE(Contains(outside.status().message(), "between 0 and")) << outside.status().message();
+  InitOptions both;
+  both.comm = MPI_COMM_WORLD;
+  both.world_ranks = {0};
+  auto rt = Runtime::Create(both);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_TRUE(Contains(rt.status().message(), "not both")) << rt.status().message();
 }
 
 }  // namespace

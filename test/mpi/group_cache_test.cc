@@ -75,7 +75,7 @@ class GroupCache : public RuntimeTest {
       std::string tid;
       for (const std::string& e : events) {
         if (e.find("\"thread_name\"") == std::string::npos ||
-            e.find("\"name\":\"" + name + "\"") == std::string::npos) {
+            e.find("\"name\":\"allreduce." + name + "\"") == std::string::npos) {
           continue;
         }
         size_t at = e.find("\"tid\":") + 6;

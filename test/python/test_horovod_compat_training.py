@@ -10,6 +10,7 @@ import torch
 import kolo.torch as hvd
 
 from compat_common import F64, N, R, SUB, grads, leaf, mean_up, reducescatter_rows, up
+import object_checks  # test/common, on the path through compat_common
 
 
 @pytest.fixture(scope="module")
@@ -474,6 +475,16 @@ def test_broadcast_object_takes_any_picklable_object():
     got = hvd.broadcast_object([Point(R), np.arange(3) * R, {R, -1}], root_rank=N - 1)
     assert got[0] == Point(N - 1)
     assert np.array_equal(got[1], np.arange(3) * (N - 1)) and got[2] == {N - 1, -1}
+
+
+def test_objects_pickle_with_cloudpickle_where_it_is_installed():
+    # As Horovod's torch binding: lambdas and classes defined in a function arrive whole.
+    object_checks.with_cloudpickle(hvd.broadcast_object, hvd.allgather_object, R, N)
+
+
+def test_objects_pickle_with_pickle_without_cloudpickle(monkeypatch):
+    object_checks.without_cloudpickle(hvd.broadcast_object, hvd.allgather_object, R, N,
+                                      monkeypatch)
 
 
 def test_sync_batch_norm_signature():

@@ -14,6 +14,7 @@ import tensorflow as tf
 import keras
 import kolo.tensorflow as hvd
 import kolo.tensorflow.keras as hvd_k
+import object_checks  # test/common
 
 from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
                        assert_weights_close, embedding_data, global_data, initial_weights,
@@ -364,3 +365,9 @@ def test_load_model_wraps_the_optimizer_again_and_training_continues():
                verbose=0)
     assert_weights_close(loaded.get_weights(), want)
     assert_same_on_every_rank(loaded.get_weights())
+
+
+def test_keras_objects_pickle_with_cloudpickle_where_it_is_installed(monkeypatch):
+    object_checks.with_cloudpickle(hvd_k.broadcast_object, hvd_k.allgather_object, R, N)
+    object_checks.without_cloudpickle(hvd_k.broadcast_object, hvd_k.allgather_object, R, N,
+                                      monkeypatch)

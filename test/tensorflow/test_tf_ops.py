@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import kolo.tensorflow as hvd
+import object_checks  # test/common
 from kolo.common import process_sets as common_process_sets
 
 from tf_common import (FLOATS, N, NUMERIC, R, WITH_BOOL, as_np, assert_equal, const, expect,
@@ -461,6 +462,16 @@ def test_allgather_object():
     got = hvd.allgather_object({"r": R, "pad": "x" * R})
     assert got == [{"r": r, "pad": "x" * r} for r in range(N)]
     assert hvd.allgather_object(R * 10, name="tf.objs") == [r * 10 for r in range(N)]
+
+
+def test_objects_pickle_with_cloudpickle_where_it_is_installed():
+    # As Horovod's TensorFlow binding: lambdas and classes defined in a function arrive whole.
+    object_checks.with_cloudpickle(hvd.broadcast_object, hvd.allgather_object, R, N)
+
+
+def test_objects_pickle_with_pickle_without_cloudpickle(monkeypatch):
+    object_checks.without_cloudpickle(hvd.broadcast_object, hvd.allgather_object, R, N,
+                                      monkeypatch)
 
 
 def test_objects_of_different_types_on_different_ranks_without_names():

@@ -287,7 +287,9 @@ TEST(AutotuneFile, GoodMissingAndMalformed) {
   ExpectFileError("\nKOLO_CYCLE_TIME=fast\n", "line 2: KOLO_CYCLE_TIME='fast' is not a number");
   ExpectFileError("KOLO_PIECE_SIZE=1M\nKOLO_PIECE_SIZE=2M\n",
                   "line 2: KOLO_PIECE_SIZE is given twice");
-  ExpectFileError("KOLO_CYCLE_TIME=0\n", "line 1: KOLO_CYCLE_TIME='0' must be greater than 0");
+  ExpectFileError("KOLO_CYCLE_TIME=-1\n", "line 1: KOLO_CYCLE_TIME='-1' is negative");
+  // 0 is no pause (HOROVOD_CYCLE_TIME=0 held while tuning is written back as it).
+  EXPECT_TRUE(ParseAutotuneFile("KOLO_CYCLE_TIME=0\n", "tuned.env").ok());
 }
 
 TEST(AutotuneFile, RecordsTheJobSizeItWasTunedFor) {

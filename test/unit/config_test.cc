@@ -151,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, ConfigBadValue,
     ::testing::Values(BadValue{"KOLO_FUSION_THRESHOLD", "lots", "not a size"},
                       BadValue{"KOLO_FUSION_THRESHOLD", "64X", "unknown unit"},
-                      BadValue{"KOLO_CYCLE_TIME", "0", "greater than 0"},
+                      BadValue{"KOLO_CYCLE_TIME", "-1", "negative"},
                       BadValue{"KOLO_CYCLE_TIME", "1ms", "not a number"},
                       BadValue{"KOLO_CACHE_CAPACITY", "-1", "negative"},
                       BadValue{"KOLO_CACHE_CAPACITY", "1.5", "whole number"},
@@ -160,19 +160,132 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"KOLO_LOG_LEVEL", "loud", "not a log level"},
                       BadValue{"KOLO_TIMELINE_MARK_CYCLES", "maybe", "not a boolean"},
                       BadValue{"KOLO_IDLE_TICK_MS", "", "empty"},
-                      // Horovod's aliases fail naming the HOROVOD_ variable, also where
-                      // Horovod would have read the value differently from what it says.
-                      BadValue{"HOROVOD_FUSION_THRESHOLD", "64M", "whole number of bytes"},
-                      BadValue{"HOROVOD_FUSION_THRESHOLD", "1e6", "whole number of bytes"},
-                      BadValue{"HOROVOD_CYCLE_TIME", "0", "no pause between cycles"},
-                      BadValue{"HOROVOD_CYCLE_TIME", "5ms", "not a number"},
-                      BadValue{"HOROVOD_CACHE_CAPACITY", "-1", "negative"},
-                      BadValue{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1.5",
-                               "whole number of seconds"},
-                      BadValue{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "-5", "negative"},
-                      BadValue{"HOROVOD_HIERARCHICAL_ALLREDUCE", "true", "use 1 or 0"},
-                      BadValue{"HOROVOD_TIMELINE_MARK_CYCLES", "yes", "use 1 or 0"},
-                      BadValue{"HOROVOD_LOG_LEVEL", "loud", "not a Horovod log level"}));
+                      BadValue{"KOLO_IDLE_TICK_MS", "0", "greater than 0"},
+                      // horovodrun itself refuses what its int() cannot read.
+                      BadValue{"HOROVOD_ELASTIC_TIMEOUT", "1.5", "whole number of seconds"}));
+
+// A HOROVOD_* value reads as Horovod reads it (strtol / strtof: leading spaces
+// skipped, the number the text starts with, 0 when none), kept within the
+// setting's range; when that is not what the text seems to say, rank 0 warns
+// once for the variable.
+struct HorovodValue {
+  const char* name;
+  const char* value;
+  const char* kolo_name;
+  const char* reads_as;  // the setting's value, as the table shows it
+  const char* note;      // in the warning; "" = no warning
+};
+
+// Names each case by its variable and value in the test's name.
+void PrintTo(const HorovodValue& h, std::ostream* os) { *os << h.name << "='" << h.value << "'"; }
+
+class HorovodValueReading : public ::testing::TestWithParam<HorovodValue> {};
+
+TEST_P(HorovodValueReading, ReadsAsHorovodWithOneWarningWhenItLooksUnintended) {
+  const HorovodValue& h = GetParam();
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig({{h.name, h.value}}, {}, &notes);
+  ASSERT_TRUE(c.ok()) << h.name << "='" << h.value << "': " << c.status().ToString();
+  EXPECT_EQ(FindSetting(h.kolo_name)->field.format(c.value()), h.reads_as)
+      << h.name << "='" << h.value << "'";
+  const std::vector<std::string> warnings = notes.Warnings();
+  if (*h.note == '\0') {
+    EXPECT_TRUE(warnings.empty()) << h.name << "='" << h.value << "': " << warnings[0];
+    return;
+  }
+  ASSERT_EQ(warnings.size(), 1u) << h.name << "='" << h.value << "'";
+  const std::string start = std::string(h.name) + "='" + h.value + "' is read as Horovod reads it";
+  EXPECT_EQ(warnings[0].rfind(start, 0), 0u) << warnings[0];
+  EXPECT_NE(warnings[0].find(h.note), std::string::npos) << warnings[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, HorovodValueReading,
+    ::testing::Values(
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", "64M", "KOLO_FUSION_THRESHOLD", "64",
+                     "64 bytes: Horovod reads the number it starts with and ignores 'M'; write "
+                     "the threshold in bytes (67108864 for 64 MiB), or set KOLO_FUSION_THRESHOLD"},
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", "1e6", "KOLO_FUSION_THRESHOLD", "1",
+                     "ignores 'e6'"},
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", "lots", "KOLO_FUSION_THRESHOLD", "0",
+                     "starts with no number, which Horovod reads as 0"},
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", "", "KOLO_FUSION_THRESHOLD", "0",
+                     "the value is empty, which Horovod reads as 0"},
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", "-1", "KOLO_FUSION_THRESHOLD", "0",
+                     "fuse nothing, as 0 does"},
+        HorovodValue{"HOROVOD_FUSION_THRESHOLD", " 1048576 ", "KOLO_FUSION_THRESHOLD", "1048576",
+                     ""},
+        HorovodValue{"HOROVOD_CYCLE_TIME", "0", "KOLO_CYCLE_TIME", "0", ""},
+        HorovodValue{"HOROVOD_CYCLE_TIME", "2.5", "KOLO_CYCLE_TIME", "2.5", ""},
+        HorovodValue{"HOROVOD_CYCLE_TIME", "5ms", "KOLO_CYCLE_TIME", "5", "5 ms: Horovod reads"},
+        HorovodValue{"HOROVOD_CYCLE_TIME", "-2", "KOLO_CYCLE_TIME", "0", "does not pause"},
+        HorovodValue{"HOROVOD_CYCLE_TIME", "1e9", "KOLO_CYCLE_TIME", "60000",
+                     "kolo's longest cycle time"},
+        HorovodValue{"HOROVOD_CACHE_CAPACITY", "-1", "KOLO_CACHE_CAPACITY", "1048576",
+                     "32-bit unsigned int, where -1 is 4294967295; 1048576 is the most"},
+        HorovodValue{"HOROVOD_CACHE_CAPACITY", "4294967296", "KOLO_CACHE_CAPACITY", "0",
+                     "where 4294967296 is 0"},
+        HorovodValue{"HOROVOD_CACHE_CAPACITY", "lots", "KOLO_CACHE_CAPACITY", "0",
+                     "starts with no number"},
+        HorovodValue{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1.5", "KOLO_STALL_CHECK_TIME_SECONDS",
+                     "1",
+                     "1 s: Horovod reads the number it "
+                     "starts with and ignores '.5'"},
+        HorovodValue{"HOROVOD_STALL_CHECK_TIME_SECONDS", "0", "KOLO_STALL_CHECK_TIME_SECONDS", "0",
+                     "kolo warns about none"},
+        HorovodValue{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "-5",
+                     "KOLO_STALL_SHUTDOWN_TIME_SECONDS", "0", ""},
+        HorovodValue{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90s",
+                     "KOLO_STALL_SHUTDOWN_TIME_SECONDS", "90", "ignores 's'"},
+        HorovodValue{"HOROVOD_HIERARCHICAL_ALLREDUCE", "true", "KOLO_HIERARCHICAL_ALLREDUCE", "0",
+                     "off (0): it starts with no number"},
+        HorovodValue{"HOROVOD_HIERARCHICAL_ALLREDUCE", "2", "KOLO_HIERARCHICAL_ALLREDUCE", "1", ""},
+        HorovodValue{"HOROVOD_TIMELINE_MARK_CYCLES", "yes", "KOLO_TIMELINE_MARK_CYCLES", "0",
+                     "off (0)"},
+        HorovodValue{"HOROVOD_STALL_CHECK_DISABLE", "1 ", "KOLO_STALL_CHECK_DISABLE", "1", ""},
+        HorovodValue{"HOROVOD_AUTOTUNE", "", "KOLO_AUTOTUNE", "0", ""},
+        HorovodValue{"HOROVOD_LOG_LEVEL", "loud", "KOLO_LOG_LEVEL", "warning",
+                     "Horovod logs at WARNING for what is not one of TRACE"},
+        HorovodValue{"HOROVOD_LOG_LEVEL", " debug", "KOLO_LOG_LEVEL", "warning", "WARNING"},
+        HorovodValue{"HOROVOD_LOG_LEVEL", "Info", "KOLO_LOG_LEVEL", "info", ""},
+        HorovodValue{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "-3", "KOLO_AUTOTUNE_WARMUP_SAMPLES", "0",
+                     "the nearest value kolo takes (0 to 1000)"},
+        HorovodValue{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0", "KOLO_AUTOTUNE_STEPS_PER_SAMPLE",
+                     "1", "(1 to 100000)"},
+        HorovodValue{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "10x", "KOLO_AUTOTUNE_STEPS_PER_SAMPLE",
+                     "10", "ignores 'x'"}));
+
+TEST(Config, OneWarningPerHorovodVariableAfterTheOtherWarnings) {
+  ConfigNotes notes;
+  Result<Config> c = ParseConfig({{"HOROVOD_FUSION_THRESHOLD", "64M"},
+                                  {"HOROVOD_CYCLE_TIME", "1ms"},
+                                  {"HOROVOD_CACHE_CAPACITY", "100"},
+                                  {"KOLO_CYCLE_TIMES", "1"}},
+                                 {}, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().fusion_threshold_bytes, 64);
+  EXPECT_DOUBLE_EQ(c.value().cycle_time_ms, 1);
+  const std::vector<std::string> warnings = notes.Warnings();
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0].rfind("KOLO_CYCLE_TIMES is not a kolo setting", 0), 0u) << warnings[0];
+  EXPECT_EQ(warnings[1],
+            "HOROVOD_FUSION_THRESHOLD='64M' is read as Horovod reads it, as 64 bytes: Horovod "
+            "reads the number it starts with and ignores 'M'; write the threshold in bytes "
+            "(67108864 for 64 MiB), or set KOLO_FUSION_THRESHOLD, which takes K/M/G suffixes");
+  EXPECT_EQ(warnings[2].rfind("HOROVOD_CYCLE_TIME='1ms' is read as Horovod reads it, as 1 ms", 0),
+            0u)
+      << warnings[2];
+  // The info line names what was used, in kolo's syntax.
+  EXPECT_NE(notes.AliasLine().find("HOROVOD_FUSION_THRESHOLD=64M as KOLO_FUSION_THRESHOLD=64"),
+            std::string::npos)
+      << notes.AliasLine();
+}
+
+TEST(Config, KoloCycleTimeZeroMeansNoPause) {
+  Result<Config> c = ParseConfig({{"KOLO_CYCLE_TIME", "0"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value().cycle_time_ms, 0.0);
+}
 
 TEST(Config, UnknownKoloNamesAreReportedWithSuggestion) {
   std::vector<std::string> unknown;
@@ -356,11 +469,9 @@ TEST(Config, AutotuneSettingsAndTheirHorovodAliases) {
   EXPECT_EQ(ParseConfig({{"HOROVOD_AUTOTUNE", "1"}, {"KOLO_AUTOTUNE", "0"}}, {}).value().autotune,
             false);
   EXPECT_EQ(ParseConfig({{"HOROVOD_AUTOTUNE", "0"}}, {}).value().autotune, false);
-  Status bad = ParseConfig({{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "10x"}}, {}).status();
-  EXPECT_NE(bad.message().find("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE='10x' is not a whole number"),
-            std::string::npos)
-      << bad.message();
-  bad = ParseConfig({{"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, {}).status();
+  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE='10x' reads as Horovod's strtol reads it (10):
+  // HorovodValueReading. The KOLO_ names keep their checks.
+  Status bad = ParseConfig({{"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, {}).status();
   EXPECT_NE(bad.message().find("KOLO_AUTOTUNE_STEPS_PER_SAMPLE='0' is not between 1 and 100000"),
             std::string::npos)
       << bad.message();

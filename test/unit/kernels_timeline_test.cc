@@ -148,6 +148,26 @@ TEST(Timeline, FileIsAValidArrayAfterEveryFlush) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '{'), std::count(text.begin(), text.end(), '}'));
 }
 
+TEST(Timeline, HorovodsRowsAndPhases) {
+  Request named;
+  named.op = OpType::kAllreduce;
+  named.name = "test_allreduce";
+  EXPECT_EQ(TimelineRow(named), "allreduce.test_allreduce");
+  Request unnamed;
+  unnamed.op = OpType::kBroadcast;
+  unnamed.name = "broadcast.noname.3";
+  unnamed.unnamed_epoch = 0;
+  unnamed.unnamed_index = 3;
+  EXPECT_EQ(TimelineRow(unnamed), "broadcast.noname.3");
+  Request barrier;
+  barrier.op = OpType::kBarrier;
+  barrier.name = "barrier";
+  EXPECT_EQ(TimelineRow(barrier), "barrier");
+  EXPECT_EQ(NegotiatePhase(OpType::kAllreduce), "NEGOTIATE_ALLREDUCE");
+  EXPECT_EQ(NegotiatePhase(OpType::kReducescatter), "NEGOTIATE_REDUCESCATTER");
+  EXPECT_EQ(ExecutePhase(OpType::kAllgather), "ALLGATHER");
+}
+
 TEST(Timeline, UnwritablePathIsAClearError) {
   Timeline t;
   Status s = t.Start("/nonexistent-dir/x.json", false);

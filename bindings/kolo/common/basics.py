@@ -1,35 +1,53 @@
 """Starting and stopping kolo, topology, and what this build has (Horovod's
 ``HorovodBasics``: the same names, return types and errors)."""
 import atexit
+import numbers
 
 from kolo import _core
 from kolo.common import process_sets as _ps
 
 
+def _world_ranks(comm):
+    """``comm`` as Horovod's list of ranks of MPI_COMM_WORLD, or None when it is no list
+    (None, or an mpi4py communicator, which is not iterable). Any iterable of ints, as in
+    Horovod; empty means every rank, as None does."""
+    if comm is None or isinstance(comm, (str, bytes)):
+        return None
+    try:
+        items = list(comm)
+    except TypeError:
+        return None
+    if any(isinstance(r, bool) or not isinstance(r, numbers.Integral) for r in items):
+        raise TypeError("init(comm=...) takes a list of ranks of MPI_COMM_WORLD (ints) or an "
+                        "mpi4py communicator, got %r" % (items,))
+    return [int(r) for r in items]
+
+
 def _comm_handle(comm):
     if comm is None:
         return 0
-    if isinstance(comm, (list, tuple)):
-        raise NotImplementedError("init(comm=[ranks]) is not supported; pass an mpi4py "
-                                  "communicator (e.g. MPI.COMM_WORLD.Split(...)) or use "
-                                  "process sets")
+    what = "init(comm=...) takes a list of ranks or an mpi4py communicator"
+    if isinstance(comm, (str, bytes)):
+        raise TypeError("%s, got %s" % (what, type(comm).__name__))
     try:
         from mpi4py import MPI
     except ImportError:
-        raise TypeError("init(comm=...) takes an mpi4py communicator, but mpi4py is not "
-                        "installed (Debian: python3-mpi4py)") from None
+        raise TypeError("%s, but mpi4py is not installed (Debian: python3-mpi4py)"
+                        % what) from None
     if not isinstance(comm, MPI.Comm):
-        raise TypeError("init(comm=...) takes an mpi4py communicator, got %s"
-                        % type(comm).__name__)
+        raise TypeError("%s, got %s" % (what, type(comm).__name__))
     return MPI._handleof(comm)
 
 
 def init(comm=None, process_sets=None):
     """Starts kolo (MPI and the background thread); every rank calls it. Idempotent.
 
-    ``comm``: an mpi4py communicator to run on (kolo duplicates it). ``process_sets``:
-    ProcessSet objects (ranks or mpi4py communicators) or rank lists to register now, the
-    same on every rank; ``"dynamic"`` is accepted (sets can always be added later).
+    ``comm``: None (every rank of MPI_COMM_WORLD); a list of ranks of MPI_COMM_WORLD to run
+    on, whose order gives their kolo ranks (Horovod's ``init(comm=[ranks])``: every listed
+    rank passes the same list, and a process that is not in its list gets ValueError); or
+    an mpi4py communicator to run on (kolo duplicates it). ``process_sets``: ProcessSet
+    objects (ranks or mpi4py communicators) or rank lists to register now, the same on
+    every rank; ``"dynamic"`` is accepted (sets can always be added later).
     """
     if _core.is_initialized():  # by an earlier init(), or by kolo.numpy
         for ps in ([] if process_sets is None or isinstance(process_sets, str)
@@ -41,8 +59,18 @@ def init(comm=None, process_sets=None):
                                  "add_process_set()" % ps)
             ps.process_set_id = known.process_set_id
     else:
-        registered, sets = _ps._prepare_init(process_sets, comm)
-        _core.init(registered, _comm_handle(comm))
+        world_ranks = _world_ranks(comm)
+        if world_ranks is None:
+            registered, sets = _ps._prepare_init(process_sets, comm)
+            _core.init(registered, _comm_handle(comm))
+        else:
+            if _ps._has_comm_sets(process_sets):
+                raise NotImplementedError(  # Horovod's words
+                    "At this time process sets defined via MPI communicators are only "
+                    "supported when calling hvd.init() with comm set to a global MPI "
+                    "communicator.")
+            registered, sets = _ps._prepare_init(process_sets, None)
+            _core.init(registered, 0, world_ranks)
         _reset_run()
         _ps._finish_init(registered, sets, _core.size())
     _ps.global_process_set.ranks = list(range(_core.size()))

@@ -232,6 +232,11 @@ def size():
     return _core.size()
 
 
+def stall_shutdown_seconds():
+    """The stall shutdown time, read as the runtime reads it (0: never)."""
+    return _core.stall_shutdown_seconds()
+
+
 def process_set_ranks(set_id):
     """The global ranks of a registered set; ValueError for an unknown id."""
     return _core.process_set_ranks(set_id)

@@ -147,6 +147,14 @@ def _comm_ranks(sets, base_comm):
     return every
 
 
+def _has_comm_sets(process_sets):
+    """Whether ``process_sets`` (init()'s argument) holds a set given as a communicator."""
+    if process_sets is None or isinstance(process_sets, str):
+        return False
+    sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
+    return any(ps.ranks is None for ps in sets)
+
+
 def _prepare_init(process_sets, comm):
     """The rank lists to register at init, and the ProcessSet objects they belong to."""
     if process_sets is None:

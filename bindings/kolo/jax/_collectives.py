@@ -1,7 +1,6 @@
 """kolo.jax's collectives on pytrees, differentiable over the flat list of leaves
 (``jax.custom_vjp``), and objects, join and barrier (see kolo.jax)."""
 import functools
-import pickle
 
 import numpy as np
 import jax
@@ -9,6 +8,7 @@ import jax.numpy as jnp
 
 from kolo.common import collectives as _engine
 from kolo.common import host as _host
+from kolo.common import objects as _objects
 from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import NoneCompressor
 from kolo.common.ops import Average, Sum, check_op, reducescatter_op
@@ -279,24 +279,33 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
 # --- objects, join, barrier ---------------------------------------------------------------
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
+    the set."""
     _after_dispatched_collectives()
-    return _allgather_object_in_set(obj, _set_id(process_set))
+    # Named, as kolo.torch's and kolo.tensorflow's: ranks may call it from different places.
+    return _allgather_object_in_set(obj, _set_id(process_set), name or "allgather_object")
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Global rank ``root_rank``'s ``obj`` on every rank of the set (pickled; the size
-    travels first). The root gets its own object back."""
+    """Global rank ``root_rank``'s ``obj`` on every rank of the set (pickled with cloudpickle
+    where it is installed, else pickle; the size travels first). The root gets its own
+    object back; when the root cannot pickle it, every rank raises (the others
+    ``pickle.PicklingError`` with the root's error)."""
     _after_dispatched_collectives()
     set_id = _set_id(process_set)
     root = _root_in_set(root_rank, set_id)
     is_root = _engine.rank() == int(root_rank)
-    data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
-    size = np.asarray([data.size if is_root else 0], np.int64)
-    (size,) = _host.broadcast_kernel(root, (name or "object") + ".sz", set_id)([size])
-    payload = data if is_root else np.zeros(int(size[0]), np.uint8)
+    n, data, error = _objects.encode(obj) if is_root else (0, b"", None)
+    (size,) = _host.broadcast_kernel(root, (name or "object") + ".sz", set_id)(
+        [np.asarray([n], np.int64)])
+    n = int(size[0])
+    payload = np.frombuffer(data, np.uint8) if is_root else np.zeros(abs(n), np.uint8)
     (payload,) = _host.broadcast_kernel(root, (name or "object") + ".t", set_id)([payload])
-    return obj if is_root else pickle.loads(payload.tobytes())
+    if is_root:
+        if error is not None:
+            raise error
+        return obj
+    return _objects.decode(n, payload.tobytes(), "broadcast_object", int(root_rank))
 
 
 def join():

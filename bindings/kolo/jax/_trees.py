@@ -1,7 +1,6 @@
 """kolo.jax's trees: pytrees as flat lists of leaves (NumPy views of the host buffers
 eagerly, tracers inside jit), the check that every rank's tree agrees, and running a host
 kernel (kolo.common.host) on the leaves, eagerly or as one ordered io_callback."""
-import pickle
 import zlib
 
 import numpy as np
@@ -11,6 +10,7 @@ from jax.experimental import io_callback
 
 from kolo.common import collectives as _engine
 from kolo.common import host as _host
+from kolo.common import objects as _objects
 from kolo.common.basics import cuda_built
 from kolo.common.collectives import KoloInternalError
 from kolo.common.ops import Sum
@@ -134,13 +134,10 @@ def _shape(x, shape=None):
     return jax.ShapeDtypeStruct(x.shape if shape is None else shape, x.dtype)
 
 
-def _allgather_object_in_set(obj, set_id):
-    data = np.frombuffer(pickle.dumps(obj), np.uint8)
-    sizes, raw = _host.allgather_kernel("", set_id)(
-        [np.asarray([data.size], np.int64), data])
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(raw[offset:offset + n].tobytes()))
-        offset += n
-    return out
-
+def _allgather_object_in_set(obj, set_id, name=""):
+    """Every rank's ``obj`` (kolo.common.objects); ``name`` as a collective's, "" unnamed."""
+    n, data, error = _objects.encode(obj)
+    sizes, raw = _host.allgather_kernel(name, set_id)(
+        [np.asarray([n], np.int64), np.frombuffer(data, np.uint8)])
+    return _objects.decode_all(sizes.tolist(), raw.tobytes(), "allgather_object",
+                               _engine.process_set_ranks(set_id), error)

@@ -3,11 +3,10 @@
 In a TF1 graph (``tf.compat.v1``) these build ops, as Horovod's do: the variables'
 broadcast is an op to run, and the object functions run their collectives with
 ``session`` (by default the default session)."""
-import pickle
-
 import numpy as np
 import tensorflow as tf
 
+from kolo.common import objects as _objects
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.mpi_ops import global_process_set
 
@@ -53,22 +52,31 @@ def _runner(what, session):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled: the
-    size is broadcast first, then the bytes). The root gets its own object back. ``session``
-    (a TF1 graph's; default: the default session) runs the collectives there."""
+    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled with
+    cloudpickle where it is installed, else pickle: the size is broadcast first, then the
+    bytes). The root gets its own object back; when the root cannot pickle it, every rank
+    raises (the others ``pickle.PicklingError`` with the root's error). ``session`` (a TF1
+    graph's; default: the default session) runs the collectives there."""
     run = _runner("broadcast_object", session)
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "broadcast_object" if name is None else name
     is_root = _ops.rank() == int(root_rank)
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if is_root else None
-    size = run(_ops.broadcast(tf.constant([payload.size if is_root else 0], tf.int64),
-                              root_rank, name=name + ".sz", process_set=process_set))
+    n, payload, error = 0, None, None
+    if is_root:
+        n, data, error = _objects.encode(obj)
+        payload = np.frombuffer(data, np.uint8)
+    n = int(run(_ops.broadcast(tf.constant([n], tf.int64), root_rank, name=name + ".sz",
+                               process_set=process_set))[0])
     if not is_root:
-        payload = np.zeros(int(size[0]), np.uint8)
+        payload = np.zeros(abs(n), np.uint8)
     data = run(_ops.broadcast(tf.constant(payload), root_rank, name=name + ".t",
                               process_set=process_set))
-    return obj if is_root else pickle.loads(data.tobytes())
+    if is_root:
+        if error is not None:
+            raise error
+        return obj
+    return _objects.decode(n, data.tobytes(), "broadcast_object", int(root_rank))
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -77,19 +85,17 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """The list of every rank's ``obj`` (pickled), in rank order of the set. ``session``: as
-    for broadcast_object."""
+    """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
+    the set. ``session``: as for broadcast_object."""
     run = _runner("allgather_object", session)
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "allgather_object" if name is None else name
-    data = np.frombuffer(pickle.dumps(obj), np.uint8)
-    sizes = run(_ops.allgather(tf.constant([data.size], tf.int64), name=name + ".sz",
+    n, data, error = _objects.encode(obj)
+    sizes = run(_ops.allgather(tf.constant([n], tf.int64), name=name + ".sz",
                                process_set=process_set))
-    raw = run(_ops.allgather(tf.constant(data), name=name + ".t",
+    raw = run(_ops.allgather(tf.constant(np.frombuffer(data, np.uint8)), name=name + ".t",
                              process_set=process_set)).tobytes()
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(raw[offset:offset + n]))
-        offset += n
-    return out
+    ranks = (process_set.ranks if process_set not in (None, global_process_set)
+             else list(range(_ops.size())))
+    return _objects.decode_all(sizes.tolist(), raw, "allgather_object", ranks, error)

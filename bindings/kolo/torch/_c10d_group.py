@@ -2,7 +2,6 @@
 registered on a group, the names that pair operations across ranks, barrier and
 point-to-point, and kolo process sets for new groups. Its collectives are in
 _c10d_collectives.py."""
-import os
 
 import torch
 import torch.distributed as dist
@@ -48,18 +47,9 @@ _basics._on_new_run(_forget_sets)
 # --- the process group -------------------------------------------------------------------
 
 def _stall_shutdown_seconds():
-    """kolo's stall shutdown time as kolo read it at init (see docs/configuration.md);
-    0: never."""
-    env = os.environ
-    if env.get("KOLO_STALL_CHECK_DISABLE", env.get("HOROVOD_STALL_CHECK_DISABLE", "0")) in (
-            "1", "true", "True"):
-        return 0.0
-    value = env.get("KOLO_STALL_SHUTDOWN_TIME_SECONDS",
-                    env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "600"))
-    try:
-        return float(value)
-    except ValueError:
-        return 600.0
+    """kolo's stall shutdown time, read through its settings table as the runtime reads it
+    (docs/configuration.md); 0: never."""
+    return _engine.stall_shutdown_seconds()
 
 
 def _device_types():

@@ -1,10 +1,8 @@
 """Broadcasting parameters, optimizer state and Python objects (Horovod's
 ``horovod.torch.functions``)."""
-import io
-import pickle
-
 import torch
 
+from kolo.common import objects as _objects
 from kolo.torch import mpi_ops as _ops
 from kolo.torch.process_sets import global_process_set
 
@@ -72,44 +70,43 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled with
-    ``torch.save``: the size is broadcast first, then the bytes). The root gets its own
-    object back."""
+    cloudpickle where it is installed, else pickle: the size is broadcast first, then the
+    bytes). The root gets its own object back. When the root cannot pickle its object,
+    every rank raises (the others ``pickle.PicklingError`` with the root's error)."""
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "broadcast_object" if name is None else name
     is_root = _ops.rank() == root_rank
     if is_root:
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-        size = torch.tensor([payload.numel()], dtype=torch.int64)
+        n, data, error = _objects.encode(obj)
+        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        size = torch.tensor([n], dtype=torch.int64)
     else:
         size = torch.zeros(1, dtype=torch.int64)
     _ops.broadcast_(size, root_rank, name=name + ".sz", process_set=process_set)
+    n = int(size.item())
     if not is_root:
-        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        payload = torch.empty(abs(n), dtype=torch.uint8)
     _ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
     if is_root:
+        if error is not None:
+            raise error
         return obj
-    # Any picklable object, as Horovod's: torch >= 2.6 loads only tensors and plain
-    # containers unless told otherwise (weights_only, a keyword since torch 1.13). The bytes
-    # come from a rank of this job, as allgather_object's do.
-    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
+    return _objects.decode(n, payload.numpy().tobytes(), "broadcast_object", root_rank)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """The list of every rank's ``obj`` (pickled), in rank order of the set."""
+    """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
+    the set."""
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
     name = "allgather_object" if name is None else name
-    data = pickle.dumps(obj)
+    n, data, error = _objects.encode(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    sizes = _ops.allgather(torch.tensor([len(data)], dtype=torch.int64), name=name + ".sz",
+    sizes = _ops.allgather(torch.tensor([n], dtype=torch.int64), name=name + ".sz",
                            process_set=process_set)
     gathered = _ops.allgather(payload, name=name + ".t", process_set=process_set)
-    out, offset = [], 0
-    raw = gathered.numpy().tobytes()
-    for n in sizes.tolist():
-        out.append(pickle.loads(raw[offset:offset + n]))
-        offset += n
-    return out
+    ranks = (process_set.ranks if process_set not in (None, global_process_set)
+             else list(range(_ops.size())))
+    return _objects.decode_all(sizes.tolist(), gathered.numpy().tobytes(), "allgather_object",
+                               ranks, error)

@@ -26,8 +26,16 @@ constexpr int kGlobalProcessSet = 0;
 struct InitOptions {
   // Communicator to run on; MPI_COMM_NULL means MPI_COMM_WORLD. kolo duplicates
   // it. When MPI is not initialized yet, kolo initializes it and finalizes it
-  // at Shutdown().
+  // at Shutdown(); when Create() fails after that, MPI stays initialized until
+  // the process exits (a failed start neither waits there for the ranks that
+  // did start nor keeps a later Create() from starting).
   MPI_Comm comm = MPI_COMM_NULL;
+  // Horovod's init(comm=[ranks]): the ranks of MPI_COMM_WORLD to run on
+  // instead of `comm`, in this order (kolo's rank i is world rank
+  // world_ranks[i]). Collective over the listed ranks only: every one of them
+  // passes the same list, and a process that is not in it fails to start.
+  // Empty: run on `comm`.
+  std::vector<int> world_ranks;
   // Process sets registered at init, each a list of ranks of `comm`; they get
   // ids 1, 2, ... in this order.
   std::vector<std::vector<int>> process_sets;
