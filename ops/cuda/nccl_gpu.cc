@@ -70,6 +70,7 @@ ncclRedOp_t NcclOp(DataType dtype, ReduceOp op) {
     case ReduceOp::kAverage:
       return ncclAvg;
     case ReduceOp::kSum:
+    case ReduceOp::kAdasum:  // within a host, Adasum's first step is a sum
       return ncclSum;
     case ReduceOp::kMin:
       return ncclMin;
