@@ -91,6 +91,22 @@ def pairwise_tree(inputs):
     return [combine(x, y) for x, y in zip(a, b)]
 
 
+def inputs(seed, sizes, dtype, n):
+    """Every one of ``n`` ranks' tensors of ``sizes`` elements (NumPy arrays of ``dtype``,
+    normally distributed), the same on every rank for one ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [[rng.normal(size=k).astype(dtype) for k in sizes] for _ in range(n)]
+
+
+def check(every, outputs, dtype, factor=1.0, rank=None):
+    """Asserts that ``outputs`` (one rank's results, in the order of the tensors) are the
+    reference's for ``every`` rank's inputs, times ``factor``, within close()."""
+    want = adasum([[np.asarray(a, np.float64) for a in ranks] for ranks in every])
+    for t, (w, o) in enumerate(zip(want, outputs)):
+        got = np.asarray(o, np.float64)
+        assert close(dtype, w * factor, got), (rank, t, np.abs(w * factor - got).max())
+
+
 def close(dtype, want, got):
     """kolo's result ``got`` (any float dtype) against the float64 reference ``want``:
     within a few rounding steps of ``dtype`` relative to the tensor's size."""

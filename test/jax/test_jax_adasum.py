@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 
 import kolo.jax as kj
-from adasum_reference import adasum as reference, close  # test/common
+from adasum_reference import adasum as reference, check, inputs as rank_inputs  # test/common
 
 from jax_common import N, R
 
@@ -21,14 +21,11 @@ DTYPES = [np.float16, np.float32, np.float64]
 
 
 def every_rank(seed, sizes, dtype):
-    rng = np.random.default_rng(seed)
-    return [[rng.normal(size=n).astype(dtype) for n in sizes] for _ in range(N)]
+    return rank_inputs(seed, sizes, dtype, N)
 
 
-def expect(inputs, outputs, dtype):
-    want = reference([[a.astype(np.float64) for a in ranks] for ranks in inputs])
-    for w, o in zip(want, outputs):
-        assert close(dtype, w, np.asarray(o)), (R, np.abs(w - np.asarray(o, np.float64)).max())
+def expect(every, outputs, dtype):
+    check(every, outputs, dtype, rank=R)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)

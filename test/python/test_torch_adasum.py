@@ -13,7 +13,8 @@ import torch
 import kolo.torch as hvd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
-from adasum_reference import adasum as reference, close, self_check  # noqa: E402
+from adasum_reference import adasum as reference, check, close, self_check  # noqa: E402
+from adasum_reference import inputs as rank_inputs  # noqa: E402
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -26,19 +27,15 @@ SIZES = [1, 3, 2 * N + 1, 17, 4099]
 
 def every_rank(seed, sizes, np_dtype):
     """Every rank's tensors (as NumPy arrays of ``np_dtype``), the same on every rank."""
-    rng = np.random.default_rng(seed)
-    return [[rng.normal(size=n).astype(np_dtype) for n in sizes] for _ in range(N)]
+    return rank_inputs(seed, sizes, np_dtype, N)
 
 
-def mine(inputs):
-    return [torch.from_numpy(a.copy()) for a in inputs[R]]
+def mine(every):
+    return [torch.from_numpy(a.copy()) for a in every[R]]
 
 
-def expect(inputs, outputs, np_dtype, factor=1.0):
-    want = reference([[a.astype(np.float64) for a in ranks] for ranks in inputs])
-    for t, (w, o) in enumerate(zip(want, outputs)):
-        got = o.detach().numpy()
-        assert close(np_dtype, w * factor, got), (R, t, np.abs(w * factor - got).max())
+def expect(every, outputs, np_dtype, factor=1.0):
+    check(every, [o.detach().numpy() for o in outputs], np_dtype, factor, R)
 
 
 def refused_everywhere(call):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import kolo.tensorflow as hvd
 import kolo.tensorflow.keras as hvd_keras
-from adasum_reference import adasum as reference, close  # test/common
+from adasum_reference import check, inputs as rank_inputs  # test/common
 
 from tf_common import N, R
 
@@ -22,14 +22,11 @@ SIZES = [1, 2 * N + 1, 300]
 
 
 def every_rank(seed, sizes, np_dtype):
-    rng = np.random.default_rng(seed)
-    return [[rng.normal(size=n).astype(np_dtype) for n in sizes] for _ in range(N)]
+    return rank_inputs(seed, sizes, np_dtype, N)
 
 
-def expect(inputs, outputs, np_dtype):
-    want = reference([[a.astype(np.float64) for a in ranks] for ranks in inputs])
-    for w, o in zip(want, outputs):
-        assert close(np_dtype, w, np.asarray(o)), (R, np.abs(w - np.asarray(o, np.float64)).max())
+def expect(every, outputs, np_dtype):
+    check(every, outputs, np_dtype, rank=R)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=lambda d: d.name)
