@@ -67,6 +67,8 @@ const char* ReduceOpName(ReduceOp op) {
       return "average";
     case ReduceOp::kSum:
       return "sum";
+    case ReduceOp::kAdasum:
+      return "adasum";
     case ReduceOp::kMin:
       return "min";
     case ReduceOp::kMax:

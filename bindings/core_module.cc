@@ -7,9 +7,11 @@
 //  - gives an unnamed collective its Python call site, so that ranks out of
 //    step are told which lines disagree;
 //  - waits without the GIL, waking to let Python run signal handlers;
-//  - turns a Status into ValueError (a bad argument on this rank) or
-//    KoloInternalError (anything else: a failed collective, with the
-//    coordinator's text, or kolo not running).
+//  - turns a Status into ValueError (a bad argument on this rank),
+//    NotImplementedError (a collective refused where Horovod refuses it as
+//    not implemented: Adasum's process sets and sizes) or KoloInternalError
+//    (anything else: a failed collective, with the coordinator's text, or
+//    kolo not running).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -103,6 +105,9 @@ ModuleState& State() {
 
 void ModuleState::Raise(const Status& s, bool enqueue) const {
   PyObject* type = s.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : internal_error_;
+  // Refused when started: what kolo (like Horovod) does not run. Once
+  // started, a failure is the collective's (KoloInternalError).
+  if (enqueue && s.code() == StatusCode::kUnimplemented) type = PyExc_NotImplementedError;
   if (!enqueue) {
     if (type == PyExc_ValueError) throw py::value_error(s.message());
     PyErr_SetString(type, s.message().c_str());
@@ -250,7 +255,7 @@ Options Named(const std::string& name, int process_set, uintptr_t stream = 0) {
 template <typename Options>
 Options Reducing(const std::string& name, int op, double prescale, double postscale,
                  int process_set, uintptr_t stream) {
-  if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
+  if (op < 0 || op >= kNumReduceOps) {
     throw py::value_error("unknown reduce op code " + std::to_string(op));
   }
   Options o = Named<Options>(name, process_set, stream);
@@ -328,7 +333,7 @@ PYBIND11_MODULE(_core, m) {
   // The codes of kolo::DataType and kolo::ReduceOp, by name, for the Python modules.
   py::dict dtypes, ops;
   for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;
-  for (int i = 0; i <= static_cast<int>(ReduceOp::kProduct); ++i) {
+  for (int i = 0; i < kNumReduceOps; ++i) {
     ops[ReduceOpName(static_cast<ReduceOp>(i))] = i;
   }
   m.attr("DTYPES") = dtypes;

@@ -52,6 +52,7 @@ void Reduce16(const uint16_t* in, uint16_t* inout, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:  // never asked: not elementwise (ops/adasum.h)
       for (int64_t i = 0; i < n; ++i) inout[i] = FromF(ToF(in[i]) + ToF(inout[i]));
       break;
     case ReduceOp::kMin:
@@ -115,6 +116,7 @@ void ReduceTyped(const T* in, T* inout, int64_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
+    case ReduceOp::kAdasum:  // never asked: not elementwise (ops/adasum.h)
       if constexpr (std::is_integral_v<T>) {
         for (int64_t i = 0; i < count; ++i) inout[i] = WrapAdd(inout[i], in[i]);
       } else {

@@ -54,6 +54,9 @@ class HostMover {
   virtual Status ReduceScatter(const void* send, void* recv,
                                const std::vector<int64_t>& recv_counts, DataType dtype,
                                ReduceOp op) = 0;
+  // Adasum (ops/adasum.h) in place on `buffer`: the tensors of `counts`
+  // elements one after the other, each combined with its own coefficients.
+  virtual Status Adasum(void* buffer, const std::vector<int64_t>& counts, DataType dtype) = 0;
   // The allreduce piece size from the next call on (autotune). Every rank of
   // the set must change it between the same two collectives; the shared-memory
   // mover never goes above the size its slots were made for.

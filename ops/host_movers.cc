@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/rows.h"
+#include "ops/adasum.h"
 #include "ops/mpi_mover.h"
 #include "ops/shm_allreduce.h"
 
@@ -145,6 +146,12 @@ Status MpiMover::ReduceScatter(const void* send, void* recv,
   return MpiStatus(MPI_Reduce_scatter(send, recv, counts.data(), ops_->Datatype(dtype),
                                       ops_->Op(dtype, op), comm_),
                    "MPI_Reduce_scatter");
+}
+
+Status MpiMover::Adasum(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {
+  adasum::Comms comms;
+  comms.pairs = comm_;
+  return adasum::Allreduce(comms, buffer, counts, dtype, &adasum_scratch_);
 }
 
 Status MpiMover::AllreducePiece(char* p, int n, size_t /*elem*/, MPI_Datatype type, MPI_Op op) {

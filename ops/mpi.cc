@@ -18,11 +18,23 @@ void HalfOpFn(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len, kOp, kBFloat);
 }
 
+// The elementwise ops, in the order of MpiOps' 16-bit op tables.
+constexpr ReduceOp kElementwise[MpiOps::kElementwiseOps] = {ReduceOp::kSum, ReduceOp::kMin,
+                                                            ReduceOp::kMax, ReduceOp::kProduct};
+
 template <bool kBFloat>
-constexpr MPI_User_function* kHalfFns[5] = {
-    &HalfOpFn<ReduceOp::kSum, kBFloat>, &HalfOpFn<ReduceOp::kSum, kBFloat>,
-    &HalfOpFn<ReduceOp::kMin, kBFloat>, &HalfOpFn<ReduceOp::kMax, kBFloat>,
-    &HalfOpFn<ReduceOp::kProduct, kBFloat>};
+constexpr MPI_User_function* kHalfFns[MpiOps::kElementwiseOps] = {
+    &HalfOpFn<ReduceOp::kSum, kBFloat>, &HalfOpFn<ReduceOp::kMin, kBFloat>,
+    &HalfOpFn<ReduceOp::kMax, kBFloat>, &HalfOpFn<ReduceOp::kProduct, kBFloat>};
+
+// `op`'s place in kElementwise (kAverage reduces as the sum); -1 for Adasum,
+// which is not elementwise (ops/adasum.h).
+int ElementwiseIndex(ReduceOp op) {
+  for (int i = 0; i < MpiOps::kElementwiseOps; ++i) {
+    if (kElementwise[i] == (op == ReduceOp::kAverage ? ReduceOp::kSum : op)) return i;
+  }
+  return -1;
+}
 
 }  // namespace
 
@@ -95,7 +107,7 @@ Result<std::unique_ptr<MpiOps>> MpiOps::Create() {
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->half_), "MPI_Type_commit"));
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_contiguous(2, MPI_BYTE, &ops->bfloat_), "MPI_Type"));
   KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Type_commit(&ops->bfloat_), "MPI_Type_commit"));
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < kElementwiseOps; ++i) {
     KOLO_RETURN_IF_ERROR(
         MpiStatus(MPI_Op_create(kHalfFns<false>[i], 1, &ops -> half_ops_[i]), "MPI_Op_create"));
     KOLO_RETURN_IF_ERROR(
@@ -109,7 +121,7 @@ MpiOps::~MpiOps() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   for (MPI_Op* op : {half_ops_, bfloat_ops_}) {
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < kElementwiseOps; ++i) {
       if (op[i] != MPI_OP_NULL) MPI_Op_free(&op[i]);
     }
   }
@@ -146,8 +158,10 @@ MPI_Datatype MpiOps::Datatype(DataType dtype) const {
 }
 
 MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
-  if (dtype == DataType::kFloat16) return half_ops_[static_cast<int>(op)];
-  if (dtype == DataType::kBFloat16) return bfloat_ops_[static_cast<int>(op)];
+  const int index = ElementwiseIndex(op);
+  if (index < 0) return MPI_OP_NULL;  // Adasum: an MPI call with it fails
+  if (dtype == DataType::kFloat16) return half_ops_[index];
+  if (dtype == DataType::kBFloat16) return bfloat_ops_[index];
   if (dtype == DataType::kBool) {
     // Logical: sum/max = or, min/product = and.
     return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
@@ -162,6 +176,8 @@ MPI_Op MpiOps::Op(DataType dtype, ReduceOp op) const {
       return MPI_MAX;
     case ReduceOp::kProduct:
       return MPI_PROD;
+    case ReduceOp::kAdasum:
+      break;
   }
   return MPI_OP_NULL;
 }

@@ -50,15 +50,19 @@ class MpiOps {
   MpiOps& operator=(const MpiOps&) = delete;
 
   MPI_Datatype Datatype(DataType dtype) const;
-  // The MPI op for `op` on `dtype` (kAverage maps to the sum).
+  // The MPI op for `op` on `dtype` (kAverage maps to the sum; kAdasum, which
+  // is not elementwise, to MPI_OP_NULL).
   MPI_Op Op(DataType dtype, ReduceOp op) const;
+
+  // Sum (and average), min, max, product.
+  static constexpr int kElementwiseOps = 4;
 
  private:
   MpiOps() = default;
   MPI_Datatype half_ = MPI_DATATYPE_NULL;
   MPI_Datatype bfloat_ = MPI_DATATYPE_NULL;
-  MPI_Op half_ops_[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
-  MPI_Op bfloat_ops_[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op half_ops_[kElementwiseOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op bfloat_ops_[kElementwiseOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
 }  // namespace kolo

@@ -26,6 +26,8 @@ class MpiMover : public HostMover {
   Status AlltoallCounts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
+  // Point-to-point on `comm` (every mover: Adasum is not an MPI collective).
+  Status Adasum(void* buffer, const std::vector<int64_t>& counts, DataType dtype) override;
   void SetPieceBytes(int64_t piece_bytes) override { piece_bytes_ = piece_bytes; }
   const char* AllreduceActivity() const override { return "MPI_ALLREDUCE"; }
 
@@ -36,6 +38,7 @@ class MpiMover : public HostMover {
   MPI_Comm comm_;
   const MpiOps* ops_;
   int64_t piece_bytes_;
+  std::vector<uint8_t> adasum_scratch_;  // the partner's halves, kept across calls
 };
 
 }  // namespace kolo

@@ -433,7 +433,8 @@ const std::vector<UnsupportedHorovodVariable>& UnsupportedHorovodVariables() {
        "kolo's allgather is flat (the results are the same); KOLO_HIERARCHICAL_ALLREDUCE covers "
        "allreduce"},
       {"HOROVOD_TORUS_ALLREDUCE", "use KOLO_HIERARCHICAL_ALLREDUCE"},
-      {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "Adasum is not supported"},
+      {"HOROVOD_ADASUM_MPI_CHUNK_SIZE",
+       "Adasum's messages go in pieces of at most 1 GiB, Horovod's default"},
       {"HOROVOD_NUM_NCCL_STREAMS", "kolo runs NCCL on one stream per device"},
       {"HOROVOD_CPU_OPERATIONS",
        "kolo reduces host tensors with MPI, or through shared memory when a process set is on "

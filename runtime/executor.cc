@@ -85,6 +85,8 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   const auto start = Clock::now();
   uint8_t* buffer;
   const bool in_place = entries.size() == 1 && entries[0].has_value();
+  // Adasum combines tensor by tensor (r.sizes), not element by element.
+  const bool adasum = r.reduce_op == ReduceOp::kAdasum;
   // A single tensor is reduced in its output buffer: no fusion copies. Out of
   // place and unscaled, the mover reads the input itself (no copy to output).
   const void* separate_input = nullptr;
@@ -92,7 +94,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
     TensorEntry& e = *entries[0];
     buffer = static_cast<uint8_t*>(e.output.data);
     if (e.output.data != e.input.data && total > 0) {
-      if (r.prescale == 1.0) {
+      if (r.prescale == 1.0 && !adasum) {
         separate_input = e.input.data;
       } else {
         std::memcpy(buffer, e.input.data, total * elem);
@@ -117,12 +119,14 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   ScaleBuffer(buffer, total, r.dtype, r.prescale);
   const auto reduce_start = Clock::now();
   Status status =
-      separate_input != nullptr
+      adasum ? movers.host->Adasum(buffer, r.sizes, r.dtype)
+      : separate_input != nullptr
           ? movers.host->AllreduceInto(separate_input, buffer, total, r.dtype, r.reduce_op)
           : movers.host->Allreduce(buffer, total, r.dtype, r.reduce_op);
   if (status.ok()) Finalize(buffer, total, r, movers.size);
   for (auto& e : entries) {
-    if (e) Phase(*e, movers.host->AllreduceActivity(), reduce_start);
+    if (e)
+      Phase(*e, adasum ? "MPI_ADASUM_ALLREDUCE" : movers.host->AllreduceActivity(), reduce_start);
   }
   const auto copy_start = Clock::now();
   int64_t offset = 0;

@@ -47,7 +47,7 @@ std::string ToString(const fb::String* s) { return s == nullptr ? std::string() 
 
 bool ValidEnums(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
   return op <= static_cast<uint8_t>(OpType::kResync) && dtype < kNumDataTypes &&
-         reduce_op <= static_cast<uint8_t>(ReduceOp::kProduct);
+         reduce_op < kNumReduceOps;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "logging.h"
+#include "ops/adasum.h"
 #include "runtime_impl.h"
 
 namespace kolo {
@@ -201,6 +202,10 @@ Status CheckAllreduce(const std::vector<TensorView>& inputs, const std::vector<T
   if (inputs.empty() || inputs.size() != outputs.size()) {
     return Status::InvalidArgument("allreduce needs as many outputs as inputs, at least one");
   }
+  if (static_cast<int>(options.op) >= kNumReduceOps) {
+    return Status::InvalidArgument("unknown reduce op code " +
+                                   std::to_string(static_cast<int>(options.op)));
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     KOLO_RETURN_IF_ERROR(CheckTensor(inputs[i], "allreduce input"));
     KOLO_RETURN_IF_ERROR(CheckTensor(outputs[i], "allreduce output"));
@@ -214,6 +219,39 @@ Status CheckAllreduce(const std::vector<TensorView>& inputs, const std::vector<T
     }
     KOLO_RETURN_IF_ERROR(CheckScaling(inputs[i].dtype, options.op, options.prescale_factor,
                                       options.postscale_factor));
+  }
+  return Status::OK();
+}
+
+// Where Adasum cannot run, Horovod's refusals, in its order and words
+// (horovod/torch/mpi_ops.py), then the dtypes its kernels have: every rank
+// refuses before anything is exchanged.
+Status CheckAdasum(const std::vector<TensorView>& inputs, int process_set, const Placement& p) {
+  if (process_set != kGlobalProcessSet) {
+    return Status::Unimplemented("Adasum does not support non-global process sets yet.");
+  }
+  if (inputs[0].device != kCpuDevice) {
+    // Within a host the GPU path sums (NCCL), across hosts it runs Adasum.
+    if (!p.homogeneous) {
+      return Status::Unimplemented(
+          "Running GPU Adasum on heterogeneous cluster is not supported yet.");
+    }
+    if (!adasum::IsPowerOfTwo(p.size / p.local_size)) {
+      return Status::Unimplemented(
+          "Running GPU Adasum with non-power of 2 nodes is not supported yet.");
+    }
+  } else if (!adasum::IsPowerOfTwo(p.size)) {
+    return Status::Unimplemented("Running Adasum with non-power of 2 ranks is not supported yet.");
+  }
+  // Horovod fails the collective ("Unsupported data type", HorovodInternalError);
+  // kolo fails it with the same class before anything is sent.
+  for (const TensorView& input : inputs) {
+    if (!adasum::Supports(input.dtype)) {
+      return Status::PreconditionFailed(
+          std::string("Adasum reduces float16, float32 and float64 tensors (Horovod's kernels "
+                      "have no other types), not ") +
+          DataTypeName(input.dtype));
+    }
   }
   return Status::OK();
 }
@@ -267,6 +305,9 @@ Result<Handle> Runtime::EnqueueGroupedAllreduce(const std::vector<TensorView>& i
   auto set = MemberSet(*impl_, options.process_set);
   if (!set.ok()) return set.status();
   Status valid = CheckAllreduce(inputs, outputs, options);
+  if (valid.ok() && options.op == ReduceOp::kAdasum) {
+    valid = CheckAdasum(inputs, options.process_set, placement_);
+  }
   if (!valid.ok()) {
     return Refuse(*impl_, OpType::kAllreduce, options, set.value()->rank_in_set, inputs.size(),
                   valid);

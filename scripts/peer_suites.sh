@@ -2,7 +2,7 @@
 # Runs other projects' own test suites against kolo, from ../shared/peer-suites
 # (see its README): Horovod 0.28.1's test/parallel/test_torch.py and
 # test_timeline.py through its runner, on Debian's PyTorch 1.13 and on .venv's
-# PyTorch 2.x, at np=2; and
+# PyTorch 2.x, at np=2, and its test_adasum_pytorch.py on both at np=2 and 4; and
 # PyTorch's own distributed test base against the torch.distributed backend
 # "kolo" (pytorch-distributed/run_c10d.sh), at np=2 and 3, in both of its modes.
 # A suite that falls short fails this script. Without ../shared/peer-suites it
@@ -26,6 +26,10 @@
 #   or nccl, and so fail before any collective on any other backend
 #   ("UnboundLocalError: ... 'ddp_model'"). A run whose only failures are those
 #   4, with that error, and >= 91 passed, 0 errors, 0 hung, is accepted.
+# test_adasum_pytorch.py is held to more than the runner's goal (every rank 0
+# failed, 0 errors): every rank must pass exactly its 2 host tests
+# (test_stability, test_stability_2) and skip its 2 GPU-only ones (4 passed
+# where there is a GPU per rank).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=../shared/peer-suites/horovod-0.28.1
@@ -81,7 +85,27 @@ only_backend_named_tests() {
   grep -qE "^  4 \| UnboundLocalError: .*'ddp_model'.* \| test_accumulate_gradients_no_sync " "$1"
 }
 
+# Whether log $1 shows $2 ranks whose summary is exactly "$3" (warnings aside).
+every_rank_exactly() {
+  [ "$(summaries "$1" | grep -cE "^\[[0-9]+\]<stdout>:(=+ )?$3(, [0-9]+ warnings?)? in ")" -eq "$2" ]
+}
+
 failed=0
+for py in /usr/bin/python3 .venv/bin/python; do
+  gpus=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  for np in 2 4; do
+    want="2 passed, 2 skipped"
+    [ "${gpus:-0}" -ge $np ] && want="4 passed"
+    log=build/peer-horovod-adasum-$(basename "$(dirname "$py")")-$(basename "$py")-np$np.log
+    echo "== Horovod 0.28.1's test_adasum_pytorch.py against kolo.torch, $py, np=$np (log: $log)"
+    SUITE=test_adasum_pytorch.py NP=$np OUT=$PWD/$log "$suite/run_torch.sh" "$py"
+    rc=$?
+    [ $rc -eq 0 ] && every_rank_exactly "$log" "$np" "$want" && continue
+    [ $rc -eq 0 ] && echo "peer suites: not every one of the $np ranks printed \"$want\""
+    failed=1
+  done
+done
+
 c10d=../shared/peer-suites/pytorch-distributed/run_c10d.sh
 if [ -x "$c10d" ]; then
   for mode in default ALL_CPU; do

@@ -11,7 +11,7 @@ from kolo.common import host as _host
 from kolo.common.basics import (  # noqa: F401
     init, is_initialized, local_rank, local_size, rank, shutdown, size)
 from kolo.common.collectives import KoloInternalError  # noqa: F401
-from kolo.common.ops import Average, Max, Min, Product, Sum  # noqa: F401
+from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 
 
 def _check(array, what):

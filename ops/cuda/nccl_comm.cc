@@ -99,7 +99,7 @@ void NcclComm::Abort() {
 
 Status CommState::CheckAsyncErrors() {
   if (!broken.empty()) return Status::Internal(broken);
-  for (NcclComm* comm : {&flat, &local, &cross}) {
+  for (NcclComm* comm : {&flat, &local, &cross, &host}) {
     if (!*comm) continue;
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = Nccl().CommGetAsyncError(comm->get(), &async);
@@ -109,6 +109,7 @@ Status CommState::CheckAsyncErrors() {
     flat.Abort();
     local.Abort();
     cross.Abort();
+    host.Abort();
     return Status::Internal(broken);
   }
   return Status::OK();
@@ -138,6 +139,18 @@ Result<std::shared_ptr<CommState>> NcclSetComms::Get(int device) {
   }
   by_device_[device] = c;
   return c;
+}
+
+Status NcclSetComms::PrepareAdasum(CommState& c, int device) {
+  if (c.adasum_ready) return Status::OK();
+  std::string why_not;  // one host: `flat` is the host's communicator
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Hierarchy> h, Hierarchy::Create(mpi_, &why_not));
+  if (h) {
+    KOLO_RETURN_IF_ERROR(InitComm(h->local.get(), device, &c.host));
+    c.host_mpi = std::move(h);
+  }
+  c.adasum_ready = true;
+  return Status::OK();
 }
 
 }  // namespace kolo

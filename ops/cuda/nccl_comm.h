@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "../data_mover.h"
 #include "../gpu.h"
 #include "kolo/status.h"
 
@@ -42,6 +43,12 @@ struct CommState {
   // Hierarchical allreduce: within the host and across hosts (null otherwise).
   NcclComm local, cross;
   int local_rank = 0, local_size = 1;
+  // Adasum (made on its first use, NcclSetComms::PrepareAdasum): where the set
+  // spans hosts, the NCCL communicator of this host's ranks and the set's MPI
+  // communicators within and across hosts; otherwise `flat` is the host's.
+  bool adasum_ready = false;
+  NcclComm host;
+  std::unique_ptr<Hierarchy> host_mpi;
   std::string broken;  // why the communicators were aborted; empty while healthy
 
   bool hierarchical() const { return static_cast<bool>(local); }
@@ -65,6 +72,9 @@ class NcclSetComms : public GpuComms {
   // The communicators for `device`. Made on first use, collectively: every
   // member of the set asks in the same order. An error once aborted.
   Result<std::shared_ptr<CommState>> Get(int device);
+  // Makes Adasum's communicators in `c` (device `device`) on its first use,
+  // collectively, as Get does.
+  Status PrepareAdasum(CommState& c, int device);
 
  private:
   MPI_Comm mpi_;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../adasum.h"
 #include "../gpu.h"
 #include "cuda_util.h"
 #include "kernels.h"
@@ -70,6 +71,7 @@ ncclRedOp_t NcclOp(DataType dtype, ReduceOp op) {
     case ReduceOp::kAverage:
       return ncclAvg;
     case ReduceOp::kSum:
+    case ReduceOp::kAdasum:  // within a host, Adasum's first step is a sum
       return ncclSum;
     case ReduceOp::kMin:
       return ncclMin;
@@ -95,8 +97,8 @@ int64_t Sum(const std::vector<int64_t>& v) {
 
 // Where an allreduce reduces: one tensor in its own output (copied there
 // from its input), or else every tensor in the fusion buffer, a joined rank's
-// parts as zeros, padded to a multiple of the host's ranks for the
-// hierarchical reduce-scatter. `in` and `out` copy into and out of it.
+// parts as zeros, padded to a multiple of the host's ranks for a
+// reduce-scatter within the host. `in` and `out` copy into and out of it.
 struct AllreduceBuffer {
   char* data = nullptr;
   int64_t count = 0;  // elements reduced, padding included
@@ -104,7 +106,9 @@ struct AllreduceBuffer {
   std::vector<CopyJob> in, out;
 };
 
-Result<AllreduceBuffer> StageAllreduce(DeviceState& d, const CommState& c,
+// `host_ranks` > 0: fused, padded to a multiple of it (the hierarchical
+// allreduce, Adasum).
+Result<AllreduceBuffer> StageAllreduce(DeviceState& d, int host_ranks,
                                        const std::vector<GpuTensor>& tensors, size_t elem,
                                        cudaStream_t s) {
   AllreduceBuffer b;
@@ -114,7 +118,7 @@ Result<AllreduceBuffer> StageAllreduce(DeviceState& d, const CommState& c,
     total += t.count;
     joined |= t.input == nullptr;
   }
-  b.fused = tensors.size() > 1 || joined || c.hierarchical();
+  b.fused = tensors.size() > 1 || joined || host_ranks > 0;
   if (!b.fused) {
     const GpuTensor& t = tensors[0];
     b.data = static_cast<char*>(t.output);
@@ -125,7 +129,7 @@ Result<AllreduceBuffer> StageAllreduce(DeviceState& d, const CommState& c,
     b.in = b.out = {CopyJob{b.data, b.data, total}};
     return b;
   }
-  b.count = c.hierarchical() ? (total + c.local_size - 1) / c.local_size * c.local_size : total;
+  b.count = host_ranks > 0 ? (total + host_ranks - 1) / host_ranks * host_ranks : total;
   KOLO_ASSIGN_OR_RETURN(b.data, d.fusion.Reserve(std::max<int64_t>(b.count, 1) * elem));
   int64_t offset = 0;
   for (const GpuTensor& t : tensors) {
@@ -211,12 +215,15 @@ class NcclGpu : public Gpu {
 
   Result<Token> Allreduce(GpuComms& comms, int device, const std::vector<GpuTensor>& tensors,
                           DataType dtype, ReduceOp op, double prescale, double postscale) override {
+    if (op == ReduceOp::kAdasum) return Adasum(comms, device, tensors, dtype, prescale, postscale);
     KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
     DeviceGuard guard(device);
     KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, tensors));
     auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
-    KOLO_ASSIGN_OR_RETURN(AllreduceBuffer b, StageAllreduce(*d, *c, tensors, elem, s));
+    KOLO_ASSIGN_OR_RETURN(
+        AllreduceBuffer b,
+        StageAllreduce(*d, c->hierarchical() ? c->local_size : 0, tensors, elem, s));
     // A tensor reduced in its own output is scaled in place only when asked;
     // fused tensors are copied in and out, scaled on the way, in any case.
     if (b.fused || prescale != 1.0) KOLO_CUDA(BatchedCopy(b.in, dtype, prescale, s));
@@ -344,6 +351,60 @@ class NcclGpu : public Gpu {
   }
 
  private:
+  // Adasum as Horovod runs it on GPUs: the tensors of the host's ranks summed
+  // (ncclReduceScatter: each rank a block of the fused buffer), Adasum of
+  // each block across hosts on host memory (ops/adasum.h: its partners are
+  // the ranks with this local rank, and the dot products of a tensor are
+  // summed over the host's blocks too), then ncclAllGather within the host.
+  // The host's sum is divided by its number of ranks, as Horovod's
+  // postscale_factor / local_size: Adasum combines the hosts' averages.
+  Result<Token> Adasum(GpuComms& comms, int device, const std::vector<GpuTensor>& tensors,
+                       DataType dtype, double prescale, double postscale) {
+    KOLO_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
+    DeviceGuard guard(device);
+    KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, tensors));
+    auto& [d, c, s] = l;
+    KOLO_RETURN_IF_ERROR(static_cast<NcclSetComms&>(comms).PrepareAdasum(*c, device));
+    const Hierarchy* hosts = c->host_mpi.get();
+    ncclComm_t host = hosts != nullptr ? c->host.get() : c->flat.get();
+    const int host_ranks = hosts != nullptr ? hosts->local_size : c->size;
+    const int host_rank = hosts != nullptr ? hosts->local_rank : c->rank;
+    const size_t elem = DataTypeSize(dtype);
+    KOLO_ASSIGN_OR_RETURN(AllreduceBuffer b, StageAllreduce(*d, host_ranks, tensors, elem, s));
+    KOLO_CUDA(BatchedCopy(b.in, dtype, prescale, s));
+    const int64_t block = b.count / host_ranks;
+    char* mine = b.data + host_rank * block * elem;
+    KOLO_NCCL(host, ReduceScatter, b.data, mine, block, type, ncclSum, host, s);
+    if (hosts != nullptr) {
+      staging_.resize(static_cast<size_t>(block) * elem);
+      KOLO_CUDA(cudaMemcpyAsync(staging_.data(), mine, block * elem, cudaMemcpyDeviceToHost, s));
+      KOLO_CUDA(cudaStreamSynchronize(s));
+      adasum::Comms across;
+      across.pairs = hosts->cross.get();
+      across.slices = hosts->local.get();
+      KOLO_RETURN_IF_ERROR(adasum::Allreduce(across, staging_.data(),
+                                             TensorCountsIn(tensors, host_rank * block, block),
+                                             dtype, &scratch_));
+      KOLO_CUDA(cudaMemcpyAsync(mine, staging_.data(), block * elem, cudaMemcpyHostToDevice, s));
+    }
+    KOLO_NCCL(host, AllGather, mine, b.data, block, type, host, s);
+    KOLO_CUDA(BatchedCopy(b.out, dtype, postscale / host_ranks, s));
+    return Finish(*d, std::move(c));
+  }
+
+  // Elements of each tensor (laid out one after the other) in [begin, begin + count).
+  static std::vector<int64_t> TensorCountsIn(const std::vector<GpuTensor>& tensors, int64_t begin,
+                                             int64_t count) {
+    std::vector<int64_t> out;
+    int64_t start = 0;
+    for (const GpuTensor& t : tensors) {
+      const int64_t lo = std::max(start, begin), hi = std::min(start + t.count, begin + count);
+      out.push_back(std::max<int64_t>(hi - lo, 0));
+      start += t.count;
+    }
+    return out;
+  }
+
   Result<DeviceState*> Device(int device) {
     auto it = devices_.find(device);
     if (it != devices_.end()) return it->second.get();
@@ -401,6 +462,8 @@ class NcclGpu : public Gpu {
   std::string no_device_why_;
   bool hierarchical_;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
+  // Adasum across hosts: this rank's block on the host, and the partner's halves.
+  std::vector<uint8_t> staging_, scratch_;
 };
 
 }  // namespace

@@ -166,5 +166,45 @@ TEST_F(Gpu, WaitsForTheCallersStream) {
   cudaStreamDestroy(user);
 }
 
+// Adasum on device memory as Horovod runs it: summed within the host (NCCL),
+// combined across hosts on host memory, divided by the ranks per host
+// (Horovod's postscale / local_size). Orthogonal tensors add up across
+// hosts, so the result is their sum over every rank / local_size, what
+// Horovod's test_adasum_pytorch.py expects (denominator = local_size).
+TEST_F(Gpu, AdasumSumsWithinTheHostAndCombinesAcrossHosts) {
+  const int local_size = rt_->local_size();
+  for (DataType dtype : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+    std::vector<TensorView> views;
+    for (int64_t n : {int64_t{1}, int64_t{3} * size_ + 1, int64_t{70001}}) {
+      bufs.push_back(std::make_unique<DeviceBuffer>(dtype, n));
+      for (int64_t i = 0; i < n; ++i)
+        bufs.back()->host().Set(i, i % size_ == rank_ ? rank_ + 1 : 0);
+      bufs.back()->Upload();
+      views.push_back(bufs.back()->View());
+    }
+    AllreduceOptions opts;
+    opts.op = ReduceOp::kAdasum;
+    opts.prescale_factor = 2;
+    opts.postscale_factor = 0.5;
+    opts.name = std::string("gpu.adasum.") + DataTypeName(dtype);
+    ASSERT_TRUE(Run(rt_->EnqueueGroupedAllreduce(views, views, opts)).ok());
+    for (auto& b : bufs) {
+      b->Download();
+      for (int64_t i = 0; i < b->host().size(); ++i) {
+        const double want = static_cast<double>(i % size_ + 1) / local_size;
+        ASSERT_NEAR(b->host().Get(i), want, 1e-3 * want)
+            << DataTypeName(dtype) << " rank " << rank_ << " elem " << i;
+      }
+    }
+  }
+  DeviceBuffer ints(DataType::kInt32, 4);
+  AllreduceOptions opts;
+  opts.op = ReduceOp::kAdasum;
+  opts.name = "gpu.adasum.int32";
+  Status s = Run(rt_->EnqueueAllreduce(ints.View(), ints.View(), opts));
+  EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed) << s.ToString();
+}
+
 }  // namespace
 }  // namespace kolo::test

@@ -137,16 +137,18 @@ def test_build_and_runtime_queries_have_horovods_types():
     hvd.init(process_sets="dynamic")
 
 
-def test_reduce_ops_and_adasum():
+def test_reduce_ops_are_horovods_codes():
+    # Horovod's ReduceOp: Average 0, Sum 1, Adasum 2, Min 3, Max 4, Product 5; an integer
+    # means Horovod's op (test/python/test_torch_adasum.py runs Adasum itself).
     ops = [hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product]
-    assert all(type(op) is int for op in ops) and len(set(ops)) == 6
-    x = torch.ones(2)
-    for call in (lambda: hvd.allreduce(x, op=hvd.Adasum),
-                 lambda: hvd.grouped_allreduce([x], op=hvd.Adasum),
-                 lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(x)],
-                                                                  lr=1.0), op=hvd.Adasum)):
-        with pytest.raises(NotImplementedError, match="Adasum is not supported.*Average"):
-            call()
+    assert ops == [0, 1, 2, 3, 4, 5] and all(type(op) is int for op in ops)
+    x = torch.arange(4.0) + R
+    assert torch.equal(hvd.allreduce(x, op=3, name="compat.op3"),
+                       hvd.allreduce(x, op=hvd.Min, name="compat.min"))
+    assert torch.equal(hvd.allreduce(x, op=5, name="compat.op5"),
+                       hvd.allreduce(x, op=hvd.Product, name="compat.prod"))
+    with pytest.raises(ValueError, match="op must be one of"):
+        hvd.allreduce(x, op=6)
 
 
 def test_average_parameter_is_deprecated_and_exclusive_with_op():

@@ -59,3 +59,25 @@ def test_the_engines_stall_shutdown_time_reads_horovod_values_as_the_runtime(mon
     monkeypatch.setenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS", "12.5")  # the KOLO_ name wins
     monkeypatch.delenv("HOROVOD_STALL_CHECK_DISABLE")
     assert collectives.stall_shutdown_seconds() == 12.5
+
+
+def test_adasum_matches_the_reference():
+    import os
+    import re
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                    "common"))
+    from adasum_reference import adasum, close
+    assert kn.Adasum == 2
+    rng = np.random.default_rng(9)
+    every = [rng.normal(size=2 * N + 1) for _ in range(N)]
+    if N & (N - 1):
+        with pytest.raises(NotImplementedError, match=re.escape(
+                "Running Adasum with non-power of 2 ranks is not supported yet.")):
+            kn.allreduce(every[R], op=kn.Adasum)
+        return
+    for dtype in (np.float16, np.float32, np.float64):
+        inputs = [[x.astype(dtype)] for x in every]
+        out = kn.allreduce(inputs[R][0], op=kn.Adasum, name="numpy.adasum.%s" % dtype.__name__)
+        assert out.dtype == dtype
+        assert close(dtype, adasum([[x[0].astype(np.float64)] for x in inputs])[0], out)

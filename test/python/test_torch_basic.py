@@ -146,8 +146,10 @@ def test_bad_arguments_are_clear_errors():
         hvd.allreduce([1, 2])
     with pytest.raises(ValueError, match="out of range"):
         hvd.broadcast(torch.ones(2), N)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(hvd.HorovodInternalError if N & (N - 1) == 0 else NotImplementedError,
+                       match="Adasum reduces float16, float32 and float64 tensors .*not int32"
+                       if N & (N - 1) == 0 else "non-power of 2"):
+        hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
     with pytest.raises(ValueError, match="op parameter supersedes average"):
         hvd.allreduce(torch.ones(2), op=hvd.Sum, average=True)
 

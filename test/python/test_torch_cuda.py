@@ -100,3 +100,20 @@ def test_distributed_optimizer_n_ranks_match_one_process():
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         assert p.device == DEV
         assert torch.allclose(p, q, rtol=1e-12, atol=1e-12), (name, (p - q).abs().max().item())
+
+
+def test_adasum_on_the_device_as_horovod():
+    # Summed within the host, Adasum across hosts, divided by the ranks per host (Horovod's
+    # postscale / local_size): orthogonal tensors give their sum / local_size, as Horovod's
+    # test_adasum_pytorch.py expects. Where the hosts are not a power of two: its refusal.
+    xs = [torch.zeros(n, device=DEV) for n in (1, 3 * N + 1, 70001)]
+    for x in xs:
+        x[R::N] = R + 1
+    hosts = N // hvd.local_size()
+    if hosts & (hosts - 1):
+        with pytest.raises(NotImplementedError, match="non-power of 2 nodes"):
+            hvd.grouped_allreduce(xs, op=hvd.Adasum)
+        return
+    for x, y in zip(xs, hvd.grouped_allreduce(xs, op=hvd.Adasum, name="cuda.adasum")):
+        want = (torch.arange(x.numel(), device=DEV) % N + 1).float() / hvd.local_size()
+        assert y.device == DEV and torch.allclose(y, want, rtol=1e-6)

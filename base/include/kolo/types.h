@@ -23,13 +23,17 @@ enum class DataType : uint8_t {
 };
 constexpr int kNumDataTypes = 11;
 
+// Horovod's codes, so that a script's `op=<int>` means the same op in every
+// binding. kAdasum is not elementwise: ops/adasum.h runs it.
 enum class ReduceOp : uint8_t {
   kAverage = 0,
   kSum = 1,
-  kMin = 2,
-  kMax = 3,
-  kProduct = 4,
+  kAdasum = 2,
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
 };
+constexpr int kNumReduceOps = 6;
 
 // Where a tensor's memory lives: kCpuDevice for host memory, otherwise a CUDA
 // device ordinal.

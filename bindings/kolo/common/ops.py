@@ -1,23 +1,23 @@
-"""Reduce operations (the core's codes, the same in every binding) and Horovod's
-handling of the deprecated ``average=`` argument."""
+"""Reduce operations and Horovod's handling of the deprecated ``average=`` argument.
+
+The codes are Horovod's (``Average`` 0, ``Sum`` 1, ``Adasum`` 2, ``Min`` 3, ``Max`` 4,
+``Product`` 5) and the core's, the same in every binding: ``op=<int>`` means Horovod's op."""
 import warnings
 
+from kolo.common import collectives as _engine
 from kolo.common.collectives import REDUCE_OPS, KoloInternalError
 
-Average, Sum, Min, Max, Product = (REDUCE_OPS[n]
-                                   for n in ("average", "sum", "min", "max", "product"))
-Adasum = max(REDUCE_OPS.values()) + 1  # a name kolo knows but does not run
-OPS = (Average, Sum, Min, Max, Product)
-ADASUM = "Adasum is not supported by kolo; use op=hvd.Average (the default) or op=hvd.Sum"
+Average, Sum, Adasum, Min, Max, Product = (
+    REDUCE_OPS[n] for n in ("average", "sum", "adasum", "min", "max", "product"))
+OPS = (Average, Sum, Adasum, Min, Max, Product)
 
 
 def check_op(op, binding):
-    """``op`` itself; NotImplementedError for Adasum, ValueError for anything unknown
-    (``binding``, e.g. "kolo.torch", names where the ops live)."""
-    if op == Adasum:
-        raise NotImplementedError(ADASUM)
+    """``op`` itself; ValueError for anything unknown (``binding``, e.g. "kolo.torch", names
+    where the ops live)."""
     if op not in OPS:
-        raise ValueError("op must be one of %s.Average, Sum, Min, Max, Product" % binding)
+        raise ValueError("op must be one of %s.Average, Sum, Adasum, Min, Max, Product (or "
+                         "their codes 0 to 5)" % binding)
     return op
 
 
@@ -35,6 +35,18 @@ def reduce_op(op, average, binding):
     return Average if op is None else check_op(op, binding)
 
 
+def check_adasum(set_id):
+    """Horovod's refusals of Adasum on host tensors, in its words (NotImplementedError), for
+    a binding that must raise them before the core sees the collective (while a graph is
+    traced); the core refuses the same everywhere else."""
+    if set_id != 0:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    n = _engine.size()
+    if n & (n - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported "
+                                  "yet.")
+
+
 class ReducescatterOpError(KoloInternalError, ValueError):
     """An op reducescatter does not run. Horovod raises HorovodInternalError (a RuntimeError)
     for it; kolo's is that class and a ValueError too."""
@@ -46,6 +58,6 @@ def reducescatter_op(op, binding):
     if op not in (Average, Sum):
         raise ReducescatterOpError(
             "Reducescatter currently only supports AVERAGE and SUM: use %s.Average or "
-            "%s.Sum%s" % (binding, binding, " (Adasum is not supported by kolo)"
+            "%s.Sum%s" % (binding, binding, " (Adasum reduces with allreduce only)"
                           if op == Adasum else ""))
     return op

@@ -27,7 +27,7 @@ from kolo.common.basics import (  # noqa: F401
     mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
 from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import CastCompressor, compressors
-from kolo.common.ops import Average, Max, Min, Product, Sum, check_op  # noqa: F401
+from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum, check_op  # noqa: F401
 from kolo.common.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 from kolo.jax._collectives import (  # noqa: F401
@@ -65,8 +65,9 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none,
 
 def DistributedOptimizer(tx, op=Average, backward_passes_per_step=1,
                          compression=Compression.none, process_set=global_process_set):
-    """An optax.GradientTransformation that averages the gradients over the set's ranks,
-    then applies ``tx``; usable inside a jitted train step. With
+    """An optax.GradientTransformation that averages the gradients over the set's ranks
+    (or reduces them with ``op``: ``Adasum`` combines them adaptively), then applies ``tx``;
+    usable inside a jitted train step. With
     ``backward_passes_per_step`` N > 1 it is ``optax.MultiSteps``: the mean of N calls'
     gradients is averaged over the ranks and applied on every N-th call (the other calls
     return zero updates)."""

@@ -11,7 +11,7 @@ from kolo.common import host as _host
 from kolo.common import objects as _objects
 from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import NoneCompressor
-from kolo.common.ops import Average, Sum, check_op, reducescatter_op
+from kolo.common.ops import Adasum, Average, Sum, check_adasum, check_op, reducescatter_op
 from kolo.common.process_sets import (
     _root_in_set, _set_id, _set_size, global_process_set)
 from kolo.jax import _xla
@@ -58,6 +58,8 @@ def allreduce(tree, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=
     a tree of the same structure; all leaves are negotiated and fused as one unit.
     Differentiable: the cotangent is reduced the same way."""
     check_op(op, "kolo.jax")
+    if op == Adasum:  # inside jit: when traced (the core refuses the same eagerly)
+        check_adasum(_set_id(process_set))
     leaves, treedef, paths = _flatten(tree, "allreduce")
     if not leaves:
         return tree

@@ -37,7 +37,11 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     TF1 graphs, but it has no wrapper for those optimizers): a clear error names what to
     use instead."""
     import keras
+    if op == Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if isinstance(optimizer, keras.optimizers.Optimizer):
+        if op == Adasum:  # Horovod's Adasum optimizer is a tf.compat.v1 one
+            raise ValueError("op == Adasum is not supported yet with Keras")
         from kolo.tensorflow.keras import DistributedOptimizer as keras_optimizer
         return keras_optimizer(
             optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,

@@ -9,12 +9,16 @@ import tensorflow as tf
 from kolo.common.ops import reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
-from kolo.tensorflow.mpi_ops import Average, Sum, global_process_set
+from kolo.tensorflow.mpi_ops import Adasum, Average, Sum, global_process_set
 
 
 def _allreduce_slices(slices, name, op, prescale_factor, postscale_factor, process_set):
     """Horovod's reduction of a tf.IndexedSlices: every rank's values and indices gathered
     (one grouped allgather), the values divided by the set's size for Average."""
+    if op == Adasum:
+        raise NotImplementedError("The Adasum reduction does not currently support sparse "
+                                  "tensors. As a workaround please pass sparse_as_dense=True "
+                                  "to DistributedOptimizer")
     if op not in (Sum, Average):
         raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
     if prescale_factor != 1.0 or postscale_factor != 1.0:

@@ -220,6 +220,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     ``groups``: sizes of consecutive sub-groups, each negotiated as its own unit."""
     tensors = [_check(t, "allreduce input") for t in tensors]
     set_id = _set_id(process_set)
+    if op == Adasum:  # inside tf.function: when traced, as Horovod
+        _common_ops.check_adasum(set_id)
 
     def kernel(name):
         return _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,

@@ -16,6 +16,8 @@ import torch
 
 from kolo.common.ops import check_op
 from kolo.torch import mpi_ops as _ops
+from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer
+from kolo.torch._optimizer_names import named as _named
 from kolo.torch.compression import Compression
 from kolo.torch.functions import broadcast_object
 from kolo.torch.process_sets import global_process_set
@@ -34,34 +36,6 @@ def _split_list(items, n):
     """``items`` in ``n`` contiguous chunks of near-equal length (Horovod's split_list)."""
     d, r = divmod(len(items), n)
     return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
-
-
-def _named(param_groups, named_parameters):
-    """{parameter: name}, checked as Horovod checks it."""
-    if named_parameters is None:
-        return {p: "allreduce.noname.%d.%d" % (i, j)
-                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
-    if callable(named_parameters) and not hasattr(named_parameters, "__iter__"):
-        raise TypeError("named_parameters must be a sequence of (name, parameter) tuples such "
-                        "as model.named_parameters(); got the method itself: call it")
-    named = list(named_parameters)
-    if any(not isinstance(p, tuple) for p in named):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                         "usually produced by model.named_parameters().")
-    names, duplicates = set(), set()
-    for n, _ in named:
-        (duplicates if n in names else names).add(n)
-    if duplicates:
-        raise ValueError("Parameter names in named_parameters must be unique. Found "
-                         "duplicates: %s" % ", ".join(sorted(duplicates)))
-    by_param = {p: n for n, p in named}
-    unnamed = [id(p) for g in param_groups for p in g["params"] if p not in by_param]
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters "
-                         "were not named (pass model.named_parameters() of the model whose "
-                         "parameters the optimizer has). Python object ids: %s"
-                         % ", ".join(str(i) for i in unnamed))
-    return by_param
 
 
 def _check_groups(groups):
@@ -313,7 +287,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=global_process_set):
     """Wraps ``optimizer`` so that gradients are reduced (by default averaged) across the
-    ranks of ``process_set`` before each step (Horovod's signature and behaviour).
+    ranks of ``process_set`` before each step (Horovod's signature and behaviour); with
+    ``op=Adasum`` on several ranks, each parameter's update is combined instead, as
+    Horovod's ``_DistributedAdasumOptimizer`` (the global set only).
 
     ``groups``: an int (that many groups of parameters, each reduced with one grouped
     allreduce) or a list of lists of parameters (the others are groups of one);
@@ -332,11 +308,19 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
+    adasum = op == _ops.Adasum and _ops.size() > 1
+    if adasum and process_set != global_process_set:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    # As Horovod: Adasum on several ranks combines each parameter's update
+    # (kolo.torch._adasum_optimizer); otherwise the gradients are reduced.
+    wrapper = _DistributedAdasumOptimizer if adasum else _DistributedOptimizer
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(wrapper.__dict__))
     # The methods reach the user's optimizer class through super(cls): not through
     # self.__class__, which is a subclass when something subclasses the wrapped optimizer
     # (Lightning's LightningOptimizer does), and would call these methods again forever.
     cls._kolo_wrapper = cls
+    if adasum:
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, groups, sparse_as_dense, process_set)

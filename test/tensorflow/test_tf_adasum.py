@@ -1,0 +1,101 @@
+"""kolo.tensorflow's Adasum (Horovod's: horovod/tensorflow/__init__.py and mpi_ops.py)
+against the NumPy float64 reference of the whole algorithm (test/common/
+adasum_reference.py): eagerly and inside tf.function, grouped, its gradient, and
+DistributedGradientTape(op=Adasum); Horovod's refusals (np=3, other process sets, sparse
+gradients, Keras optimizers) on every rank."""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kolo.tensorflow as hvd
+import kolo.tensorflow.keras as hvd_keras
+from adasum_reference import check, inputs as rank_inputs  # test/common
+
+from tf_common import N, R
+
+POWER_OF_TWO = N & (N - 1) == 0
+NOT_POWER_OF_TWO = re.escape("Running Adasum with non-power of 2 ranks is not supported yet.")
+DTYPES = {tf.float16: np.float16, tf.float32: np.float32, tf.float64: np.float64}
+SIZES = [1, 2 * N + 1, 300]
+
+
+def every_rank(seed, sizes, np_dtype):
+    return rank_inputs(seed, sizes, np_dtype, N)
+
+
+def expect(every, outputs, np_dtype):
+    check(every, outputs, np_dtype, rank=R)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=lambda d: d.name)
+def test_allreduce_eagerly_and_in_tf_function_matches_the_reference(dtype):
+    inputs = every_rank(1, SIZES, DTYPES[dtype])
+    mine = [tf.constant(a) for a in inputs[R]]
+    if not POWER_OF_TWO:
+        with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+            hvd.allreduce(mine[0], op=hvd.Adasum)
+        with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+            tf.function(lambda: hvd.allreduce(mine[0], op=hvd.Adasum))()  # when traced
+        return
+    expect(inputs, [hvd.allreduce(t, op=hvd.Adasum).numpy() for t in mine], DTYPES[dtype])
+    expect(inputs, [t.numpy() for t in hvd.grouped_allreduce(mine, op=hvd.Adasum)],
+           DTYPES[dtype])
+    fused = tf.function(lambda xs: hvd.grouped_allreduce(xs, op=hvd.Adasum))(mine)
+    expect(inputs, [t.numpy() for t in fused], DTYPES[dtype])
+
+
+def test_the_gradient_is_the_adasum_of_the_incoming_gradients():
+    if not POWER_OF_TWO:
+        return
+    inputs, ups = every_rank(2, [6], np.float64), every_rank(3, [6], np.float64)
+    x = tf.Variable(inputs[R][0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(hvd.allreduce(x, op=hvd.Adasum) * tf.constant(ups[R][0]))
+    expect(ups, [tape.gradient(loss, x).numpy()], np.float64)
+
+
+def test_distributed_gradient_tape_reduces_the_gradients_with_adasum():
+    # Horovod's tape hands op to its grouped allreduce of the gradients.
+    xs = every_rank(4, [5 * 3], np.float64)
+    w = tf.Variable(np.linspace(-1, 1, 3 * 2).reshape(3, 2))
+    b = tf.Variable(np.zeros(2))
+    x = tf.constant(xs[R][0].reshape(5, 3))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.tanh(x @ w + b) ** 2)
+    local = tape.gradient(loss, [w, b], unconnected_gradients="zero")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.tanh(x @ w + b) ** 2)
+    tape = hvd.DistributedGradientTape(tape, op=hvd.Adasum)
+    if not POWER_OF_TWO:
+        with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+            tape.gradient(loss, [w, b])
+        return
+    reduced = tape.gradient(loss, [w, b])
+    gathered = [hvd.allgather(tf.reshape(g, (1, -1))).numpy() for g in local]
+    every = [[g[r] for g in gathered] for r in range(N)]  # every rank's local gradients
+    expect(every, [g.numpy().reshape(-1) for g in reduced], np.float64)
+
+
+def test_horovods_refusals_on_every_rank():
+    sparse = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]), tf.constant([3, 2]))
+    with pytest.raises(NotImplementedError, match="does not currently support sparse tensors"):
+        hvd.allreduce(sparse, op=hvd.Adasum)
+    sub = hvd.add_process_set([0, 1] if N > 2 else [1])
+    try:
+        if sub.included():
+            with pytest.raises(NotImplementedError,
+                               match="Adasum does not support non-global process sets yet."):
+                hvd.allreduce(tf.ones(2), op=hvd.Adasum, process_set=sub)
+    finally:
+        hvd.remove_process_set(sub)
+    import keras
+    # Horovod's Adasum optimizer is a tf.compat.v1 one; its Keras paths refuse the op.
+    with pytest.raises(ValueError, match="op == Adasum is not supported yet with Keras"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="Adasum does not support average_aggregated_gradients"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum,
+                                 backward_passes_per_step=2, average_aggregated_gradients=True)
+    with pytest.raises(ValueError, match="op currently only supports Average and Sum"):
+        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)
