@@ -397,9 +397,11 @@ def _scalar_kernel(start, value):
 
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
-    others' allreduces with zeros. Returns the global rank that joined last."""
+    others' allreduces with zeros. Returns the global rank that joined last, a tf.int32
+    scalar (eagerly too, as Horovod's op)."""
     if tf.executing_eagerly():
-        return int(_raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value))
+        last = _raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value)
+        return tf.constant(last, tf.int32)
     return _graph_op(_scalar_kernel(_engine.join_async, lambda out: out.value), None,
                      [], [tf.int32], [tf.TensorShape([])], "join")[0]
 
