@@ -447,9 +447,24 @@ def local_rank_op(name=None):
     return _query_op(local_rank, name or "KoloLocalRank")
 
 
+# Horovod's HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET: process_set_included_op's value for an id
+# that no registered set has.
+_PROCESS_SET_ERROR_UNKNOWN_SET = -3
+
+
+def _included_or_error_code(process_set_id):
+    if process_set_id == 0:
+        return 1
+    try:
+        ranks = _engine.process_set_ranks(process_set_id)
+    except (ValueError, KoloInternalError):
+        return _PROCESS_SET_ERROR_UNKNOWN_SET
+    return int(rank() in ranks)
+
+
 def process_set_included_op(process_set_id=0, name=None):
-    """1 when this process belongs to the process set, else 0, as a tensor."""
-    if process_set_id != 0:
-        _check_registered(process_set_id, "id %d" % process_set_id)
-    return _query_op(lambda: int(_engine.process_set_rank(process_set_id) >= 0),
+    """1 when this process belongs to the process set, 0 when it does not, as a tensor;
+    Horovod's error code -3 (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET) when no set has that
+    id when the op runs."""
+    return _query_op(lambda: _included_or_error_code(process_set_id),
                      name or "KoloProcessSetIncluded")
