@@ -208,6 +208,28 @@ def test_join_barrier_and_queries_in_a_session():
     assert 0 <= last < N and hvd.allgather_object(last) == [last] * N
 
 
+def test_generic_gradient_names_pair_graphs_whose_op_names_differ():
+    # Horovod's DistributedGradientTape.gradient(use_generic_names=True) names the gradient
+    # collectives by position alone. Rank 0's graph has one more kolo op, built first and
+    # never run, so the name scopes (and kolo's names of unnamed collectives) of its later
+    # ops differ from the other ranks'; the generic names still pair.
+    with tf.Graph().as_default():
+        if R == 0:
+            hvd.allreduce(tf.ones(1), op=hvd.Sum)
+        a = tf.Variable([1.0, 2.0], dtype=tf.float64)
+        b = tf.Variable([[3.0]], dtype=tf.float64)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(a * (R + 1.0)) + tf.reduce_sum(b * b * (R + 1.0))
+        grads = hvd.DistributedGradientTape(tape).gradient(loss, [a, b],
+                                                           use_generic_names=True)
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):
+                ga, gb = sess.run(grads)
+                mean = (N + 1) / 2.0
+                assert np.allclose(ga, [mean, mean]) and np.allclose(gb, [[6.0 * mean]])
+
+
 def test_a_collective_inside_control_flow_of_a_tf1_graph_is_refused():
     with tf.Graph().as_default():
         x = tf.ones([2])
