@@ -62,6 +62,16 @@ def test_distributed_optimizer_is_a_subclass_of_the_wrapped_class():
     assert isinstance(adam, keras.optimizers.Adam)
 
 
+def test_distributed_optimizer_is_named_as_horovods():
+    # Horovod: name or "Distributed" + the wrapped optimizer's class name.
+    assert hvd_k.DistributedOptimizer(keras.optimizers.SGD(name="sgd")).name == "DistributedSGD"
+    assert hvd.DistributedOptimizer(keras.optimizers.Adam()).name == "DistributedAdam"
+    named = hvd_k.DistributedOptimizer(keras.optimizers.SGD(), name="mine")
+    assert named.name == "mine" and named.get_config()["name"] == "mine"
+    assert hvd_k.DistributedOptimizer(keras.optimizers.RMSprop()).get_config()["name"] == \
+        "DistributedRMSprop"
+
+
 def _apply(opt, grads_per_call, shape=(3,)):
     v = keras.Variable(np.zeros(shape, np.float32))
     seen = []

@@ -105,8 +105,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """A copy of ``optimizer`` (same class and config, no state) whose updates use the
-    gradients averaged (``op``) over the set's ranks. ``backward_passes_per_step`` N sums N
+    """A copy of ``optimizer`` (same class and config, no state), named ``name`` (Horovod's
+    default: ``Distributed<Class>``), whose updates use the gradients averaged (``op``)
+    over the set's ranks. ``backward_passes_per_step`` N sums N
     calls' gradients locally (divided by N with ``average_aggregated_gradients``) and
     averages and applies them on every N-th call. Variables registered with the result's
     ``register_local_var`` keep their own gradients (divided by the set's size with
@@ -127,8 +128,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})
     config = optimizer.get_config()
-    if name is not None:
-        config["name"] = name
+    config["name"] = name or "Distributed%s" % base.__name__  # Horovod's default name
     wrapped = cls.from_config(config)
     wrapped._kolo_settings = dict(
         op=op, compression=compression, sparse_as_dense=sparse_as_dense,
