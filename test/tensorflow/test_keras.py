@@ -115,6 +115,21 @@ def test_backward_passes_per_step_applies_every_second_call(average):
     assert np.allclose(seen[3], -2 * step)
 
 
+def test_broadcast_global_variables_without_a_model_is_horovods():
+    # Horovod's broadcast_global_variables(root_rank): RuntimeError under eager execution;
+    # in a TF1 graph the global variables are broadcast (in the default session).
+    import kolo.keras as kk
+    for mod in (hvd_k, kk):
+        with pytest.raises(RuntimeError, match="eager execution"):
+            mod.broadcast_global_variables(0)
+    with tf.Graph().as_default():
+        v = tf.Variable([R + 1.0, 2.0 * R])
+        with tf.compat.v1.Session() as sess, sess.as_default():
+            sess.run(v.initializer)
+            hvd_k.broadcast_global_variables(N - 1)
+            assert sess.run(v).tolist() == [float(N), 2.0 * (N - 1)]
+
+
 # --- model.fit equivalence ----------------------------------------------------------------
 
 def _fit_model(weights, optimizer, **compile_kwargs):

@@ -18,8 +18,9 @@ from kolo.tensorflow.mpi_ops import (  # noqa: F401
     gloo_enabled, global_process_set, init, is_homogeneous, is_initialized, join, local_rank,
     local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
     remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)
-from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow import functions as _functions
 from kolo.tensorflow import gradients as _gradients
+from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
 
@@ -164,14 +165,22 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
 
 def broadcast_global_variables(root_rank, model=None):
     """Makes ``model``'s variables and its optimizer's equal to global rank ``root_rank``'s.
-    Keras 3 keeps no global variable collection, so the model is an argument here (Horovod
-    reads TensorFlow 1's collection and takes only ``root_rank``)."""
+    Keras 3 keeps no global variable collection, so the model is an argument here. Without
+    it, Horovod's: TensorFlow 1's collection, broadcast in a TF1 graph (run in the default
+    session, as Horovod runs it in Keras' session); RuntimeError under eager execution."""
     if model is None:
-        raise ValueError(
-            "Keras 3 keeps no global variable collection: call "
-            "broadcast_global_variables(%d, model), or use "
-            "hvd.callbacks.BroadcastGlobalVariablesCallback(%d) in model.fit" % (root_rank,
-                                                                               root_rank))
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "hvd.broadcast_global_variables() does not support eager execution: Keras 3 "
+                "keeps no global variable collection. Call broadcast_global_variables(%d, "
+                "model), or use hvd.callbacks.BroadcastGlobalVariablesCallback(%d) in "
+                "model.fit" % (root_rank, root_rank))
+        op = _functions.broadcast_global_variables(root_rank)  # RuntimeError in tf.function
+        session = tf.compat.v1.get_default_session()
+        if session is None:
+            raise ValueError("broadcast_global_variables(%d) in a TF1 graph runs in the default "
+                             "session: call it inside `with session.as_default():`" % root_rank)
+        return session.run(op)
     variables = list(model.variables)
     if getattr(model, "optimizer", None) is not None:
         variables += list(model.optimizer.variables)
