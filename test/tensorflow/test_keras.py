@@ -113,6 +113,20 @@ def test_backward_passes_per_step_applies_every_second_call(average):
     assert np.allclose(seen[1], -step)
     assert np.allclose(seen[2], -step)
     assert np.allclose(seen[3], -2 * step)
+    # Horovod's iterations count every call, applied or not.
+    assert int(keras.ops.convert_to_numpy(opt.iterations)) == 4
+
+
+def test_backward_passes_per_step_schedules_see_horovods_step_numbers():
+    # iterations advances on every call, so a LearningRateSchedule reads the call number:
+    # the update applied at call 2 (iterations 1 before it) uses schedule(1), at call 4
+    # schedule(3).
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([0, 1, 2], [8., 4., 2., 1.])
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=schedule),
+                                     backward_passes_per_step=2)
+    seen = _apply(opt, [np.ones(3)] * 4)
+    # Each applied update is lr * 2 (two passes of gradient 1, averaged over the ranks).
+    assert np.allclose(seen[1], -4.0 * 2) and np.allclose(seen[3], -(4.0 + 1.0) * 2)
 
 
 def test_broadcast_global_variables_without_a_model_is_horovods():
@@ -166,6 +180,7 @@ def test_model_fit_with_backward_passes_per_step_2_matches_one_process_with_2x_b
     model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False, verbose=0)
     assert_weights_close(model.get_weights(), want)
     assert_same_on_every_rank(model.get_weights())
+    assert int(keras.ops.convert_to_numpy(opt.iterations)) == micro  # every batch counts
 
 
 def test_model_fit_with_sparse_embedding_gradients_matches_one_process():

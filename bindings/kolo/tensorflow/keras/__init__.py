@@ -50,7 +50,8 @@ class _DistributedOptimizer:
     """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
     the ranks first (but those of variables registered as local); with
     ``backward_passes_per_step`` N > 1 it sums them locally and averages and applies every
-    N-th call (the other calls change no weights)."""
+    N-th call (the other calls change no weights but advance ``iterations``, as
+    Horovod's)."""
 
     def register_local_var(self, var):
         """Horovod's: the gradient of ``var`` is not reduced; this rank's is applied
@@ -98,7 +99,13 @@ class _DistributedOptimizer:
             for total in self._kolo_sums:
                 total.assign(tf.zeros_like(total))
             return tf.constant(True)
-        return tf.cond(self._kolo_passes % n == 0, apply_sums, lambda: tf.constant(False))
+
+        def count_only():
+            # Horovod's: iterations advances on every call, applied or not, so a
+            # LearningRateSchedule sees the same step numbers as under Horovod.
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+        return tf.cond(self._kolo_passes % n == 0, apply_sums, count_only)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
