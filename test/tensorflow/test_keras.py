@@ -296,6 +296,18 @@ def test_metric_average_callback_averages_the_epoch_logs():
             assert np.isclose(float(hist.history[key][e]), mean, rtol=1e-6, atol=1e-7)
 
 
+def test_metric_average_callback_averages_every_entry():
+    # Horovod's averages every entry of the logs, arrays (per-class metrics) too.
+    logs = {"loss": float(R), "per_class": np.array([R, 2.0 * R], np.float32),
+            "count": np.int64(R + 1), "note": "not a number"}
+    hvd_k.callbacks.MetricAverageCallback().on_epoch_end(0, logs)
+    assert type(logs["loss"]) is float and logs["loss"] == (N - 1) / 2.0
+    assert isinstance(logs["per_class"], np.ndarray) and logs["per_class"].shape == (2,)
+    assert np.allclose(logs["per_class"], [(N - 1) / 2.0, N - 1.0])
+    assert logs["count"] == (N + 1) / 2.0
+    assert logs["note"] == "not a number"  # Horovod's callback fails on it; kolo leaves it
+
+
 class _LrLog(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()

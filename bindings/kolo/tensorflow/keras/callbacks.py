@@ -61,8 +61,9 @@ def _is_variable(v):
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
-    """At the end of every epoch, replaces each metric in the logs by its average over the
-    ranks (in one allreduce, by sorted name). Put it before the callbacks that read the
+    """At the end of every epoch, replaces each entry of the logs by its average over the
+    ranks, as Horovod's: scalars and arrays (per-class metrics) alike, in one grouped
+    allreduce in float64, by sorted name. Put it before the callbacks that read the
     metrics (ReduceLROnPlateau, ModelCheckpoint, ...)."""
 
     def __init__(self, device=""):
@@ -71,17 +72,27 @@ class MetricAverageCallback(keras.callbacks.Callback):
     def _average_metrics_in_place(self, logs):
         if not logs:
             return
-        names = sorted(k for k, v in logs.items() if np.ndim(v) == 0)
-        values = [tf.constant(float(logs[k]), tf.float64) for k in names]
+        names = sorted(k for k, v in logs.items() if _is_numeric(v))
+        values = [tf.constant(np.asarray(logs[k], np.float64)) for k in names]
         if not values:
             return
         averaged = _gradients.grouped_allreduce(values, op=_ops.Average,
                                                 name="MetricAverageCallback")
         for k, v in zip(names, averaged):
-            logs[k] = float(v.numpy())
+            mean = v.numpy()
+            logs[k] = float(mean) if mean.ndim == 0 else mean
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_metrics_in_place(logs)
+
+
+def _is_numeric(value):
+    """Whether a log entry is a number or an array of numbers (Horovod averages every entry;
+    one that is not numeric, which Horovod's callback fails on, is left alone)."""
+    try:
+        return np.asarray(value).dtype.kind in "biuf"
+    except (TypeError, ValueError):
+        return False
 
 
 def _learning_rate(optimizer):
