@@ -6,6 +6,7 @@ rtol=1e-5, atol=1e-6), the callbacks (horovod/_keras/callbacks.py) and load_mode
 """
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import object_checks  # test/common
 
 from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
                        assert_weights_close, embedding_data, global_data, initial_weights,
-                       make_embedding_model, make_model, reference_train, shard)
+                       make_embedding_model, make_model, mse, reference_train, shard)
 
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
              "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
@@ -389,6 +390,70 @@ def test_learning_rate_schedule_callback_smooth(lr_model):
     lrs, _ = _fit_lrs(lr_model, cb, 2)
     for e, b, lr in lrs:
         assert np.isclose(lr, 0.4 * 0.5 ** (e + float(b) / SPE), rtol=1e-6), (e, b, lr)
+
+
+def _warmup_lr(initial, warmup, e, b):
+    ep = e + float(b) / STEPS + 1.0 / STEPS
+    return initial / N * (ep * (N - 1) / warmup + 1)
+
+
+def _horovods_momentum_correction(w0, x, y, optimizer, initial, warmup, epochs, correct=True):
+    """One process, whole batches, eagerly: Horovod's warmup callback's rule as written (the
+    learning rate set before each batch, the momentum times new/old for that batch), which
+    an eager Keras step reads when it runs."""
+    model = make_model()
+    model.set_weights(w0)
+    mu = optimizer.momentum
+    for e in range(epochs):
+        for b in range(STEPS):
+            old = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+            if e < warmup:
+                new = _warmup_lr(initial, warmup, e, b)
+                optimizer.learning_rate = new
+                if correct:
+                    optimizer.momentum = mu * new / old
+            xb, yb = x[b * BATCH:(b + 1) * BATCH], y[b * BATCH:(b + 1) * BATCH]
+            with tf.GradientTape() as tape:
+                loss = mse(model, xb, yb)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.momentum = mu
+    return model.get_weights()
+
+
+MOMENTUM_OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(learning_rate=0.02, momentum=0.9),
+    "nesterov": lambda: keras.optimizers.SGD(learning_rate=0.02, momentum=0.9, nesterov=True),
+    "rmsprop": lambda: keras.optimizers.RMSprop(learning_rate=0.002, momentum=0.8),
+}
+
+
+@pytest.mark.parametrize("which", sorted(MOMENTUM_OPTIMIZERS))
+def test_momentum_correction_is_horovods_on_keras_3_optimizers(which):
+    # Keras 3 compiles momentum as a constant; kolo gets Horovod's corrected step through
+    # the momentum buffers. The ranks' fit matches one process applying Horovod's rule
+    # eagerly, and differs from the same training without the correction.
+    x, y = global_data(seed=17)
+    w0, initial, warmup, epochs = initial_weights(9), 0.2, 2, 3
+    if which == "rmsprop":
+        initial = 0.02
+    want = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
+                                         warmup, epochs)
+    plain = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
+                                          warmup, epochs, correct=False)
+    assert not np.allclose(want[0], plain[0], rtol=1e-3, atol=1e-4)
+    opt = hvd_k.DistributedOptimizer(MOMENTUM_OPTIMIZERS[which]())
+    model = _fit_model(w0, opt)
+    cb = hvd_k.callbacks.LearningRateWarmupCallback(initial_lr=initial, warmup_epochs=warmup,
+                                                    steps_per_epoch=STEPS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=epochs, shuffle=False,
+                  verbose=0, callbacks=[cb])
+    assert not [w for w in caught if "momentum correction" in str(w.message)]
+    assert_weights_close(model.get_weights(), want)
+    assert_same_on_every_rank(model.get_weights())
+    assert opt.momentum == MOMENTUM_OPTIMIZERS[which]().momentum
 
 
 # --- load_model -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow.keras import momentum_correction as _momentum_correction
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -108,11 +109,12 @@ def _learning_rate(optimizer):
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Horovod's schedule: from ``start_epoch`` until ``end_epoch`` the learning rate is
     ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** (epoch - start_epoch)``),
-    set at the
-    start of each epoch (``staircase``) or each batch with fractional epochs.
-    ``momentum_correction`` scales the momentum by new_lr/old_lr for one batch when the
-    optimizer's momentum is a variable; Keras 3 optimizers keep momentum as a constant of
-    the compiled step, where the correction cannot apply and is skipped with a warning."""
+    set at the start of each epoch (``staircase``) or each batch with fractional epochs.
+    ``momentum_correction``: for the batch whose learning rate changed, the step Horovod's
+    momentum ``momentum * new_lr / old_lr`` gives; on Keras 3's SGD and RMSprop, whose
+    compiled step reads momentum as a constant, through their momentum buffers
+    (kolo.tensorflow.keras.momentum_correction). Another optimizer that keeps momentum as
+    a number is not corrected, with a warning."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
@@ -130,6 +132,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = None
         self.restore_momentum = None
         self._warned_momentum = False
+        self._buffers = None  # the momentum correction of the optimizer last seen
 
     def _autodetect_steps_per_epoch(self):
         if self.params.get("steps"):
@@ -147,13 +150,20 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         momentum = getattr(optimizer, "momentum", None)
         if not self.momentum_correction or not momentum or old_lr == 0:
             return
-        if hasattr(momentum, "assign"):
+        if hasattr(momentum, "assign"):  # a variable: Horovod's way
             self.restore_momentum = float(keras.ops.convert_to_numpy(momentum))
             momentum.assign(self.restore_momentum * new_lr / old_lr)
+            return
+        if self._buffers is None or self._buffers.optimizer is not optimizer:
+            self._buffers = _momentum_correction.for_optimizer(
+                optimizer, self.model.trainable_variables)
+        if self._buffers is not None:
+            self._buffers.begin(new_lr / old_lr)
         elif not self._warned_momentum:
             self._warned_momentum = True
             warnings.warn("%s: momentum correction skipped: %s keeps momentum as a constant "
-                          "(pass momentum_correction=False to silence this)"
+                          "and kolo corrects only SGD and RMSprop through their momentum "
+                          "buffers (pass momentum_correction=False to silence this)"
                           % (type(self).__name__, type(optimizer).__name__))
 
     def on_train_begin(self, logs=None):
@@ -176,6 +186,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.restore_momentum is not None:
             self.model.optimizer.momentum.assign(self.restore_momentum)
             self.restore_momentum = None
+        if self._buffers is not None:
+            self._buffers.end()
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
