@@ -22,7 +22,8 @@ from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
                        make_embedding_model, make_model, mse, reference_train, shard)
 
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-             "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
+             "LearningRateWarmupCallback", "LearningRateScheduleCallback",
+             "BestModelCheckpoint"]
 NAMES = ["DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
          "init", "shutdown", "rank", "size", "local_rank", "local_size", "allreduce",
          "allgather", "broadcast", "Compression", "is_initialized"]
@@ -454,6 +455,33 @@ def test_momentum_correction_is_horovods_on_keras_3_optimizers(which):
     assert_weights_close(model.get_weights(), want)
     assert_same_on_every_rank(model.get_weights())
     assert opt.momentum == MOMENTUM_OPTIMIZERS[which]().momentum
+
+
+def test_best_model_checkpoint_is_horovods():
+    # Horovod's: ModelCheckpoint(filepath=None, save_best_only=True, ...), its filepath set
+    # later (by Horovod's Spark estimator); it keeps the best model only.
+    import kolo.keras as kk
+    assert kk.callbacks.BestModelCheckpoint is hvd_k.callbacks.BestModelCheckpoint
+    cb = hvd_k.callbacks.BestModelCheckpoint(monitor="loss", save_weights_only=True)
+    assert isinstance(cb, keras.callbacks.ModelCheckpoint)
+    assert cb.filepath is None and cb.save_best_only and cb.monitor == "loss"
+    assert hvd_k.callbacks.BestModelCheckpoint().monitor == "val_loss"
+    with pytest.raises(ValueError, match="no filepath"):
+        cb.on_train_begin()
+    model = _fit_model(initial_weights(7), keras.optimizers.SGD())
+    cb.set_model(model)
+    cb.filepath = os.path.join(tempfile.mkdtemp(prefix="kolo_best_r%d_" % R),
+                               "best.weights.h5")
+    saved = {}
+    for epoch, (loss, seed) in enumerate([(0.3, 11), (0.5, 12), (0.1, 13), (0.2, 14)]):
+        model.set_weights(initial_weights(seed))
+        cb.on_epoch_end(epoch, logs={"loss": loss})
+        loaded = make_model()
+        loaded.load_weights(cb.filepath)
+        saved[epoch] = loaded.get_weights()
+    best = {0: 11, 1: 11, 2: 13, 3: 13}  # the best loss so far is the one on disk
+    for epoch, seed in best.items():
+        assert_weights_close(saved[epoch], initial_weights(seed), rtol=0, atol=0)
 
 
 # --- load_model -----------------------------------------------------------------------------

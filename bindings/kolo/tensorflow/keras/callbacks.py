@@ -215,3 +215,32 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.end_epoch - 1 and self.verbose > 0 and _ops.rank() == 0:
             print("\nEpoch %d: finished gradual learning rate warmup to %g."
                   % (epoch + 1, _learning_rate(self.model.optimizer)))
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ``keras.callbacks.ModelCheckpoint`` that keeps only the best model
+    (``save_best_only=True``) and whose ``filepath`` is set after it is made (Horovod's
+    Spark estimator sets it); until then it is None, and training refuses to start.
+    Keras 3 checks the path's extension when the callback is made, so it is made with a
+    stand-in path that ``filepath`` then replaces."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch"):
+        super().__init__(filepath="best.weights.h5" if save_weights_only else "best.keras",
+                         monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        self.filepath = None
+
+    def _check_filepath(self):
+        if self.filepath is None:
+            raise ValueError(
+                "BestModelCheckpoint has no filepath: set its filepath attribute (a path "
+                "ending in .keras, or .weights.h5 with save_weights_only=True) before training")
+
+    def on_train_begin(self, logs=None):
+        self._check_filepath()
+        super().on_train_begin(logs)
+
+    def _get_file_path(self, epoch, batch, logs):
+        self._check_filepath()
+        return super()._get_file_path(epoch, batch, logs)
