@@ -434,10 +434,12 @@ def test_momentum_correction_is_horovods_on_keras_3_optimizers(which):
     # Keras 3 compiles momentum as a constant; kolo gets Horovod's corrected step through
     # the momentum buffers. The ranks' fit matches one process applying Horovod's rule
     # eagerly, and differs from the same training without the correction.
+    # Learning rates small enough that float32 rounding, which the ranks' sums and the one
+    # process's sum round differently, stays near 1e-6 after 9 steps; the correction itself
+    # changes the weights by tens of percent.
     x, y = global_data(seed=17)
-    w0, initial, warmup, epochs = initial_weights(9), 0.2, 2, 3
-    if which == "rmsprop":
-        initial = 0.02
+    w0, warmup, epochs = initial_weights(9), 2, 3
+    initial = 0.02 if which == "rmsprop" else 0.05
     want = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
                                          warmup, epochs)
     plain = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
