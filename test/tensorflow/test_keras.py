@@ -486,6 +486,45 @@ def test_best_model_checkpoint_is_horovods():
         assert_weights_close(saved[epoch], initial_weights(seed), rtol=0, atol=0)
 
 
+def test_momentum_correction_with_backward_passes_per_step_2():
+    # Horovod's momentum change matters only in the calls that apply: there the momentum is
+    # mu * lr_b / lr_(b-1), lr_(b-1) being set by the call before, which only accumulated.
+    # kolo's buffers scaled in a call that applies nothing get their values back.
+    micro, epochs, warmup, initial, mu = 4, 2, 2, 0.05, 0.9
+    x, y = global_data(steps=micro, seed=19)
+    w0 = initial_weights(10)
+    model = make_model()
+    model.set_weights(w0)
+    ref = keras.optimizers.SGD(learning_rate=0.02, momentum=mu, nesterov=True)
+    prev = 0.02
+    for e in range(epochs):
+        for b in range(micro):
+            lr = prev
+            if e < warmup:
+                ep = e + float(b) / micro + 1.0 / micro
+                lr = initial / N * (ep * (N - 1) / warmup + 1)
+            if b % 2 == 1:  # the call that applies: the mean over both micro-batches
+                ref.learning_rate = lr
+                ref.momentum = mu * lr / prev
+                rows = slice((b - 1) * BATCH, (b + 1) * BATCH)
+                with tf.GradientTape() as tape:
+                    loss = mse(model, x[rows], y[rows])
+                grads = tape.gradient(loss, model.trainable_variables)
+                ref.apply_gradients(zip(grads, model.trainable_variables))
+                ref.momentum = mu
+            prev = lr
+    opt = hvd_k.DistributedOptimizer(
+        keras.optimizers.SGD(learning_rate=0.02, momentum=mu, nesterov=True),
+        backward_passes_per_step=2, average_aggregated_gradients=True)
+    fitted = _fit_model(w0, opt)
+    cb = hvd_k.callbacks.LearningRateWarmupCallback(initial_lr=initial, warmup_epochs=warmup,
+                                                    steps_per_epoch=micro)
+    fitted.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=epochs, shuffle=False,
+               verbose=0, callbacks=[cb])
+    assert_weights_close(fitted.get_weights(), model.get_weights())
+    assert_same_on_every_rank(fitted.get_weights())
+
+
 # --- load_model -----------------------------------------------------------------------------
 
 def test_load_model_wraps_the_optimizer_again_and_training_continues():
