@@ -66,11 +66,10 @@ def main():
         # callbacks that read metrics (ReduceLROnPlateau, TensorBoard, ModelCheckpoint).
         hvd.callbacks.MetricAverageCallback(),
         # Horovod: start at the single-rank learning rate, reach lr * size after a few
-        # epochs (Goyal et al., https://arxiv.org/abs/1706.02677). Keras 3's SGD keeps its
-        # momentum as a constant, so there is no momentum to correct.
+        # epochs (Goyal et al., https://arxiv.org/abs/1706.02677), with the momentum
+        # corrected for each change of the learning rate.
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr,
-                                                 warmup_epochs=args.warmup_epochs,
-                                                 momentum_correction=False),
+                                                 warmup_epochs=args.warmup_epochs),
     ]
     # Horovod: checkpoints only on rank 0, so that the ranks do not overwrite each other's.
     checkpoint = args.checkpoint or os.path.join(tempfile.mkdtemp(prefix="kolo_digits_"),

@@ -6,6 +6,7 @@ rtol=1e-5, atol=1e-6), the callbacks (horovod/_keras/callbacks.py) and load_mode
 """
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -18,10 +19,11 @@ import object_checks  # test/common
 
 from tf_common import (BATCH, LR, N, R, STEPS, assert_same_on_every_rank,
                        assert_weights_close, embedding_data, global_data, initial_weights,
-                       make_embedding_model, make_model, reference_train, shard)
+                       make_embedding_model, make_model, mse, reference_train, shard)
 
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-             "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
+             "LearningRateWarmupCallback", "LearningRateScheduleCallback",
+             "BestModelCheckpoint"]
 NAMES = ["DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
          "init", "shutdown", "rank", "size", "local_rank", "local_size", "allreduce",
          "allgather", "broadcast", "Compression", "is_initialized"]
@@ -60,6 +62,16 @@ def test_distributed_optimizer_is_a_subclass_of_the_wrapped_class():
     assert opt.momentum == 0.5 and opt.nesterov is True
     adam = hvd_k.DistributedOptimizer(keras.optimizers.Adam(learning_rate=1e-3))
     assert isinstance(adam, keras.optimizers.Adam)
+
+
+def test_distributed_optimizer_is_named_as_horovods():
+    # Horovod: name or "Distributed" + the wrapped optimizer's class name.
+    assert hvd_k.DistributedOptimizer(keras.optimizers.SGD(name="sgd")).name == "DistributedSGD"
+    assert hvd.DistributedOptimizer(keras.optimizers.Adam()).name == "DistributedAdam"
+    named = hvd_k.DistributedOptimizer(keras.optimizers.SGD(), name="mine")
+    assert named.name == "mine" and named.get_config()["name"] == "mine"
+    assert hvd_k.DistributedOptimizer(keras.optimizers.RMSprop()).get_config()["name"] == \
+        "DistributedRMSprop"
 
 
 def _apply(opt, grads_per_call, shape=(3,)):
@@ -103,6 +115,35 @@ def test_backward_passes_per_step_applies_every_second_call(average):
     assert np.allclose(seen[1], -step)
     assert np.allclose(seen[2], -step)
     assert np.allclose(seen[3], -2 * step)
+    # Horovod's iterations count every call, applied or not.
+    assert int(keras.ops.convert_to_numpy(opt.iterations)) == 4
+
+
+def test_backward_passes_per_step_schedules_see_horovods_step_numbers():
+    # iterations advances on every call, so a LearningRateSchedule reads the call number:
+    # the update applied at call 2 (iterations 1 before it) uses schedule(1), at call 4
+    # schedule(3).
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([0, 1, 2], [8., 4., 2., 1.])
+    opt = hvd_k.DistributedOptimizer(keras.optimizers.SGD(learning_rate=schedule),
+                                     backward_passes_per_step=2)
+    seen = _apply(opt, [np.ones(3)] * 4)
+    # Each applied update is lr * 2 (two passes of gradient 1, averaged over the ranks).
+    assert np.allclose(seen[1], -4.0 * 2) and np.allclose(seen[3], -(4.0 + 1.0) * 2)
+
+
+def test_broadcast_global_variables_without_a_model_is_horovods():
+    # Horovod's broadcast_global_variables(root_rank): RuntimeError under eager execution;
+    # in a TF1 graph the global variables are broadcast (in the default session).
+    import kolo.keras as kk
+    for mod in (hvd_k, kk):
+        with pytest.raises(RuntimeError, match="eager execution"):
+            mod.broadcast_global_variables(0)
+    with tf.Graph().as_default():
+        v = tf.Variable([R + 1.0, 2.0 * R])
+        with tf.compat.v1.Session() as sess, sess.as_default():
+            sess.run(v.initializer)
+            hvd_k.broadcast_global_variables(N - 1)
+            assert sess.run(v).tolist() == [float(N), 2.0 * (N - 1)]
 
 
 # --- model.fit equivalence ----------------------------------------------------------------
@@ -141,6 +182,7 @@ def test_model_fit_with_backward_passes_per_step_2_matches_one_process_with_2x_b
     model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=1, shuffle=False, verbose=0)
     assert_weights_close(model.get_weights(), want)
     assert_same_on_every_rank(model.get_weights())
+    assert int(keras.ops.convert_to_numpy(opt.iterations)) == micro  # every batch counts
 
 
 def test_model_fit_with_sparse_embedding_gradients_matches_one_process():
@@ -256,6 +298,18 @@ def test_metric_average_callback_averages_the_epoch_logs():
             assert np.isclose(float(hist.history[key][e]), mean, rtol=1e-6, atol=1e-7)
 
 
+def test_metric_average_callback_averages_every_entry():
+    # Horovod's averages every entry of the logs, arrays (per-class metrics) too.
+    logs = {"loss": float(R), "per_class": np.array([R, 2.0 * R], np.float32),
+            "count": np.int64(R + 1), "note": "not a number"}
+    hvd_k.callbacks.MetricAverageCallback().on_epoch_end(0, logs)
+    assert type(logs["loss"]) is float and logs["loss"] == (N - 1) / 2.0
+    assert isinstance(logs["per_class"], np.ndarray) and logs["per_class"].shape == (2,)
+    assert np.allclose(logs["per_class"], [(N - 1) / 2.0, N - 1.0])
+    assert logs["count"] == (N + 1) / 2.0
+    assert logs["note"] == "not a number"  # Horovod's callback fails on it; kolo leaves it
+
+
 class _LrLog(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
@@ -337,6 +391,138 @@ def test_learning_rate_schedule_callback_smooth(lr_model):
     lrs, _ = _fit_lrs(lr_model, cb, 2)
     for e, b, lr in lrs:
         assert np.isclose(lr, 0.4 * 0.5 ** (e + float(b) / SPE), rtol=1e-6), (e, b, lr)
+
+
+def _warmup_lr(initial, warmup, e, b):
+    ep = e + float(b) / STEPS + 1.0 / STEPS
+    return initial / N * (ep * (N - 1) / warmup + 1)
+
+
+def _horovods_momentum_correction(w0, x, y, optimizer, initial, warmup, epochs, correct=True):
+    """One process, whole batches, eagerly: Horovod's warmup callback's rule as written (the
+    learning rate set before each batch, the momentum times new/old for that batch), which
+    an eager Keras step reads when it runs."""
+    model = make_model()
+    model.set_weights(w0)
+    mu = optimizer.momentum
+    for e in range(epochs):
+        for b in range(STEPS):
+            old = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+            if e < warmup:
+                new = _warmup_lr(initial, warmup, e, b)
+                optimizer.learning_rate = new
+                if correct:
+                    optimizer.momentum = mu * new / old
+            xb, yb = x[b * BATCH:(b + 1) * BATCH], y[b * BATCH:(b + 1) * BATCH]
+            with tf.GradientTape() as tape:
+                loss = mse(model, xb, yb)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.momentum = mu
+    return model.get_weights()
+
+
+MOMENTUM_OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(learning_rate=0.02, momentum=0.9),
+    "nesterov": lambda: keras.optimizers.SGD(learning_rate=0.02, momentum=0.9, nesterov=True),
+    "rmsprop": lambda: keras.optimizers.RMSprop(learning_rate=0.002, momentum=0.8),
+}
+
+
+@pytest.mark.parametrize("which", sorted(MOMENTUM_OPTIMIZERS))
+def test_momentum_correction_is_horovods_on_keras_3_optimizers(which):
+    # Keras 3 compiles momentum as a constant; kolo gets Horovod's corrected step through
+    # the momentum buffers. The ranks' fit matches one process applying Horovod's rule
+    # eagerly, and differs from the same training without the correction.
+    # Learning rates small enough that float32 rounding, which the ranks' sums and the one
+    # process's sum round differently, stays near 1e-6 after 9 steps; the correction itself
+    # changes the weights by tens of percent.
+    x, y = global_data(seed=17)
+    w0, warmup, epochs = initial_weights(9), 2, 3
+    initial = 0.02 if which == "rmsprop" else 0.05
+    want = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
+                                         warmup, epochs)
+    plain = _horovods_momentum_correction(w0, x, y, MOMENTUM_OPTIMIZERS[which](), initial,
+                                          warmup, epochs, correct=False)
+    assert not np.allclose(want[0], plain[0], rtol=1e-3, atol=1e-4)
+    opt = hvd_k.DistributedOptimizer(MOMENTUM_OPTIMIZERS[which]())
+    model = _fit_model(w0, opt)
+    cb = hvd_k.callbacks.LearningRateWarmupCallback(initial_lr=initial, warmup_epochs=warmup,
+                                                    steps_per_epoch=STEPS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=epochs, shuffle=False,
+                  verbose=0, callbacks=[cb])
+    assert not [w for w in caught if "momentum correction" in str(w.message)]
+    assert_weights_close(model.get_weights(), want)
+    assert_same_on_every_rank(model.get_weights())
+    assert opt.momentum == MOMENTUM_OPTIMIZERS[which]().momentum
+
+
+def test_best_model_checkpoint_is_horovods():
+    # Horovod's: ModelCheckpoint(filepath=None, save_best_only=True, ...), its filepath set
+    # later (by Horovod's Spark estimator); it keeps the best model only.
+    import kolo.keras as kk
+    assert kk.callbacks.BestModelCheckpoint is hvd_k.callbacks.BestModelCheckpoint
+    cb = hvd_k.callbacks.BestModelCheckpoint(monitor="loss", save_weights_only=True)
+    assert isinstance(cb, keras.callbacks.ModelCheckpoint)
+    assert cb.filepath is None and cb.save_best_only and cb.monitor == "loss"
+    assert hvd_k.callbacks.BestModelCheckpoint().monitor == "val_loss"
+    with pytest.raises(ValueError, match="no filepath"):
+        cb.on_train_begin()
+    model = _fit_model(initial_weights(7), keras.optimizers.SGD())
+    cb.set_model(model)
+    cb.filepath = os.path.join(tempfile.mkdtemp(prefix="kolo_best_r%d_" % R),
+                               "best.weights.h5")
+    saved = {}
+    for epoch, (loss, seed) in enumerate([(0.3, 11), (0.5, 12), (0.1, 13), (0.2, 14)]):
+        model.set_weights(initial_weights(seed))
+        cb.on_epoch_end(epoch, logs={"loss": loss})
+        loaded = make_model()
+        loaded.load_weights(cb.filepath)
+        saved[epoch] = loaded.get_weights()
+    best = {0: 11, 1: 11, 2: 13, 3: 13}  # the best loss so far is the one on disk
+    for epoch, seed in best.items():
+        assert_weights_close(saved[epoch], initial_weights(seed), rtol=0, atol=0)
+
+
+def test_momentum_correction_with_backward_passes_per_step_2():
+    # Horovod's momentum change matters only in the calls that apply: there the momentum is
+    # mu * lr_b / lr_(b-1), lr_(b-1) being set by the call before, which only accumulated.
+    # kolo's buffers scaled in a call that applies nothing get their values back.
+    micro, epochs, warmup, initial, mu = 4, 2, 2, 0.05, 0.9
+    x, y = global_data(steps=micro, seed=19)
+    w0 = initial_weights(10)
+    model = make_model()
+    model.set_weights(w0)
+    ref = keras.optimizers.SGD(learning_rate=0.02, momentum=mu, nesterov=True)
+    prev = 0.02
+    for e in range(epochs):
+        for b in range(micro):
+            lr = prev
+            if e < warmup:
+                ep = e + float(b) / micro + 1.0 / micro
+                lr = initial / N * (ep * (N - 1) / warmup + 1)
+            if b % 2 == 1:  # the call that applies: the mean over both micro-batches
+                ref.learning_rate = lr
+                ref.momentum = mu * lr / prev
+                rows = slice((b - 1) * BATCH, (b + 1) * BATCH)
+                with tf.GradientTape() as tape:
+                    loss = mse(model, x[rows], y[rows])
+                grads = tape.gradient(loss, model.trainable_variables)
+                ref.apply_gradients(zip(grads, model.trainable_variables))
+                ref.momentum = mu
+            prev = lr
+    opt = hvd_k.DistributedOptimizer(
+        keras.optimizers.SGD(learning_rate=0.02, momentum=mu, nesterov=True),
+        backward_passes_per_step=2, average_aggregated_gradients=True)
+    fitted = _fit_model(w0, opt)
+    cb = hvd_k.callbacks.LearningRateWarmupCallback(initial_lr=initial, warmup_epochs=warmup,
+                                                    steps_per_epoch=micro)
+    fitted.fit(shard(x), shard(y), batch_size=BATCH // N, epochs=epochs, shuffle=False,
+               verbose=0, callbacks=[cb])
+    assert_weights_close(fitted.get_weights(), model.get_weights())
+    assert_same_on_every_rank(fitted.get_weights())
 
 
 # --- load_model -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ names it after its op), and it waits on a thread of its own, so that more collec
 the Session has threads cannot hold every thread waiting for each other. broadcast_ and
 broadcast_variables return ops that assign the variables, as Horovod's; the object
 functions run in the session; collectives inside control flow of a TF1 graph are refused.
+A tf.compat.v1 optimizer is wrapped as by Horovod's _DistributedOptimizer.
 """
 import numpy as np
 import pytest
@@ -206,6 +207,83 @@ def test_join_barrier_and_queries_in_a_session():
             assert sess.run(barrier) == 0
             last = int(sess.run(join))
     assert 0 <= last < N and hvd.allgather_object(last) == [last] * N
+
+
+def test_generic_gradient_names_pair_graphs_whose_op_names_differ():
+    # Horovod's DistributedGradientTape.gradient(use_generic_names=True) names the gradient
+    # collectives by position alone. Rank 0's graph has one more kolo op, built first and
+    # never run, so the name scopes (and kolo's names of unnamed collectives) of its later
+    # ops differ from the other ranks'; the generic names still pair.
+    with tf.Graph().as_default():
+        if R == 0:
+            hvd.allreduce(tf.ones(1), op=hvd.Sum)
+        a = tf.Variable([1.0, 2.0], dtype=tf.float64)
+        b = tf.Variable([[3.0]], dtype=tf.float64)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(a * (R + 1.0)) + tf.reduce_sum(b * b * (R + 1.0))
+        grads = hvd.DistributedGradientTape(tape).gradient(loss, [a, b],
+                                                           use_generic_names=True)
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):
+                ga, gb = sess.run(grads)
+                mean = (N + 1) / 2.0
+                assert np.allclose(ga, [mean, mean]) and np.allclose(gb, [[6.0 * mean]])
+
+
+def _momentum_reference(lr, mu, w0, grads):
+    """TF1's MomentumOptimizer: accum = mu * accum + g; w -= lr * accum."""
+    w, accum = np.array(w0), np.zeros_like(w0)
+    for g in grads:
+        accum = mu * accum + g
+        w = w - lr * accum
+    return w
+
+
+def test_a_tf_compat_v1_optimizer_averages_in_compute_gradients():
+    # Horovod's _DistributedOptimizer: named Distributed<Class>; compute_gradients() returns
+    # the wrapped optimizer's gradients averaged over the ranks, which apply_gradients()
+    # (and minimize(), through both) hands to the wrapped optimizer.
+    lr, mu, w0, xs = 0.1, 0.9, [1.0, 2.0], [1.0, -2.0, 0.5]
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float64, [])
+        w = tf.Variable(w0, dtype=tf.float64)
+        v = tf.Variable(w0, dtype=tf.float64)
+        loss = tf.reduce_sum(w * x * (R + 1.0))
+        base = tf.compat.v1.train.MomentumOptimizer(lr, mu)
+        opt = hvd.DistributedOptimizer(base)
+        assert isinstance(opt, tf.compat.v1.train.Optimizer)
+        assert opt.get_name() == "DistributedMomentumOptimizer"
+        grads_and_vars = opt.compute_gradients(loss, var_list=[w])
+        assert grads_and_vars[0][1] is w
+        train = opt.apply_gradients(grads_and_vars)
+        named = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr),
+                                         name="mine")
+        assert named.get_name() == "mine"
+        minimize = named.minimize(tf.reduce_sum(v * x * (R + 1.0)), var_list=[v])
+        assert opt.get_slot(w, "momentum") is base.get_slot(w, "momentum")
+        with pytest.raises(NotImplementedError, match="tf.cond"):
+            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr),
+                                     backward_passes_per_step=2)
+        with _session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for xv in xs:
+                g, _, _ = sess.run([grads_and_vars[0][0], train, minimize], {x: xv})
+                assert np.allclose(g, [xv * (N + 1) / 2.0] * 2)
+            got_w, got_v = sess.run([w, v])
+    mean = [np.full(2, xv * (N + 1) / 2.0) for xv in xs]
+    assert np.allclose(got_w, _momentum_reference(lr, mu, w0, mean), rtol=1e-12)
+    assert np.allclose(got_v, _momentum_reference(lr, 0.0, w0, mean), rtol=1e-12)
+
+
+def test_a_tf_compat_v1_optimizer_averages_eagerly():
+    w = tf.Variable([1.0, 2.0], dtype=tf.float64)
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5))
+    opt.minimize(lambda: tf.reduce_sum(w * (R + 1.0)), var_list=[w])
+    assert np.allclose(w.numpy(), np.array([1.0, 2.0]) - 0.5 * (N + 1) / 2.0)
+    with pytest.raises(ValueError, match="backward_passes_per_step > 1"):  # Horovod's
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                                 backward_passes_per_step=2)
 
 
 def test_a_collective_inside_control_flow_of_a_tf1_graph_is_refused():

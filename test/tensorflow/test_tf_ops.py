@@ -473,15 +473,17 @@ def test_objects_of_different_types_on_different_ranks_without_names():
     assert hvd.allgather_object("r0" if R == 0 else R) == ["r0"] + list(range(1, N))
 
 
-def test_join_returns_the_last_rank_to_join():
+def test_join_returns_the_last_rank_to_join_as_a_tensor():
     for last in range(N):
         if R == last:
             # Joined ranks contribute zeros, so this allreduce completes only once every
             # other rank is inside join(): rank `last` joins last by construction.
             alone = hvd.allreduce(tf.ones(1), op=hvd.Sum, name="tf.join.last%d" % last)
             assert_equal(alone, [1.0])
-        got = int(hvd.join())
-        assert got == last
+        got = hvd.join()
+        # Horovod's join is an op: eagerly too its result is a tf.int32 scalar tensor.
+        assert isinstance(got, tf.Tensor) and got.dtype == tf.int32 and got.shape == []
+        assert got.numpy() == last
 
 
 def test_joined_ranks_contribute_zeros_to_allreduce():

@@ -6,7 +6,7 @@ the registry is kolo's one (kolo.common), shared with kolo.torch. A set that is 
 registered (never added, removed, or given an id by hand) is a ValueError where the
 collective is called: eagerly, and when a tf.function is traced or a TF1 graph built, not
 only when it runs; a rank outside a set gets ValueError, TensorFlow's InvalidArgumentError
-(Horovod's).
+(Horovod's). process_set_included_op is Horovod's query: -3 for an unknown id, when it runs.
 """
 import importlib.util
 
@@ -208,6 +208,27 @@ def test_a_set_removed_after_tracing_fails_when_the_function_runs():
     assert hvd.remove_process_set(ps) is True
     with pytest.raises(tf.errors.InvalidArgumentError, match="does not exist"):
         f(tf.ones(2))
+
+
+def test_process_set_included_op_of_an_unknown_set_is_horovods_error_code():
+    # Horovod's op: 0 or 1, or HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET (-3) for an id that no
+    # registered set has, read when the op runs.
+    unknown = 1000
+    got = hvd.process_set_included_op(unknown)
+    assert got.dtype == tf.int32 and int(got) == -3
+    assert int(hvd.process_set_included_op(0)) == 1
+    f = tf.function(lambda: hvd.process_set_included_op(s.process_set_id))
+    s = hvd.add_process_set([0])
+    assert int(f()) == int(R == 0)
+    with tf.Graph().as_default():
+        op = hvd.process_set_included_op(s.process_set_id)
+        with tf.compat.v1.Session() as sess:
+            assert sess.run(op) == int(R == 0)
+            removed_id = s.process_set_id
+            assert hvd.remove_process_set(s) is True
+            assert sess.run(op) == -3  # traced while the set existed, run after
+    assert int(f()) == -3
+    assert int(hvd.process_set_included_op(removed_id)) == -3
 
 
 def test_global_collectives_still_work_after_the_sets():

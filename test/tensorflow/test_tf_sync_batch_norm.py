@@ -45,6 +45,26 @@ def test_is_a_keras_batch_normalization():
     assert issubclass(hvd.SyncBatchNormalization, keras.layers.BatchNormalization)
 
 
+def test_takes_horovods_signature_fused_first():
+    # Horovod's SyncBatchNormalization(fused=False, **kwargs): fused=False accepted, also
+    # positionally; True and None refused with Horovod's ValueError.
+    for layer in (hvd.SyncBatchNormalization(fused=False, momentum=0.5),
+                  hvd.SyncBatchNormalization(False, axis=1)):
+        assert isinstance(layer, keras.layers.BatchNormalization)
+    assert layer.axis == 1
+    for fused in (True, None):
+        with pytest.raises(ValueError, match="does not support fused=True"):
+            hvd.SyncBatchNormalization(fused=fused)
+    # Two in one model: Keras names them apart (Horovod names both the same, which a
+    # Keras model refuses); the config round trip keeps the layer.
+    model = keras.Sequential([keras.Input((4,)), hvd.SyncBatchNormalization(fused=False),
+                              hvd.SyncBatchNormalization(name="second")])
+    first = model.layers[0]
+    assert first.name.startswith("sync_batch_normalization") and model.layers[1].name == "second"
+    again = hvd.SyncBatchNormalization.from_config(first.get_config())
+    assert again.momentum == first.momentum and "fused" not in first.get_config()
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=["2d", "4d"])
 def test_statistics_over_all_ranks_equal_one_batch_norm_on_the_concatenated_batch(shape):
     sync, ref = _pair(shape)

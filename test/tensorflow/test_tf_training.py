@@ -78,6 +78,23 @@ def test_distributed_gradient_tape_takes_output_gradients():
     assert np.allclose(g.numpy(), 3.0 * _mean((2,)))
 
 
+def test_gradient_takes_horovods_use_generic_names():
+    # Horovod's gradient(target, sources, output_gradients=None, use_generic_names=False):
+    # the fourth argument, also positionally; the gradients are the same averages.
+    for generic in ("positional", "keyword", "local_and_global"):
+        tape, loss, srcs = _tape_grads({}, sources=2)
+        if generic == "positional":
+            ga, gb, gu = tape.gradient(loss, srcs, None, True)
+        elif generic == "keyword":
+            ga, gb, gu = tape.gradient(loss, srcs, use_generic_names=True)
+        else:
+            local, shared = tape.get_local_and_global_gradients(loss, srcs, None, True)
+            assert local == [] and all(s is v for (s, _), v in zip(shared, srcs))
+            ga, gb, gu = [g for _, g in shared]
+        assert np.allclose(ga.numpy(), _mean((3,))) and gu is None, generic
+        assert np.allclose(gb.numpy(), _mean((1, 2), 1)), generic
+
+
 def test_gradient_predivide_factor_needs_average():
     # Horovod refuses it in DistributedGradientTape(); refusing it at gradient() (on every
     # rank, before anything is sent) keeps the promise too.

@@ -1,4 +1,4 @@
 """``kolo.keras.callbacks``: the callbacks of ``kolo.tensorflow.keras.callbacks``."""
 from kolo.tensorflow.keras.callbacks import (  # noqa: F401
-    BroadcastGlobalVariablesCallback, LearningRateScheduleCallback, LearningRateWarmupCallback,
-    MetricAverageCallback)
+    BestModelCheckpoint, BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,
+    LearningRateWarmupCallback, MetricAverageCallback)

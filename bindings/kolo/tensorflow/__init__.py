@@ -6,6 +6,7 @@ docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
 (``kolo.common.collectives``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
 from kolo.tensorflow import elastic, util  # noqa: F401
+from kolo.tensorflow import legacy_optimizer as _legacy
 from kolo.tensorflow.compression import Compression  # noqa: F401
 from kolo.tensorflow.functions import (  # noqa: F401
     allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn,
@@ -13,6 +14,8 @@ from kolo.tensorflow.functions import (  # noqa: F401
 from kolo.tensorflow.gradients import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape, allreduce, grouped_allreduce,
     grouped_reducescatter, reducescatter)
+from kolo.tensorflow.gradients import _groups_setting
+from kolo.tensorflow.mpi_ops import _reduce_op
 from kolo.tensorflow.mpi_ops import (  # noqa: F401
     Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
     Sum, add_process_set, allgather, alltoall, barrier, broadcast, broadcast_, ccl_built,
@@ -32,13 +35,30 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True):
-    """A Keras optimizer is wrapped as by ``kolo.tensorflow.keras.DistributedOptimizer`` (as
-    Horovod does). A ``tf.compat.v1`` optimizer is not wrapped (kolo's collectives run in
-    TF1 graphs, but it has no wrapper for those optimizers): a clear error names what to
-    use instead."""
+    """A ``tf.compat.v1.train.Optimizer`` is wrapped as by Horovod's ``_DistributedOptimizer``
+    (its compute_gradients() averages over the ranks, kolo.tensorflow.legacy_optimizer); a
+    Keras optimizer as by ``kolo.tensorflow.keras.DistributedOptimizer`` (as Horovod
+    does)."""
     import keras
     if op == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
+    if _legacy.is_legacy_optimizer(optimizer):
+        if op == Adasum:
+            raise NotImplementedError(
+                "op=Adasum with a tf.compat.v1 optimizer (Horovod's _DistributedAdasumOptimizer) "
+                "is not supported by kolo yet; use op=Average, or a Keras optimizer with "
+                "DistributedGradientTape(op=Adasum)")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        _reduce_op(op, None)
+        groups = _groups_setting(num_groups, groups)
+        if groups is not None and not (isinstance(groups, list) or groups > 0):
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "tf.Variable.")
+        return _legacy.DistributedOptimizer(
+            optimizer, name, use_locking, compression, sparse_as_dense,
+            backward_passes_per_step, op, gradient_predivide_factor, groups, process_set,
+            scale_local_gradients)
     if isinstance(optimizer, keras.optimizers.Optimizer):
         if op == Adasum:  # Horovod's Adasum optimizer is a tf.compat.v1 one
             raise ValueError("op == Adasum is not supported yet with Keras")
@@ -52,11 +72,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
     raise ValueError(
         "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
-        "kolo.tensorflow.DistributedOptimizer takes a Keras optimizer; %s is not one. "
-        "tf.compat.v1 optimizers are not supported: use a keras.optimizers optimizer with "
-        "kolo.tensorflow.keras.DistributedOptimizer, hvd.DistributedGradientTape in a "
-        "custom loop, or in a TF1 graph hvd.allreduce of the gradients of "
-        "optimizer.compute_gradients()" % type(optimizer).__name__)
+        "%s is neither a tf.compat.v1.train.Optimizer nor a keras.optimizers.Optimizer"
+        % type(optimizer).__name__)
 
 
 __all__ = [

@@ -161,8 +161,15 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
             out[dense[i]] = r
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
-            out[i] = _allreduce_slices(g, None, op, prescale, postscale, process_set)
+            out[i] = _allreduce_slices(g, None if name is None else "%s_%d" % (name, i), op,
+                                       prescale, postscale, process_set)
     return out
+
+
+# The name of the gradients' collectives with Horovod's use_generic_names (Horovod names
+# gradient i "grad_<i>"): the dense ones travel as one group "grad" (members "grad.<i>"),
+# a tf.IndexedSlices gradient i as "grad_<i>".
+GENERIC_NAME = "grad"
 
 
 class LocalVariables:
@@ -242,21 +249,28 @@ class _DistributedGradientTape(tf.GradientTape):
         returns this rank's (divided by the set's size with scale_local_gradients)."""
         self._kolo_local.add(source)
 
-    def gradient(self, target, sources, output_gradients=None,
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """tf.GradientTape's gradients, averaged over the set's ranks. With Horovod's
+        ``use_generic_names`` the collectives are named after the gradients' positions
+        alone (GENERIC_NAME), so they pair on ranks whose graphs name their ops
+        differently (in a TF1 graph an unnamed collective is named after its op)."""
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         flat_sources = tf.nest.flatten(sources, expand_composites=False)
         variables = flat_sources if len(flat_sources) == len(flat_grads) else None
+        settings = self._kolo_settings
+        if use_generic_names:
+            settings = dict(settings, name=GENERIC_NAME)
         reduced = _reduce_shared_gradients(flat_grads, variables, self._kolo_local,
-                                           self.scale_local_gradients, self._kolo_settings)
+                                           self.scale_local_gradients, settings)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
                                        use_generic_names=False):
         """Horovod's: gradient(), split into two lists of (source, gradient) pairs, those of
         the local sources and the others, each in the order of ``sources``."""
-        grads = self.gradient(target, sources, output_gradients)
+        grads = self.gradient(target, sources, output_gradients, use_generic_names)
         local, shared = [], []
         for source, grad in zip(sources, grads):
             (local if source in self._kolo_local else shared).append((source, grad))

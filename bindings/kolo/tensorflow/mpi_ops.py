@@ -399,9 +399,11 @@ def _scalar_kernel(start, value):
 
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
-    others' allreduces with zeros. Returns the global rank that joined last."""
+    others' allreduces with zeros. Returns the global rank that joined last, a tf.int32
+    scalar (eagerly too, as Horovod's op)."""
     if tf.executing_eagerly():
-        return int(_raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value))
+        last = _raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value)
+        return tf.constant(last, tf.int32)
     return _graph_op(_scalar_kernel(_engine.join_async, lambda out: out.value), None,
                      [], [tf.int32], [tf.TensorShape([])], "join")[0]
 
@@ -447,9 +449,24 @@ def local_rank_op(name=None):
     return _query_op(local_rank, name or "KoloLocalRank")
 
 
+# Horovod's HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET: process_set_included_op's value for an id
+# that no registered set has.
+_PROCESS_SET_ERROR_UNKNOWN_SET = -3
+
+
+def _included_or_error_code(process_set_id):
+    if process_set_id == 0:
+        return 1
+    try:
+        ranks = _engine.process_set_ranks(process_set_id)
+    except (ValueError, KoloInternalError):
+        return _PROCESS_SET_ERROR_UNKNOWN_SET
+    return int(rank() in ranks)
+
+
 def process_set_included_op(process_set_id=0, name=None):
-    """1 when this process belongs to the process set, else 0, as a tensor."""
-    if process_set_id != 0:
-        _check_registered(process_set_id, "id %d" % process_set_id)
-    return _query_op(lambda: int(_engine.process_set_rank(process_set_id) >= 0),
+    """1 when this process belongs to the process set, 0 when it does not, as a tensor;
+    Horovod's error code -3 (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET) when no set has that
+    id when the op runs."""
+    return _query_op(lambda: _included_or_error_code(process_set_id),
                      name or "KoloProcessSetIncluded")

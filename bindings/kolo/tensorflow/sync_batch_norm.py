@@ -10,10 +10,18 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization that, in training, normalizes with the mean and
     variance of the batches of all ranks together: the same output and moving statistics
     as one BatchNormalization over the concatenated batch. Gradients flow through the
-    allreduce of the sums. The ranks must call it together (each training step)."""
+    allreduce of the sums. The ranks must call it together (each training step).
 
-    def __init__(self, *args, process_set=_ops.global_process_set, **kwargs):
-        super().__init__(*args, **kwargs)
+    Horovod's signature: ``fused`` first (False; True or None raise Horovod's ValueError),
+    then keyword arguments only. Keras 3's layer has no fused kernel, so ``fused`` goes no
+    further. Without ``name``, Keras names the layer (``sync_batch_normalization``, then
+    ``..._1``, ...), where Horovod gives every one that name, which a Keras model with two
+    of them refuses."""
+
+    def __init__(self, fused=False, *, process_set=_ops.global_process_set, **kwargs):
+        if fused in (True, None):
+            raise ValueError("SyncBatchNormalization does not support fused=True.")
+        super().__init__(**kwargs)
         self._process_set = process_set
 
     def _moments(self, inputs, mask):

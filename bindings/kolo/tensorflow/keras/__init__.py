@@ -18,8 +18,9 @@ from kolo.tensorflow.mpi_ops import (  # noqa: F401
     gloo_enabled, global_process_set, init, is_homogeneous, is_initialized, join, local_rank,
     local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
     remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)
-from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow import functions as _functions
 from kolo.tensorflow import gradients as _gradients
+from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from kolo.tensorflow.keras import callbacks, elastic  # noqa: F401
 
@@ -49,7 +50,8 @@ class _DistributedOptimizer:
     """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
     the ranks first (but those of variables registered as local); with
     ``backward_passes_per_step`` N > 1 it sums them locally and averages and applies every
-    N-th call (the other calls change no weights)."""
+    N-th call (the other calls change no weights but advance ``iterations``, as
+    Horovod's)."""
 
     def register_local_var(self, var):
         """Horovod's: the gradient of ``var`` is not reduced; this rank's is applied
@@ -97,7 +99,13 @@ class _DistributedOptimizer:
             for total in self._kolo_sums:
                 total.assign(tf.zeros_like(total))
             return tf.constant(True)
-        return tf.cond(self._kolo_passes % n == 0, apply_sums, lambda: tf.constant(False))
+
+        def count_only():
+            # Horovod's: iterations advances on every call, applied or not, so a
+            # LearningRateSchedule sees the same step numbers as under Horovod.
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+        return tf.cond(self._kolo_passes % n == 0, apply_sums, count_only)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -105,8 +113,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """A copy of ``optimizer`` (same class and config, no state) whose updates use the
-    gradients averaged (``op``) over the set's ranks. ``backward_passes_per_step`` N sums N
+    """A copy of ``optimizer`` (same class and config, no state), named ``name`` (Horovod's
+    default: ``Distributed<Class>``), whose updates use the gradients averaged (``op``)
+    over the set's ranks. ``backward_passes_per_step`` N sums N
     calls' gradients locally (divided by N with ``average_aggregated_gradients``) and
     averages and applies them on every N-th call. Variables registered with the result's
     ``register_local_var`` keep their own gradients (divided by the set's size with
@@ -128,8 +137,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})
     config = optimizer.get_config()
-    if name is not None:
-        config["name"] = name
+    config["name"] = name or "Distributed%s" % base.__name__  # Horovod's default name
     wrapped = cls.from_config(config)
     wrapped._kolo_settings = dict(
         op=op, compression=compression, sparse_as_dense=sparse_as_dense,
@@ -165,14 +173,22 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
 
 def broadcast_global_variables(root_rank, model=None):
     """Makes ``model``'s variables and its optimizer's equal to global rank ``root_rank``'s.
-    Keras 3 keeps no global variable collection, so the model is an argument here (Horovod
-    reads TensorFlow 1's collection and takes only ``root_rank``)."""
+    Keras 3 keeps no global variable collection, so the model is an argument here. Without
+    it, Horovod's: TensorFlow 1's collection, broadcast in a TF1 graph (run in the default
+    session, as Horovod runs it in Keras' session); RuntimeError under eager execution."""
     if model is None:
-        raise ValueError(
-            "Keras 3 keeps no global variable collection: call "
-            "broadcast_global_variables(%d, model), or use "
-            "hvd.callbacks.BroadcastGlobalVariablesCallback(%d) in model.fit" % (root_rank,
-                                                                               root_rank))
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "hvd.broadcast_global_variables() does not support eager execution: Keras 3 "
+                "keeps no global variable collection. Call broadcast_global_variables(%d, "
+                "model), or use hvd.callbacks.BroadcastGlobalVariablesCallback(%d) in "
+                "model.fit" % (root_rank, root_rank))
+        op = _functions.broadcast_global_variables(root_rank)  # RuntimeError in tf.function
+        session = tf.compat.v1.get_default_session()
+        if session is None:
+            raise ValueError("broadcast_global_variables(%d) in a TF1 graph runs in the default "
+                             "session: call it inside `with session.as_default():`" % root_rank)
+        return session.run(op)
     variables = list(model.variables)
     if getattr(model, "optimizer", None) is not None:
         variables += list(model.optimizer.variables)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow.keras import momentum_correction as _momentum_correction
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -61,8 +62,9 @@ def _is_variable(v):
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
-    """At the end of every epoch, replaces each metric in the logs by its average over the
-    ranks (in one allreduce, by sorted name). Put it before the callbacks that read the
+    """At the end of every epoch, replaces each entry of the logs by its average over the
+    ranks, as Horovod's: scalars and arrays (per-class metrics) alike, in one grouped
+    allreduce in float64, by sorted name. Put it before the callbacks that read the
     metrics (ReduceLROnPlateau, ModelCheckpoint, ...)."""
 
     def __init__(self, device=""):
@@ -71,17 +73,27 @@ class MetricAverageCallback(keras.callbacks.Callback):
     def _average_metrics_in_place(self, logs):
         if not logs:
             return
-        names = sorted(k for k, v in logs.items() if np.ndim(v) == 0)
-        values = [tf.constant(float(logs[k]), tf.float64) for k in names]
+        names = sorted(k for k, v in logs.items() if _is_numeric(v))
+        values = [tf.constant(np.asarray(logs[k], np.float64)) for k in names]
         if not values:
             return
         averaged = _gradients.grouped_allreduce(values, op=_ops.Average,
                                                 name="MetricAverageCallback")
         for k, v in zip(names, averaged):
-            logs[k] = float(v.numpy())
+            mean = v.numpy()
+            logs[k] = float(mean) if mean.ndim == 0 else mean
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_metrics_in_place(logs)
+
+
+def _is_numeric(value):
+    """Whether a log entry is a number or an array of numbers (Horovod averages every entry;
+    one that is not numeric, which Horovod's callback fails on, is left alone)."""
+    try:
+        return np.asarray(value).dtype.kind in "biuf"
+    except (TypeError, ValueError):
+        return False
 
 
 def _learning_rate(optimizer):
@@ -97,11 +109,12 @@ def _learning_rate(optimizer):
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Horovod's schedule: from ``start_epoch`` until ``end_epoch`` the learning rate is
     ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** (epoch - start_epoch)``),
-    set at the
-    start of each epoch (``staircase``) or each batch with fractional epochs.
-    ``momentum_correction`` scales the momentum by new_lr/old_lr for one batch when the
-    optimizer's momentum is a variable; Keras 3 optimizers keep momentum as a constant of
-    the compiled step, where the correction cannot apply and is skipped with a warning."""
+    set at the start of each epoch (``staircase``) or each batch with fractional epochs.
+    ``momentum_correction``: for the batch whose learning rate changed, the step Horovod's
+    momentum ``momentum * new_lr / old_lr`` gives; on Keras 3's SGD and RMSprop, whose
+    compiled step reads momentum as a constant, through their momentum buffers
+    (kolo.tensorflow.keras.momentum_correction). Another optimizer that keeps momentum as
+    a number is not corrected, with a warning."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
@@ -119,6 +132,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = None
         self.restore_momentum = None
         self._warned_momentum = False
+        self._buffers = None  # the momentum correction of the optimizer last seen
 
     def _autodetect_steps_per_epoch(self):
         if self.params.get("steps"):
@@ -136,13 +150,20 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         momentum = getattr(optimizer, "momentum", None)
         if not self.momentum_correction or not momentum or old_lr == 0:
             return
-        if hasattr(momentum, "assign"):
+        if hasattr(momentum, "assign"):  # a variable: Horovod's way
             self.restore_momentum = float(keras.ops.convert_to_numpy(momentum))
             momentum.assign(self.restore_momentum * new_lr / old_lr)
+            return
+        if self._buffers is None or self._buffers.optimizer is not optimizer:
+            self._buffers = _momentum_correction.for_optimizer(
+                optimizer, self.model.trainable_variables)
+        if self._buffers is not None:
+            self._buffers.begin(new_lr / old_lr)
         elif not self._warned_momentum:
             self._warned_momentum = True
             warnings.warn("%s: momentum correction skipped: %s keeps momentum as a constant "
-                          "(pass momentum_correction=False to silence this)"
+                          "and kolo corrects only SGD and RMSprop through their momentum "
+                          "buffers (pass momentum_correction=False to silence this)"
                           % (type(self).__name__, type(optimizer).__name__))
 
     def on_train_begin(self, logs=None):
@@ -165,6 +186,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.restore_momentum is not None:
             self.model.optimizer.momentum.assign(self.restore_momentum)
             self.restore_momentum = None
+        if self._buffers is not None:
+            self._buffers.end()
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
@@ -192,3 +215,32 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.end_epoch - 1 and self.verbose > 0 and _ops.rank() == 0:
             print("\nEpoch %d: finished gradual learning rate warmup to %g."
                   % (epoch + 1, _learning_rate(self.model.optimizer)))
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ``keras.callbacks.ModelCheckpoint`` that keeps only the best model
+    (``save_best_only=True``) and whose ``filepath`` is set after it is made (Horovod's
+    Spark estimator sets it); until then it is None, and training refuses to start.
+    Keras 3 checks the path's extension when the callback is made, so it is made with a
+    stand-in path that ``filepath`` then replaces."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch"):
+        super().__init__(filepath="best.weights.h5" if save_weights_only else "best.keras",
+                         monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        self.filepath = None
+
+    def _check_filepath(self):
+        if self.filepath is None:
+            raise ValueError(
+                "BestModelCheckpoint has no filepath: set its filepath attribute (a path "
+                "ending in .keras, or .weights.h5 with save_weights_only=True) before training")
+
+    def on_train_begin(self, logs=None):
+        self._check_filepath()
+        super().on_train_begin(logs)
+
+    def _get_file_path(self, epoch, batch, logs):
+        self._check_filepath()
+        return super()._get_file_path(epoch, batch, logs)
