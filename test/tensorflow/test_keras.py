@@ -74,6 +74,14 @@ def test_distributed_optimizer_is_named_as_horovods():
         "DistributedRMSprop"
 
 
+def test_distributed_optimizer_takes_average_and_sum_only_as_horovods():
+    for op in (hvd.Min, hvd.Max, hvd.Product, hvd.Adasum, 7):
+        with pytest.raises(ValueError, match="op currently only supports Average and Sum"):
+            hvd_k.DistributedOptimizer(keras.optimizers.SGD(), op=op)
+    for op in (hvd.Average, hvd.Sum):
+        hvd_k.DistributedOptimizer(keras.optimizers.SGD(), op=op)
+
+
 def _apply(opt, grads_per_call, shape=(3,)):
     v = keras.Variable(np.zeros(shape, np.float32))
     seen = []

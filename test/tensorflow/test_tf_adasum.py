@@ -99,3 +99,67 @@ def test_horovods_refusals_on_every_rank():
                                  backward_passes_per_step=2, average_aggregated_gradients=True)
     with pytest.raises(ValueError, match="op currently only supports Average and Sum"):
         hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)
+
+
+def _delta_reference(lr, every_grads, w0):
+    """The deltas' Adasum after one local step of gradient descent per rank (every rank's
+    delta is -lr * its gradient), added to the start."""
+    from adasum_reference import adasum
+    return w0 + adasum([[-lr * g] for g in every_grads])[0]
+
+
+def test_a_tf_compat_v1_optimizer_with_adasum_combines_the_deltas_eagerly():
+    # Horovod's _DistributedAdasumOptimizer: each rank applies its own gradients, then the
+    # variables' change is combined with Adasum (kolo: every backward_passes_per_step-th
+    # step; Horovod's apply_gradients() never reaches this, see moving-from-horovod.md).
+    grads = every_rank(5, [4, 4], np.float64)  # two steps' gradients of every rank
+    w0 = np.linspace(-1.0, 1.0, 4)
+    w = tf.Variable(w0)
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                                   op=hvd.Adasum, backward_passes_per_step=2)
+    assert opt.get_name() == "DistributedDeltaGradientDescentOptimizer"
+    step = lambda k: opt.minimize(lambda: tf.reduce_sum(w * grads[R][k]), var_list=[w])
+    if not POWER_OF_TWO:
+        step(0)  # no exchange on the first of two passes
+        with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+            step(1)
+        return
+    step(0)
+    assert np.allclose(w.numpy(), w0 - 0.5 * grads[R][0])  # this rank's own step
+    step(1)
+    summed = [g[0] + g[1] for g in grads]
+    assert np.allclose(w.numpy(), _delta_reference(0.5, summed, w0), rtol=1e-12)
+    sub = hvd.add_process_set([0, 1] if N > 2 else [1])
+    try:
+        with pytest.raises(NotImplementedError, match="Adasum does not support process sets"):
+            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                                     op=hvd.Adasum, process_set=sub)
+    finally:
+        hvd.remove_process_set(sub)
+
+
+def test_a_tf_compat_v1_optimizer_with_adasum_combines_the_deltas_in_a_session():
+    grads = every_rank(6, [3, 3], np.float64)
+    w0 = np.array([0.5, -1.0, 2.0])
+    with tf.Graph().as_default():
+        g = tf.compat.v1.placeholder(tf.float64, [3])
+        w = tf.Variable(w0)
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.25),
+                                       op=hvd.Adasum)
+        if not POWER_OF_TWO:
+            with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+                opt.minimize(tf.reduce_sum(w * g), var_list=[w])
+            return
+        train = opt.minimize(tf.reduce_sum(w * g), var_list=[w])
+        assert opt.get_slot(w, "delta_start") is not None
+        with pytest.raises(NotImplementedError, match="tf.cond"):
+            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.25),
+                                     op=hvd.Adasum, backward_passes_per_step=2).minimize(
+                                         tf.reduce_sum(w * g), var_list=[w])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            want = w0
+            for k in range(2):
+                sess.run(train, {g: grads[R][k]})
+                want = _delta_reference(0.25, [every[k] for every in grads], want)
+                assert np.allclose(sess.run(w), want, rtol=1e-12), k

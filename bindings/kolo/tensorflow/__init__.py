@@ -44,10 +44,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if _legacy.is_legacy_optimizer(optimizer):
         if op == Adasum:
-            raise NotImplementedError(
-                "op=Adasum with a tf.compat.v1 optimizer (Horovod's _DistributedAdasumOptimizer) "
-                "is not supported by kolo yet; use op=Average, or a Keras optimizer with "
-                "DistributedGradientTape(op=Adasum)")
+            return _legacy.DistributedAdasumOptimizer(
+                optimizer, name, use_locking, compression, backward_passes_per_step,
+                process_set)
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         _reduce_op(op, None)

@@ -10,6 +10,7 @@ allreduce of the dense gradients, tf.IndexedSlices gathered, local variables kep
 """
 import tensorflow as tf
 
+from kolo.common.ops import Adasum
 from kolo.tensorflow import gradients as _gradients
 
 
@@ -57,6 +58,99 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
 
     def variables(self, *args, **kwargs):
         return self._optimizer.variables(*args, **kwargs)
+
+
+class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
+    """Horovod's delta optimizer for op=Adasum: the wrapped optimizer applies this rank's
+    gradients, then every ``backward_passes_per_step``-th step the variables' change since
+    the last such step (the delta) is combined over the ranks with Adasum, and each
+    variable becomes its start plus the combined delta.
+
+    Horovod's ``_DistributedAdasumOptimizer`` describes this in its ``_apply_dense``
+    methods, but its ``apply_gradients()`` (and so ``minimize()``) hands the gradients to
+    the wrapped optimizer's, which never reaches them: under Horovod each rank trains on its
+    own. kolo combines the deltas (docs/moving-from-horovod.md: protects data)."""
+
+    def __init__(self, optimizer, name, use_locking, compression, backward_passes_per_step):
+        if name is None:
+            name = "DistributedDelta%s" % type(optimizer).__name__
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._compression = compression
+        self._every = int(backward_passes_per_step)
+        self._steps = None  # a tf.Variable, made with the first apply_gradients()
+
+    def compute_gradients(self, *args, **kwargs):
+        """The wrapped optimizer's, unreduced: the deltas are what travels."""
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]
+        starts = [self._zeros_slot(v, "delta_start", self._name) for v in variables]
+        if self._steps is None:
+            with tf.init_scope():
+                self._steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name=self._name + "_step_count")
+        if tf.executing_eagerly():
+            return self._apply_eagerly(grads_and_vars, variables, starts, global_step, name)
+        if self._every > 1:
+            raise NotImplementedError(
+                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer in "
+                "a TF1 graph is not supported: the deltas would be combined inside tf.cond, "
+                "and kolo's collectives cannot run inside control flow of a TF1 graph. Pass "
+                "backward_passes_per_step=1, or run eagerly")
+        # The first step's starting point (no collective inside the tf.cond).
+        begin = tf.cond(tf.equal(self._steps, 0),
+                        lambda: tf.group(*[s.assign(v) for s, v in zip(starts, variables)]),
+                        tf.no_op)
+        with tf.control_dependencies([begin]):
+            apply = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                    name=name)
+        with tf.control_dependencies([apply]):
+            deltas = [v.read_value() - s.read_value() for s, v in zip(starts, variables)]
+        combined = self._combine(deltas)
+        ends = [s.assign_add(d) for s, d in zip(starts, combined)]
+        updates = [v.assign(e) for v, e in zip(variables, ends)]
+        with tf.control_dependencies(updates):
+            return self._steps.assign_add(1).op
+
+    def _apply_eagerly(self, grads_and_vars, variables, starts, global_step, name):
+        if int(self._steps.numpy()) == 0:
+            for s, v in zip(starts, variables):
+                s.assign(v)
+        apply = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                name=name)
+        if int(self._steps.numpy()) % self._every == self._every - 1:
+            combined = self._combine([v - s for s, v in zip(starts, variables)])
+            for s, v, d in zip(starts, variables, combined):
+                v.assign(s.assign_add(d))
+        self._steps.assign_add(1)
+        return apply
+
+    def _combine(self, deltas):
+        if not deltas:
+            return []
+        return _gradients.grouped_allreduce(deltas, compression=self._compression, op=Adasum)
+
+    def get_slot(self, var, name):
+        mine = super().get_slot(var, name)
+        return mine if mine is not None else self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self):
+        return super().get_slot_names() + self._optimizer.get_slot_names()
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                               backward_passes_per_step, process_set):
+    """Horovod's wrapper of a tf.compat.v1 optimizer for op=Adasum."""
+    if process_set.process_set_id != 0:
+        raise NotImplementedError("Adasum does not support process sets yet")
+    return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                                       backward_passes_per_step)
 
 
 def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,

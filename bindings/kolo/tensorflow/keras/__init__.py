@@ -129,7 +129,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1, got %r"
                          % backward_passes_per_step)
-    if _ops._reduce_op(op, None) == _ops.Adasum:  # Horovod: "Average and Sum"
+    if op not in (_ops.Average, _ops.Sum):  # Horovod's rule and message
         raise ValueError("op currently only supports Average and Sum")
     base = type(optimizer)
     # The class keeps the user's name and module, so a saved model names the plain
