@@ -20,6 +20,16 @@ _TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step 
                     "locally.")
 
 
+def zero_grad_when_idle(optimizer, *args, **kwargs):
+    """Both DistributedOptimizers' zero_grad(): Horovod's refusal while reductions of this
+    step are pending, else the wrapped optimizer's."""
+    if optimizer._handles:
+        raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                             "before optimizer.step() or optimizer.synchronize(). This is "
+                             "prohibited as it can cause a race condition.")
+    return super(optimizer._kolo_wrapper, optimizer).zero_grad(*args, **kwargs)
+
+
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
         super(self._kolo_wrapper, self).__init__(params)
@@ -111,8 +121,4 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     step.hooked = True
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
-        return super(self._kolo_wrapper, self).zero_grad(*args, **kwargs)
+        return zero_grad_when_idle(self, *args, **kwargs)

@@ -16,7 +16,7 @@ import torch
 
 from kolo.common.ops import check_op
 from kolo.torch import mpi_ops as _ops
-from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer
+from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer, zero_grad_when_idle
 from kolo.torch._optimizer_names import named as _named
 from kolo.torch.compression import Compression
 from kolo.torch.functions import broadcast_object
@@ -263,11 +263,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     step.hooked = True
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
-        return super(self._kolo_wrapper, self).zero_grad(*args, **kwargs)
+        return zero_grad_when_idle(self, *args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
