@@ -9,7 +9,7 @@ checked from its sources without importing them:
   kolo.torch.mpi_ops only re-exports it, as Horovod's module has its library.
 
 Prints the import graph and "package shape: OK"; exits 1 naming what breaks a rule.
-Usage: package_shape_check.py [PACKAGE_DIR] (default: bindings/kolo of this checkout)."""
+Usage: package_shape_check.py [PACKAGE_DIR] (default: python/kolo of this checkout)."""
 import ast
 import os
 import sys
@@ -89,7 +89,7 @@ def cycle(graph):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     package_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        here, "..", "..", "bindings", "kolo")
+        here, "..", "..", "python", "kolo")
     found = modules(package_dir)
     graph, problems = {}, []
     for name, path in sorted(found.items()):
