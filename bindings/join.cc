@@ -22,8 +22,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/mutex.h"
 #include "kolo/status.h"
-#include "mutex.h"
 
 namespace py = pybind11;
 

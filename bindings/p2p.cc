@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "join.h"
 #include "kolo/status.h"
-#include "mutex.h"
 
 namespace py = pybind11;
 
