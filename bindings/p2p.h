@@ -1,6 +1,6 @@
 // Point-to-point messages (send, recv, recv from any source) for kolo's
 // torch.distributed backend, registered on kolo._core as P2PComm and
-// P2PRequest. See p2p.cc.
+// P2PRequest (ops/p2p.h).
 #pragma once
 
 #include <pybind11/pybind11.h>
