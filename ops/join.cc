@@ -13,59 +13,27 @@
 // torch.distributed's store, orders the turns, and bounds the whole by the
 // init timeout: every call here blocks without the GIL.
 //
-// The joined communicator lives from join to join_finalize(); it is the one
-// process-wide value here (guarded by a mutex), read by point-to-point
-// messages (WorldComm) as MPI_COMM_WORLD is under mpirun.
+// The joined communicator lives in a JoinedRanks from the first join to
+// Finalize(); the binding holds the one JoinedRanks, and point-to-point
+// messages (ops/p2p.h) run on its world() as on MPI_COMM_WORLD under mpirun.
 #include "ops/join.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "base/mutex.h"
-
 namespace kolo {
 namespace {
 
-std::string MpiText(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
-  return std::string(text, len);
-}
-
-Status MpiCall(int rc, const std::string& call) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  return Status::Internal("joining kolo's ranks: " + call + " failed: " + MpiText(rc));
-}
-
-bool MpiUsable() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
-Mutex joined_mutex;
-MPI_Comm joined GUARDED_BY(joined_mutex) = MPI_COMM_NULL;
-
-// Replaces the joined communicator, freeing the one it had.
-void SetJoined(MPI_Comm comm) {
-  MutexLock lock(&joined_mutex);
-  if (joined != MPI_COMM_NULL) MPI_Comm_free(&joined);
-  joined = comm;
+Status JoinStatus(int rc, const std::string& call) {
+  Status s = MpiStatus(rc, call.c_str());
+  if (s.ok()) return s;
+  return Status::Internal("joining kolo's ranks: " + s.message());
 }
 
 }  // namespace
 
-namespace join {
-
-MPI_Comm Joined() {
-  MutexLock lock(&joined_mutex);
-  return joined;
-}
-
 // MPI as a singleton that can connect to the others: the server's URI first.
-Status InitMpi(const std::string& server_uri) {
+Status InitJoinableMpi(const std::string& server_uri) {
   int initialized = 0, finalized = 0, level = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -79,8 +47,8 @@ Status InitMpi(const std::string& server_uri) {
   if (setenv("OMPI_MCA_pmix_server_uri", server_uri.c_str(), 1) != 0) {
     return Status::Internal("joining kolo's ranks: setenv(OMPI_MCA_pmix_server_uri) failed");
   }
-  KOLO_RETURN_IF_ERROR(
-      MpiCall(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &level), "MPI_Init_thread"));
+  KOLO_RETURN_IF_ERROR(JoinStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &level),
+                                  "MPI_Init_thread"));
   // Failures come back as statuses from here on, not as aborts.
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -95,75 +63,80 @@ Status InitMpi(const std::string& server_uri) {
   return Status::OK();
 }
 
-Result<std::string> OpenPort() {
+Result<std::string> OpenJoinPort() {
   char port[MPI_MAX_PORT_NAME] = {};
-  KOLO_RETURN_IF_ERROR(MpiCall(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port"));
+  KOLO_RETURN_IF_ERROR(JoinStatus(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port"));
   return std::string(port);
 }
 
-// One side of a connection, merged into an intracommunicator (`high`: this
-// side's ranks come last) that replaces the joined one.
-Status Merge(MPI_Comm inter, bool high, const char* call) {
+void CloseJoinPort(const std::string& port) {
+  if (MpiUsable()) MPI_Close_port(port.c_str());
+}
+
+Status JoinedRanks::Merge(MPI_Comm inter, bool high, const char* call) {
   MPI_Comm merged = MPI_COMM_NULL;
   int rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &merged);
   MPI_Comm_disconnect(&inter);
-  KOLO_RETURN_IF_ERROR(MpiCall(rc, std::string("MPI_Intercomm_merge after ") + call));
+  KOLO_RETURN_IF_ERROR(JoinStatus(rc, std::string("MPI_Intercomm_merge after ") + call));
   MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
-  SetJoined(merged);
+  MutexLock lock(&mu_);
+  comm_ = MpiComm(merged);  // frees the one it replaces
   return Status::OK();
 }
 
 // The next rank's connection, accepted by every rank joined so far.
-Status Accept(const std::string& port) {
-  MPI_Comm comm = Joined();
-  if (comm == MPI_COMM_NULL) comm = MPI_COMM_SELF;  // rank 0, alone so far
+Status JoinedRanks::Accept(const std::string& port) {
+  MPI_Comm joined = comm();
+  if (joined == MPI_COMM_NULL) joined = MPI_COMM_SELF;  // rank 0, alone so far
   MPI_Comm inter = MPI_COMM_NULL;
-  KOLO_RETURN_IF_ERROR(
-      MpiCall(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept"));
+  KOLO_RETURN_IF_ERROR(JoinStatus(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, joined, &inter),
+                                  "MPI_Comm_accept"));
   return Merge(inter, false, "MPI_Comm_accept");
 }
 
 // This process's connection to the ranks joined before it.
-Status Connect(const std::string& port) {
-  if (Joined() != MPI_COMM_NULL) {
+Status JoinedRanks::Connect(const std::string& port) {
+  if (comm() != MPI_COMM_NULL) {
     return Status::PreconditionFailed("joining kolo's ranks: this process has joined already");
   }
   MPI_Comm inter = MPI_COMM_NULL;
   KOLO_RETURN_IF_ERROR(
-      MpiCall(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
-              "MPI_Comm_connect to port " + port));
+      JoinStatus(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
+                 "MPI_Comm_connect to port " + port));
   return Merge(inter, true, "MPI_Comm_connect");
 }
 
-int JoinedSize() {
-  MPI_Comm comm = Joined();
+int JoinedRanks::size() const {
+  MPI_Comm joined = comm();
   int size = 1;
-  if (comm != MPI_COMM_NULL) MPI_Comm_size(comm, &size);
+  if (joined != MPI_COMM_NULL) MPI_Comm_size(joined, &size);
   return size;
 }
 
-int JoinedRank() {
-  MPI_Comm comm = Joined();
+int JoinedRanks::rank() const {
+  MPI_Comm joined = comm();
   int rank = 0;
-  if (comm != MPI_COMM_NULL) MPI_Comm_rank(comm, &rank);
+  if (joined != MPI_COMM_NULL) MPI_Comm_rank(joined, &rank);
   return rank;
 }
 
-void ClosePort(const std::string& port) {
-  if (MpiUsable()) MPI_Close_port(port.c_str());
+MPI_Comm JoinedRanks::comm() const {
+  MutexLock lock(&mu_);
+  return comm_.get();
 }
 
-Status Finalize() {
+MPI_Comm JoinedRanks::world() const {
+  MPI_Comm joined = comm();
+  return joined == MPI_COMM_NULL ? MPI_COMM_WORLD : joined;
+}
+
+Status JoinedRanks::Finalize() {
   if (!MpiUsable()) return Status::OK();
-  SetJoined(MPI_COMM_NULL);
-  return MpiCall(MPI_Finalize(), "MPI_Finalize");
-}
-
-}  // namespace join
-
-MPI_Comm WorldComm() {
-  MPI_Comm comm = join::Joined();
-  return comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm;
+  {
+    MutexLock lock(&mu_);
+    comm_ = MpiComm();  // frees the joined communicator
+  }
+  return JoinStatus(MPI_Finalize(), "MPI_Finalize");
 }
 
 }  // namespace kolo

@@ -14,7 +14,7 @@
 //
 // Waiting polls MPI_Test without the GIL: a short spin, then sleeps backing
 // off to 1 ms, so that a waiting rank leaves the core to the others (ranks
-// share cores). The Python glue gives Python a look at its signals every
+// share cores). The binding gives Python a look at its signals every
 // 0.1 s and bounds the wait by the caller's timeout; a receive that timed out
 // is withdrawn with MPI_Cancel. Messages are bytes: a receive checks that the
 // sender sent exactly as many bytes as its tensor holds (more is
@@ -28,7 +28,7 @@
 #include <string>
 #include <thread>
 
-#include "ops/join.h"
+#include "ops/mpi.h"
 
 namespace kolo {
 namespace {
@@ -42,25 +42,6 @@ constexpr int kCreateTag = 0x6b6f;
 // longest sleep between two tests.
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kMaxPause = std::chrono::milliseconds(1);
-
-std::string MpiText(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
-  return std::string(text, len);
-}
-
-Status MpiCall(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return Status::OK();
-  return Status::Internal(std::string(call) + " failed: " + MpiText(rc));
-}
-
-bool MpiUsable() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
 
 }  // namespace
 
@@ -80,7 +61,7 @@ void P2PRequest::Finish(int rc, const MPI_Status& st) {
   done_ = true;
   request_ = MPI_REQUEST_NULL;
   if (!recv_) {
-    if (rc != MPI_SUCCESS) status_ = Status::Internal("MPI_Isend failed: " + MpiText(rc));
+    if (rc != MPI_SUCCESS) status_ = MpiStatus(rc, "MPI_Isend");
     return;
   }
   int cancelled = 0;
@@ -97,7 +78,7 @@ void P2PRequest::Finish(int rc, const MPI_Status& st) {
     status_ = Status::PreconditionFailed("rank " + std::to_string(source_) +
                                          " sent a larger tensor: more bytes than " + tensor);
   } else if (rc != MPI_SUCCESS) {
-    status_ = Status::Internal("MPI_Irecv failed: " + MpiText(rc));
+    status_ = MpiStatus(rc, "MPI_Irecv");
   } else {
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
@@ -148,8 +129,8 @@ bool P2PRequest::Cancel() {
   return status_.code() == StatusCode::kAborted;
 }
 
-Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, int kolo_rank,
-                                                 int kolo_size) {
+Result<std::shared_ptr<P2PComm>> P2PComm::Create(MPI_Comm world, const std::vector<int>& ranks,
+                                                 int kolo_rank, int kolo_size) {
   if (!MpiUsable())
     return Status::PreconditionFailed("MPI is not initialized (kolo is not running)");
   int provided = 0, world_rank = 0, world_size = 0;
@@ -160,7 +141,6 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
         "thread while kolo's background thread runs), but MPI was initialized with less; let "
         "kolo initialize MPI, or use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
   }
-  const MPI_Comm world = WorldComm();  // the joined ranks under torchrun
   MPI_Comm_rank(world, &world_rank);
   MPI_Comm_size(world, &world_size);
   if (world_rank != kolo_rank || world_size != kolo_size) {
@@ -183,7 +163,7 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
   if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world, group, kCreateTag, &comm);
   MPI_Group_free(&world_group);
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
-  KOLO_RETURN_IF_ERROR(MpiCall(rc, "MPI_Comm_create_group"));
+  KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Comm_create_group"));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int rank = 0, size = 0, found = 0;
   int* tag_ub = nullptr;
@@ -195,8 +175,7 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(const std::vector<int>& ranks, 
 
 void P2PComm::Free() {
   MutexLock lock(&mu_);
-  if (comm_ != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&comm_);
-  comm_ = MPI_COMM_NULL;
+  comm_ = MpiComm();  // frees it, unless MPI was finalized
 }
 
 Result<std::shared_ptr<P2PRequest>> P2PComm::Start(bool recv, uintptr_t data, int64_t bytes,
@@ -217,7 +196,7 @@ Result<std::shared_ptr<P2PRequest>> P2PComm::Start(bool recv, uintptr_t data, in
                                    std::to_string(INT_MAX) + " bytes (2 GiB - 1)");
   }
   MutexLock lock(&mu_);
-  if (!MpiUsable() || comm_ == MPI_COMM_NULL) {
+  if (!MpiUsable() || !comm_) {
     return Status::PreconditionFailed(std::string(what) +
                                       ": the process group was destroyed (or kolo shut down)");
   }
@@ -225,9 +204,9 @@ Result<std::shared_ptr<P2PRequest>> P2PComm::Start(bool recv, uintptr_t data, in
   const int count = static_cast<int>(bytes);
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc = recv ? MPI_Irecv(buffer, count, MPI_BYTE, peer < 0 ? MPI_ANY_SOURCE : peer, tag,
-                                  comm_, &request)
-                      : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm_, &request);
-  KOLO_RETURN_IF_ERROR(MpiCall(rc, recv ? "MPI_Irecv" : "MPI_Isend"));
+                                  comm_.get(), &request)
+                      : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm_.get(), &request);
+  KOLO_RETURN_IF_ERROR(MpiStatus(rc, recv ? "MPI_Irecv" : "MPI_Isend"));
   return std::make_shared<P2PRequest>(request, recv, bytes, peer);
 }
 

@@ -12,6 +12,7 @@
 
 #include "base/mutex.h"
 #include "kolo/status.h"
+#include "ops/mpi.h"
 
 namespace kolo {
 
@@ -62,12 +63,12 @@ class P2PRequest {
 // The communicator of one torch.distributed group, for point-to-point only.
 class P2PComm {
  public:
-  // Collective over `ranks` (ranks of WorldComm(), in group order) only.
+  // Collective over `ranks` (ranks of `world`, in group order) only.
+  // `world`: the communicator of every rank (JoinedRanks::world()).
   // `kolo_rank` / `kolo_size`: this process in kolo's job, which must be
-  // WorldComm() for the ranks to mean the same.
-  static Result<std::shared_ptr<P2PComm>> Create(const std::vector<int>& ranks, int kolo_rank,
-                                                 int kolo_size);
-  ~P2PComm() { Free(); }
+  // `world` for the ranks to mean the same.
+  static Result<std::shared_ptr<P2PComm>> Create(MPI_Comm world, const std::vector<int>& ranks,
+                                                 int kolo_rank, int kolo_size);
   P2PComm(const P2PComm&) = delete;
   P2PComm& operator=(const P2PComm&) = delete;
 
@@ -86,7 +87,7 @@ class P2PComm {
       : comm_(comm), rank_(rank), size_(size), tag_ub_(tag_ub) {}
 
   Mutex mu_;
-  MPI_Comm comm_ GUARDED_BY(mu_);
+  MpiComm comm_ GUARDED_BY(mu_);
   const int rank_, size_, tag_ub_;
 };
 

@@ -1,16 +1,20 @@
-// kolo._core's P2PComm and P2PRequest (ops/p2p.h): the torch.distributed
-// backend's point-to-point messages, waited for without the GIL.
-#include "p2p.h"
+// kolo._core's MPI outside the runtime, for kolo's torch.distributed backend:
+// joining the ranks that torchrun or torch.multiprocessing.spawn started
+// (join_*, ops/join.h) and point-to-point messages among them (P2PComm,
+// P2PRequest, ops/p2p.h). Every call that waits lets the GIL go.
+#include "c10d_mpi.h"
 
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kolo/status.h"
+#include "ops/join.h"
 #include "ops/p2p.h"
 
 namespace py = pybind11;
@@ -27,6 +31,10 @@ constexpr double kSignalCheckSeconds = 0.1;
 [[noreturn]] void Throw(const Status& s) {
   if (s.code() == StatusCode::kInvalidArgument) throw py::value_error(s.message());
   throw std::runtime_error(s.message());
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Throw(s);
 }
 
 template <typename T>
@@ -59,18 +67,46 @@ bool Wait(P2PRequest& request, double timeout) {
   }
 }
 
-}  // namespace
+void RegisterJoin(py::module_& m, JoinedRanks* joined) {
+  using Release = py::call_guard<py::gil_scoped_release>;
+  m.def(
+      "join_init_mpi", [](const std::string& uri) { Check(InitJoinableMpi(uri)); },
+      py::arg("server_uri"), Release(),
+      "MPI_Init_thread as a singleton that reaches the ompi-server at `server_uri`.");
+  m.def(
+      "join_open_port", [] { return Check(OpenJoinPort()); }, Release(),
+      "Rank 0: a port name for the others to connect to.");
+  m.def(
+      "join_close_port", [](const std::string& port) { CloseJoinPort(port); }, Release());
+  m.def(
+      "join_accept", [joined](const std::string& port) { Check(joined->Accept(port)); }, Release(),
+      "Every rank joined so far: accepts the next rank's connection and merges it in last.");
+  m.def(
+      "join_connect", [joined](const std::string& port) { Check(joined->Connect(port)); },
+      Release(), "This rank: connects to the ranks joined so far and merges in after them.");
+  m.def(
+      "join_size", [joined] { return joined->size(); },
+      "How many ranks are joined (1 before any).");
+  m.def(
+      "join_rank", [joined] { return joined->rank(); }, "This process's rank among them.");
+  m.def(
+      "join_comm_handle", [joined] { return reinterpret_cast<uintptr_t>(joined->comm()); },
+      "The joined communicator's handle, for init(comm_handle=...).");
+  m.def(
+      "join_finalize", [joined] { Check(joined->Finalize()); }, Release(),
+      "Frees the joined communicator and finalizes MPI (after kolo's shutdown).");
+}
 
-void RegisterPointToPoint(py::module_& m) {
+void RegisterPointToPoint(py::module_& m, const JoinedRanks* joined) {
   py::class_<P2PComm, std::shared_ptr<P2PComm>>(
       m, "P2PComm", "A torch.distributed group's communicator for point-to-point messages")
       .def_static(
           "create",
-          [](const std::vector<int>& ranks, int kolo_rank, int kolo_size) {
+          [joined](const std::vector<int>& ranks, int kolo_rank, int kolo_size) {
             Result<std::shared_ptr<P2PComm>> comm = Status::OK();
             {
               py::gil_scoped_release release;  // collective: waits for the other members
-              comm = P2PComm::Create(ranks, kolo_rank, kolo_size);
+              comm = P2PComm::Create(joined->world(), ranks, kolo_rank, kolo_size);
             }
             return Check(std::move(comm));
           },
@@ -112,6 +148,17 @@ void RegisterPointToPoint(py::module_& m) {
       .def_property_readonly("source", &P2PRequest::source)
       .def_property_readonly("is_recv", &P2PRequest::is_recv)
       .def_property_readonly("peer", &P2PRequest::peer);
+}
+
+}  // namespace
+
+void RegisterC10dMpi(py::module_& m) {
+  // The process's one JoinedRanks, shared by join_* and P2PComm.create. Made
+  // with the module and never destroyed: a join that timed out leaves its
+  // thread waiting in MPI with it when the process exits.
+  auto* joined = new JoinedRanks();
+  RegisterJoin(m, joined);
+  RegisterPointToPoint(m, joined);
 }
 
 }  // namespace kolo
