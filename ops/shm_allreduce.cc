@@ -1,4 +1,4 @@
-#include "shm_allreduce.h"
+#include "ops/shm_allreduce.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -16,7 +16,7 @@
 
 #include "base/rows.h"
 #include "ops/cpu_kernels.h"
-#include "ops/mpi_mover.h"
+#include "ops/mpi.h"
 
 namespace kolo {
 
@@ -448,35 +448,6 @@ Status ShmAllreduce::ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t coun
     }
   }
   return Status::OK();
-}
-
-namespace {
-
-// Allreduce through the shared-memory segment (which pieces by itself).
-class ShmMover : public MpiMover {
- public:
-  ShmMover(MPI_Comm comm, const MpiOps* ops, std::unique_ptr<ShmAllreduce> shm)
-      : MpiMover(comm, ops, 0), shm_(std::move(shm)) {}
-
-  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
-    return shm_->Allreduce(buffer, count, dtype, op);
-  }
-  Status AllreduceInto(const void* in, void* out, int64_t count, DataType dtype,
-                       ReduceOp op) override {
-    return shm_->Allreduce(in, out, count, dtype, op);
-  }
-  void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
-  const char* AllreduceActivity() const override { return "SHM_ALLREDUCE"; }
-
- private:
-  std::unique_ptr<ShmAllreduce> shm_;
-};
-
-}  // namespace
-
-std::unique_ptr<HostMover> MakeShmMover(MPI_Comm comm, const MpiOps* ops,
-                                        std::unique_ptr<ShmAllreduce> shm) {
-  return std::make_unique<ShmMover>(comm, ops, std::move(shm));
 }
 
 }  // namespace kolo
