@@ -354,8 +354,8 @@ Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t co
     // order into this rank's own slot (the peers read other slices of it
     // meanwhile): it starts from rank 0's values; this rank's own term comes
     // from its input, which still holds what its slot held. Writing into the
-    // rank's own slot keeps the stores in its own cache (into rank 0's slot
-    // they cost 25-40 % at 64 MiB on the project's VM).
+    // rank's own slot keeps the stores in its own cache (stores into rank 0's
+    // slot would take each line from rank 0's cache: docs/performance.md).
     const int64_t begin = SplitBegin(n, size_, rank_) * elem;
     const int64_t len = SplitRows(n, size_, rank_);
     uint8_t* sum = mine + begin;
