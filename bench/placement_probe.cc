@@ -1,9 +1,9 @@
-// Which placement the VM's vCPUs are in right now (docs/performance.md,
-// "Machine and method"): two threads, pinned to CPUs 0 and 1, pass a cache
-// line back and forth; the fastest batch's round trip (anything else on the
-// machine only ever adds time) says whether the two vCPUs sit on
-// cores that share a cache ("near", ~65 ns on the project's VM) or on
-// different dies ("far", ~330 ns). Run before each standalone benchmark job
+// Which placement a virtual machine's two vCPUs are in right now
+// (docs/performance.md, "Machine and method"): two threads, pinned to CPUs 0
+// and 1, pass a cache line back and forth; the fastest batch's round trip
+// (anything else on the machine only ever adds time) says whether the two
+// vCPUs sit on cores that share a cache ("near") or on different dies
+// ("far"); docs/performance.md has the round trip of each. Run before each standalone benchmark job
 // (bench/standalone_jobs.py), so that every figure carries its placement.
 // Prints one JSON object.
 //
@@ -21,8 +21,9 @@
 
 namespace {
 
-// Between the two placements measured on the VM; anything else (a machine
-// with more than two CPUs, a busy one) still gets a figure and a label.
+// Between the round trips of the two placements (docs/performance.md);
+// anything else (a machine with more than two CPUs, a busy one) still gets a
+// figure and a label.
 constexpr double kFarAboveNs = 150;
 
 bool PinTo(int cpu) {

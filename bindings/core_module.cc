@@ -25,10 +25,9 @@
 #include <tuple>
 #include <vector>
 
-#include "join.h"
+#include "c10d_mpi.h"
 #include "kolo/launch_settings.h"
 #include "kolo/runtime.h"
-#include "p2p.h"
 #include "tensor_reader.h"
 #include "tree_signature.h"
 #ifdef KOLO_HAVE_XLA_FFI
@@ -533,10 +532,9 @@ PYBIND11_MODULE(_core, m) {
       py::dict(py::arg("kolo_allreduce") = py::capsule(JaxAllreduceHandler()));
 #endif
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
-  // Point-to-point messages of the torch.distributed backend (p2p.cc).
-  RegisterPointToPoint(m);
-  // Joining ranks that torchrun or torch.multiprocessing.spawn started (join.cc).
-  RegisterJoin(m);
+  // Joining ranks that torchrun or torch.multiprocessing.spawn started, and the
+  // torch.distributed backend's point-to-point messages among them (c10d_mpi.cc).
+  RegisterC10dMpi(m);
 
   py::class_<Output>(m, "Output")
       .def_property_readonly("shape", &Output::shape)

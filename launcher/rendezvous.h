@@ -7,7 +7,7 @@
 // Reply: "OK\n" or "ERR <reason>\n".
 //
 // In elastic mode (elastic.h) the same server answers rank 0's verbs, one
-// request line per connection (issue 34's contract between kolorun and the workers):
+// request line per connection (the contract between kolorun and the workers):
 //   "KOLOE <token> CHECK <g>\n"                  -> "OK SAME\n" | "OK UPDATED added|removed|both\n"
 //   "KOLOE <token> RESTART <g> <commit>\n"       -> "OK\n"
 //   "KOLOE <token> RESUMED <g> <commit> <size>\n" -> "OK\n"

@@ -57,8 +57,17 @@ Status MpiStatus(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return Status::OK();
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+  const std::string what = MPI_Error_string(rc, text, &len) == MPI_SUCCESS
+                               ? std::string(text, len)
+                               : "MPI error " + std::to_string(rc);
+  return Status::Internal(std::string(call) + " failed: " + what);
+}
+
+bool MpiUsable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
 }
 
 namespace {

@@ -32,6 +32,9 @@ class MpiComm {
 // Turns an MPI return code into a Status naming the call.
 Status MpiStatus(int rc, const char* call);
 
+// Whether MPI may be called: initialized, and not finalized yet.
+bool MpiUsable();
+
 // The ranks of `comm` on this rank's host, ordered by `key`:
 // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), except when MPI sees every rank
 // alone although some share a host (ranks of separately started processes

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/data_mover.h"
+#include "ops/host_mover.h"
 
 namespace kolo {
 

@@ -1,4 +1,4 @@
-#include "shm_allreduce.h"
+#include "ops/shm_allreduce.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -16,7 +16,7 @@
 
 #include "base/rows.h"
 #include "ops/cpu_kernels.h"
-#include "ops/mpi_mover.h"
+#include "ops/mpi.h"
 
 namespace kolo {
 
@@ -354,8 +354,8 @@ Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t co
     // order into this rank's own slot (the peers read other slices of it
     // meanwhile): it starts from rank 0's values; this rank's own term comes
     // from its input, which still holds what its slot held. Writing into the
-    // rank's own slot keeps the stores in its own cache (into rank 0's slot
-    // they cost 25-40 % at 64 MiB on the project's VM).
+    // rank's own slot keeps the stores in its own cache (stores into rank 0's
+    // slot would take each line from rank 0's cache: docs/performance.md).
     const int64_t begin = SplitBegin(n, size_, rank_) * elem;
     const int64_t len = SplitRows(n, size_, rank_);
     uint8_t* sum = mine + begin;
@@ -448,35 +448,6 @@ Status ShmAllreduce::ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t coun
     }
   }
   return Status::OK();
-}
-
-namespace {
-
-// Allreduce through the shared-memory segment (which pieces by itself).
-class ShmMover : public MpiMover {
- public:
-  ShmMover(MPI_Comm comm, const MpiOps* ops, std::unique_ptr<ShmAllreduce> shm)
-      : MpiMover(comm, ops, 0), shm_(std::move(shm)) {}
-
-  Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
-    return shm_->Allreduce(buffer, count, dtype, op);
-  }
-  Status AllreduceInto(const void* in, void* out, int64_t count, DataType dtype,
-                       ReduceOp op) override {
-    return shm_->Allreduce(in, out, count, dtype, op);
-  }
-  void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
-  const char* AllreduceActivity() const override { return "SHM_ALLREDUCE"; }
-
- private:
-  std::unique_ptr<ShmAllreduce> shm_;
-};
-
-}  // namespace
-
-std::unique_ptr<HostMover> MakeShmMover(MPI_Comm comm, const MpiOps* ops,
-                                        std::unique_ptr<ShmAllreduce> shm) {
-  return std::make_unique<ShmMover>(comm, ops, std::move(shm));
 }
 
 }  // namespace kolo

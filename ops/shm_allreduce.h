@@ -33,7 +33,7 @@
 //
 // How a rank copies its piece into its slot is chosen from measurement (see
 // CopyChooser): a plain copy keeps the slot in cache, which is fastest when the
-// ranks' cores share a cache; streaming (non-temporal) stores are ~3 x faster
+// ranks' cores share a cache; streaming (non-temporal) stores are faster
 // when they do not, because a plain store must first take each line back from
 // the other core's cache, where it went when that core read the slot one piece
 // before.
@@ -61,10 +61,10 @@ namespace kolo {
 // slot, from the time this rank's own work on each piece took (copy in,
 // reduce, copy out, per byte; waiting for other ranks not counted). Which is
 // faster depends on where the ranks' cores sit relative to each other, and a
-// hypervisor may move them while a job runs (on the project's 2-vCPU VM, every
-// few seconds between cores where a cache line goes there and back in ~65 ns
-// and cores where it takes ~330 ns, which takes a plain copy from ~14 to
-// ~3 GB/s). So one method is used until the other measures
+// hypervisor may move them while a job runs, between cores that share a cache
+// and cores on different dies, where a plain copy is several times slower
+// (docs/performance.md, "Standalone jobs"). So one method is used until the
+// other measures
 // kSwitchMargin times faster, and every kExploreEvery-th piece tries the other
 // one again.
 class CopyChooser {
@@ -100,9 +100,8 @@ class ShmAllreduce {
     double timeout_seconds = 60;    // for a peer that does not arrive
     bool single_copy = true;        // KOLO_SHM_SINGLE_COPY: false = slots always
     // Buffers from single_copy_min_bytes to single_copy_max_bytes are reduced
-    // with one copy (when permitted). Measured on the 2-core VM: both paths
-    // take the same time at 1 MiB and at 32 MiB, the single copy is faster
-    // between, the slots above (docs/architecture.md).
+    // with one copy (when permitted): the range where the single copy beats
+    // the slots (docs/architecture.md, "Shared-memory allreduce").
     int64_t single_copy_min_bytes = 1 << 20;
     int64_t single_copy_max_bytes = 32 << 20;
     // The reduce-scatter reads each peer's slice in chunks of this many bytes.

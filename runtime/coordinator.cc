@@ -1,3 +1,7 @@
+// The coordinator's pairing and deciding (coordinator.h, protocol steps 1
+// and 2): requests are added and compared on arrival, decided once every rank
+// has sent them, held back by group, and checked for stalls. The
+// resynchronization of unnamed collectives (step 3) is coordinator_resync.cc.
 #include "coordinator.h"
 
 #include <algorithm>
@@ -19,10 +23,6 @@ std::string Num(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
-}
-
-std::string Describe(const Request& r) {
-  return std::string(OpTypeName(r.op)) + " tensor '" + r.name + "'";
 }
 
 // Whether the shapes of two requests of the same op agree, and the rule's name.
@@ -50,17 +50,17 @@ std::string Disagreement(const Request& f, const Request& r) {
   const std::string other = "rank " + std::to_string(r.rank);
   std::string what;
   if (r.process_set != f.process_set) {
-    what = "Mismatched process sets for " + Describe(f) + ": " + ranks +
+    what = "Mismatched process sets for " + DescribeTensor(f) + ": " + ranks +
            " submitted it on process set " + std::to_string(f.process_set) + " but " + other +
            " submitted it on process set " + std::to_string(r.process_set) + ".";
   } else if (r.op != f.op) {
     what = "Mismatched operations for tensor '" + f.name + "': " + ranks + " asked for " +
            OpTypeName(f.op) + " but " + other + " asked for " + OpTypeName(r.op) + ".";
   } else if (r.dtype != f.dtype && f.op != OpType::kBarrier) {
-    what = "Mismatched data types for " + Describe(f) + ": " + ranks + " sent " +
+    what = "Mismatched data types for " + DescribeTensor(f) + ": " + ranks + " sent " +
            DataTypeName(f.dtype) + " but " + other + " sent " + DataTypeName(r.dtype) + ".";
   } else if (r.device != f.device) {
-    what = "Mismatched devices for " + Describe(f) + ": " + ranks + " sent a tensor on " +
+    what = "Mismatched devices for " + DescribeTensor(f) + ": " + ranks + " sent a tensor on " +
            DeviceName(f.device) + " but " + other + " sent one on " + DeviceName(r.device) + ".";
   } else if (!ShapesAgree(f, r)) {
     bool dim0_free = f.op == OpType::kAllgather || f.op == OpType::kAlltoall;
@@ -70,23 +70,23 @@ std::string Disagreement(const Request& f, const Request& r) {
            " sent a tensor of shape " + ShapeToString(r.shape) + ".";
   } else if (r.reduce_op != f.reduce_op &&
              (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter)) {
-    what = "Mismatched reduce operations for " + Describe(f) + ": " + ranks + " asked for " +
+    what = "Mismatched reduce operations for " + DescribeTensor(f) + ": " + ranks + " asked for " +
            ReduceOpName(f.reduce_op) + " but " + other + " asked for " + ReduceOpName(r.reduce_op) +
            ".";
   } else if (r.prescale != f.prescale) {
-    what = "Mismatched prescale factors for " + Describe(f) + ": " + ranks + " sent " +
+    what = "Mismatched prescale factors for " + DescribeTensor(f) + ": " + ranks + " sent " +
            Num(f.prescale) + " but " + other + " sent " + Num(r.prescale) + ".";
   } else if (r.postscale != f.postscale) {
-    what = "Mismatched postscale factors for " + Describe(f) + ": " + ranks + " sent " +
+    what = "Mismatched postscale factors for " + DescribeTensor(f) + ": " + ranks + " sent " +
            Num(f.postscale) + " but " + other + " sent " + Num(r.postscale) + ".";
   } else if (r.root != f.root) {
     what = "Mismatched broadcast root ranks for tensor '" + f.name + "': " + ranks +
            " named root " + std::to_string(f.root) + " but " + other + " named root " +
            std::to_string(r.root) + ".";
   } else if (r.group != f.group || r.group_size != f.group_size) {
-    what = "Mismatched groups for " + Describe(f) + ": " + ranks + " submitted it in group '" +
-           f.group + "' of " + std::to_string(f.group_size) + " but " + other + " in group '" +
-           r.group + "' of " + std::to_string(r.group_size) + ".";
+    what = "Mismatched groups for " + DescribeTensor(f) + ": " + ranks +
+           " submitted it in group '" + f.group + "' of " + std::to_string(f.group_size) + " but " +
+           other + " in group '" + r.group + "' of " + std::to_string(r.group_size) + ".";
   } else if (r.ranks != f.ranks) {
     std::vector<int> a(f.ranks.begin(), f.ranks.end()), b(r.ranks.begin(), r.ranks.end());
     what = "Mismatched process set ranks for '" + f.name + "': " + ranks + " asked for [" +
@@ -277,6 +277,14 @@ std::string Coordinator::RanksWhere(const Entry& entry, bool submitted) const {
   return JoinInts(ranks);
 }
 
+std::string Coordinator::RankList(const RankBits& ranks) const {
+  std::vector<int> list;
+  for (int r = 0; r < size_; ++r) {
+    if (ranks.Test(r)) list.push_back(r);
+  }
+  return JoinInts(list);
+}
+
 Response Coordinator::Decide(const std::string& name, Entry& entry) {
   const Request& f = entry.first;
   Response resp;
@@ -319,7 +327,7 @@ Response Coordinator::Decide(const std::string& name, Entry& entry) {
   if (entry.count < size_ && f.op != OpType::kAllreduce) {
     resp.op = OpType::kError;
     resp.error = "Rank(s) " + RanksWhere(entry, false) +
-                 " already called join(), so they cannot take " + "part in " + Describe(f) +
+                 " already called join(), so they cannot take " + "part in " + DescribeTensor(f) +
                  "; after join() other ranks may only allreduce.";
     return resp;
   }
@@ -433,7 +441,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
          std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
     if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
     const std::string detail =
-        Describe(e.first) +
+        DescribeTensor(e.first) +
         (e.first.call_site.empty() ? "" : " (unnamed, called at " + e.first.call_site + ")") +
         " was submitted by rank(s) " + RanksWhere(e, true) + " but not by rank(s) " +
         RanksWhere(e, false);
@@ -477,218 +485,6 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
     outcome->warnings.push_back("Stall: " + detail + " (waiting " + waited +
                                 " s). Those ranks may be slower, stuck, or taking a "
                                 "different code path.");
-  }
-}
-
-namespace {
-
-// The ranks of `bits`, as "0, 2".
-std::string RankList(const RankBits& bits, int size) {
-  std::vector<int> ranks;
-  for (int r = 0; r < size; ++r) {
-    if (bits.Test(r)) ranks.push_back(r);
-  }
-  return JoinInts(ranks);
-}
-
-}  // namespace
-
-void Coordinator::NotePlacesPaired(const Entry& entry) {
-  left_.clear();
-  std::unordered_map<std::string, RankBits> places;
-  for (const Entry::Arrival& a : entry.arrivals) {
-    const std::string& site =
-        a.request.call_site.empty() ? entry.first.call_site : a.request.call_site;
-    places.try_emplace(site, size_).first->second.Set(a.request.rank);
-  }
-  // From one place: the ranks are in step. From several (a rank-dependent
-  // branch, or a rank that skipped a collective and met the others' one of
-  // the same signature), each rank has now left its place: should the ranks
-  // disagree next, ranks still at a place another rank has left are behind.
-  if (places.size() > 1) left_ = std::move(places);
-}
-
-void Coordinator::Resync(Entry& entry, CoordinatorOutcome* outcome) {
-  // The places the ranks called number n from (a request without a place
-  // counts as from the first one), their ranks, and the round each was last
-  // called in.
-  struct Place {
-    const Request* first;
-    RankBits ranks;
-    uint64_t last = 0;
-  };
-  std::vector<Place> places;
-  for (const Entry::Arrival& a : entry.arrivals) {
-    const std::string& site =
-        a.request.call_site.empty() ? entry.first.call_site : a.request.call_site;
-    auto p = std::find_if(places.begin(), places.end(),
-                          [&](const Place& q) { return q.first->call_site == site; });
-    if (p == places.end()) p = places.insert(places.end(), {&a.request, RankBits(size_), 0});
-    p->ranks.Set(a.request.rank);
-    p->last = std::max(p->last, a.round);
-  }
-  // Behind: a place that another rank already left. Of the others, the ranks'
-  // current place is the one called last: the others have waited there since
-  // before. Called in the same round, the one fewer ranks called (the ranks
-  // that raised are fewer, mostly), then the one of the lowest rank.
-  auto behind = [&](const Place& p) {
-    auto it = left_.find(p.first->call_site);
-    return it != left_.end() && p.ranks.CountMissing(it->second) > 0;
-  };
-  const bool known =
-      std::any_of(places.begin(), places.end(), [&](const Place& p) { return !behind(p); });
-  auto later = [](const Place& a, const Place& b) {
-    if (a.last != b.last) return a.last > b.last;
-    return a.ranks.Count() < b.ranks.Count();  // places are in order of their first rank
-  };
-  const Place* kept = nullptr;
-  for (const Place& p : places) {
-    if (known && behind(p)) continue;
-    if (kept == nullptr || later(p, *kept)) kept = &p;
-  }
-  RankBits stale(size_);
-  std::string where;
-  for (const Place& p : places) {
-    if (&p == kept) continue;
-    stale.Or(p.ranks);
-    left_.try_emplace(p.first->call_site, size_).first->second.Or(p.ranks);
-    where += std::string(where.empty() ? "" : "; ") + "rank(s) " + RankList(p.ranks, size_) +
-             " called " + Describe(*p.first) + " at " + p.first->call_site;
-  }
-  const Request& k = *kept->first;
-  const Place& behind_first = kept == &places.front() ? places[1] : places.front();
-  const Request resync_for = *behind_first.first;  // copied: EmitResync rebuilds the entry
-  std::string error =
-      "Unnamed collectives out of step on process set " + std::to_string(process_set_) + ": " +
-      where + ", but rank(s) " + RankList(kept->ranks, size_) +
-      " called their unnamed collective of that number (" + Describe(k) + ") at " + k.call_site +
-      ". Unnamed collectives pair up by the order in which each rank calls them, so an "
-      "exception on some rank skipped a collective that the others called. kolo cancelled it "
-      "(nothing was exchanged) on rank(s) " +
-      RankList(stale, size_) + ", which number their next unnamed collective like it, so that it " +
-      "pairs with the collective rank(s) " + RankList(kept->ranks, size_) +
-      " wait in. Name your collectives (name=...) to pair them by name.";
-  outcome->warnings.push_back(error);
-  EmitResync(resync_for, stale, std::move(error), &outcome->responses);
-}
-
-void Coordinator::EmitResync(const Request& first, const RankBits& ranks, std::string error,
-                             std::vector<Response>* out) {
-  Response resync;
-  resync.op = OpType::kResync;
-  resync.names = {first.name};
-  resync.error = std::move(error);
-  resync.unnamed_epoch = first.unnamed_epoch;
-  resync.unnamed_from = first.unnamed_index;
-  for (int r = 0; r < size_; ++r) {
-    if (ranks.Test(r)) resync.ranks.push_back(r);
-  }
-  out->push_back(std::move(resync));
-  // Those ranks drop their collectives numbered from here on: so do their
-  // requests here. What the other ranks sent stays, as if the dropped
-  // requests had never come.
-  for (auto it = table_.begin(); it != table_.end();) {
-    const Request& f = it->second.first;
-    if (!f.unnamed() || f.unnamed_epoch != first.unnamed_epoch ||
-        f.unnamed_index < first.unnamed_index) {
-      ++it;
-      continue;
-    }
-    std::vector<Entry::Arrival> kept;
-    for (Entry::Arrival& a : it->second.arrivals) {
-      if (!ranks.Test(a.request.rank)) kept.push_back(std::move(a));
-    }
-    if (kept.empty()) {
-      groups_.erase(f.group);
-      it = table_.erase(it);
-      continue;
-    }
-    // Rebuilt from the requests that stay, as if the others had never come.
-    it->second = Entry();
-    for (size_t i = 0; i < kept.size(); ++i) {
-      AddTo(it->second, kept[i].request, i == 0, kept[i].at, kept[i].round);
-    }
-    ++it;
-  }
-}
-
-namespace {
-
-// Collectives every rank reaches at the same point of its program and waits in.
-bool Blocking(OpType op) {
-  return op == OpType::kBarrier || op == OpType::kAddProcessSet || op == OpType::kRemoveProcessSet;
-}
-
-}  // namespace
-
-void Coordinator::BreakBarrierDeadlocks(Clock::time_point now, CoordinatorOutcome* outcome) {
-  for (const std::string& key : arrival_order_) {
-    auto it = table_.find(key);
-    if (it == table_.end() || !Blocking(it->second.first.op)) continue;
-    Entry& barrier = it->second;
-    // The unnamed tensors that only ranks missing the barrier sent.
-    std::vector<std::string> skipped;
-    RankBits waiting(size_);
-    for (const std::string& k : arrival_order_) {
-      auto u = table_.find(k);
-      if (u == table_.end() || !u->second.first.unnamed()) continue;
-      if (u->second.submitted.CountMissing(barrier.submitted) < barrier.count) continue;
-      skipped.push_back(k);
-      waiting.Or(u->second.submitted);
-    }
-    // Every missing rank must wait in one of them (a rank still computing may call
-    // the barrier yet).
-    RankBits missing(size_);
-    for (int r = 0; r < size_; ++r) {
-      if (!barrier.submitted.Test(r)) missing.Set(r);
-    }
-    if (skipped.empty() || waiting.CountMissing(missing) > 0) {
-      barrier.deadlocked_since.reset();
-      continue;
-    }
-    if (!barrier.deadlocked_since) barrier.deadlocked_since = now;
-    if (std::chrono::duration<double>(now - *barrier.deadlocked_since).count() < kDeadlockGrace) {
-      continue;
-    }
-    barrier.deadlocked_since.reset();
-    const std::string holders = RanksWhere(barrier, true);
-    const std::string where = Describe(barrier.first);
-    for (const std::string& k : skipped) {
-      auto u = table_.find(k);
-      if (u == table_.end()) continue;  // dropped with an earlier one of its ranks
-      const Request first = u->second.first;
-      const RankBits ranks = u->second.submitted;
-      std::string error =
-          "Cancelled: rank(s) " + RankList(ranks, size_) + " waited in unnamed " + Describe(first) +
-          (first.call_site.empty() ? "" : " (called at " + first.call_site + ")") +
-          ", which rank(s) " + holders + " never called: they wait in " + where +
-          " (an exception there skipped the collective?). Rank(s) " + RankList(ranks, size_) +
-          " number their next unnamed collective like it, so that it pairs with the other "
-          "ranks' next one. Name your collectives (name=...) to pair them by name.";
-      outcome->warnings.push_back(error);
-      EmitResync(first, ranks, std::move(error), &outcome->responses);
-    }
-  }
-}
-
-void Coordinator::ResyncAfterBarrier(std::vector<Response>* out) {
-  // Every rank numbers its unnamed collectives afresh after a barrier, so a
-  // pending one can never meet the ranks that have not called it.
-  left_.clear();
-  for (const std::string& key : arrival_order_) {
-    auto it = table_.find(key);
-    if (it == table_.end() || !it->second.first.unnamed()) continue;
-    const Entry& e = it->second;
-    std::string error =
-        "Cancelled: every rank passed a barrier() or join() while unnamed " + Describe(e.first) +
-        (e.first.call_site.empty() ? "" : " (called at " + e.first.call_site + ")") +
-        " waited on rank(s) " + RanksWhere(e, true) + " for rank(s) " + RanksWhere(e, false) +
-        ", which never called it (an exception there skipped it?). Unnamed "
-        "collectives are numbered afresh after a barrier or join: make every rank call it before "
-        "the barrier, or name it (name=...).";
-    Request first = e.first;
-    RankBits ranks = e.submitted;
-    EmitResync(first, ranks, std::move(error), out);
   }
 }
 

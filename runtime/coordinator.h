@@ -171,6 +171,8 @@ class Coordinator {
   static constexpr double kDeadlockGrace = 1.0;  // seconds
   // The ranks that did (or did not) submit the entry's tensor, as "0, 2".
   std::string RanksWhere(const Entry& entry, bool submitted) const;
+  // The ranks of `ranks`, as "0, 2".
+  std::string RankList(const RankBits& ranks) const;
 
   int size_;
   StallSettings stall_;

@@ -84,13 +84,14 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   for (int64_t size : r.sizes) total += size;
   const auto start = Clock::now();
   uint8_t* buffer;
-  const bool in_place = entries.size() == 1 && entries[0].has_value();
+  // One entry of this rank, not fused with others: it is reduced in its own
+  // output buffer, with no fusion copies. Out of place and unscaled, the mover
+  // reads the input itself (no copy to output).
+  const bool single_entry = entries.size() == 1 && entries[0].has_value();
   // Adasum combines tensor by tensor (r.sizes), not element by element.
   const bool adasum = r.reduce_op == ReduceOp::kAdasum;
-  // A single tensor is reduced in its output buffer: no fusion copies. Out of
-  // place and unscaled, the mover reads the input itself (no copy to output).
   const void* separate_input = nullptr;
-  if (in_place) {
+  if (single_entry) {
     TensorEntry& e = *entries[0];
     buffer = static_cast<uint8_t*>(e.output.data);
     if (e.output.data != e.input.data && total > 0) {
@@ -133,7 +134,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   for (size_t i = 0; i < entries.size(); ++i) {
     const size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;
     if (entries[i]) {
-      if (!in_place && status.ok() && bytes > 0) {
+      if (!single_entry && status.ok() && bytes > 0) {
         std::memcpy(entries[i]->output.data, buffer + offset, bytes);
         Phase(*entries[i], "MEMCPY_OUT_FUSION_BUFFER", copy_start);
       }

@@ -286,6 +286,10 @@ Result<std::vector<Response>> DecodeResponses(const uint8_t* raw, size_t size) {
   return out;
 }
 
+std::string DescribeTensor(const Request& r) {
+  return std::string(OpTypeName(r.op)) + " tensor '" + r.name + "'";
+}
+
 const char* OpTypeName(OpType op) {
   switch (op) {
     case OpType::kAllreduce:

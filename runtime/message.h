@@ -67,6 +67,9 @@ struct Request {
   bool operator==(const Request& o) const;
 };
 
+// How error texts name a request's tensor: "allreduce tensor 'x'".
+std::string DescribeTensor(const Request& r);
+
 struct Response {
   OpType op = OpType::kAllreduce;  // kError for a failed negotiation
   std::vector<std::string> names;

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "autotune.h"
+#include "base/mutex.h"
 #include "config.h"
 #include "executor.h"
 #include "kolo/runtime_types.h"
-#include "mutex.h"
 #include "process_set.h"
 #include "timeline.h"
 

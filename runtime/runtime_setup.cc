@@ -124,10 +124,7 @@ void FinalizeMpiAtExit() {
   static std::once_flag registered;
   std::call_once(registered, [] {
     std::atexit([] {
-      int initialized = 0, finalized = 0;
-      MPI_Initialized(&initialized);
-      MPI_Finalized(&finalized);
-      if (initialized && !finalized) MPI_Finalize();
+      if (MpiUsable()) MPI_Finalize();
     });
   });
 }

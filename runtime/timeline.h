@@ -9,9 +9,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/mutex.h"
 #include "kolo/status.h"
 #include "message.h"
-#include "mutex.h"
 
 namespace kolo {
 

@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "kolo/runtime_types.h"
 #include "message.h"
-#include "mutex.h"
 
 namespace kolo {
 

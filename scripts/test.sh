@@ -37,7 +37,7 @@ cmake --build build-tsan -j "$(nproc)"
 
 echo "== thread-safety analysis: kolo built with clang -Wthread-safety -Werror (build-clang/)"
 # Every field shared between the caller threads and the background thread is
-# GUARDED_BY its mutex (runtime/mutex.h); clang checks each access at compile time.
+# GUARDED_BY its mutex (base/mutex.h); clang checks each access at compile time.
 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang -DKOLO_BUILD_TESTS=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_BUILD_EXAMPLES=OFF \
   -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_WITH_CUDA=OFF >/dev/null

@@ -2,10 +2,10 @@
 //
 // Why: NCCL's soname is libnccl.so.2 whatever its minor version, and the
 // dynamic linker reuses a library already loaded under that name. Linked into
-// libkolo, the NCCL kolo was built against (say 2.28) was loaded by
-// `import kolo` and then served PyTorch's libtorch_cuda.so, which needs its
-// own newer one (2.30: "undefined symbol: ncclCommResume"), so `import torch`
-// failed in any process that imported a kolo binding first. Loaded lazily,
+// libkolo, the NCCL kolo is built against (say 2.28) would be loaded by
+// `import kolo` and then serve PyTorch's libtorch_cuda.so, which needs its own
+// newer one (2.30: "undefined symbol: ncclCommResume"), so `import torch`
+// would fail in any process that imported a kolo binding first. Loaded lazily,
 // kolo takes the libnccl.so.2 already in the process (the framework's, which
 // is at least as new as kolo needs in practice), else the one found by the
 // dynamic linker, else the one it was built against. A CPU-only job never

@@ -12,9 +12,10 @@
 
 #include "test_util.h"
 
-// Under the sanitizers every byte a collective touches costs ~10 x, and the
-// search runs ~200 steps: the tensors shrink by kScale there (the search and
-// the checks stay the same; the 1 MiB threshold then no longer splits them).
+// Under the sanitizers every byte a collective touches costs many times more,
+// and the search runs ~200 steps: the tensors shrink by kScale there (the
+// search and the checks stay the same; the 1 MiB threshold then does not split
+// them).
 #ifdef KOLO_SANITIZED
 constexpr int64_t kScale = 8;
 #else

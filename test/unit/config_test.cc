@@ -528,7 +528,7 @@ TEST(Config, LauncherReadsItsSettingsThroughTheTable) {
 
 TEST(Config, StartTimeoutIsASettingWithItsHorovodAlias) {
   // kolorun's start timeout, in the table like every other setting: parsed,
-  // checked, documented, and no longer a silently ignored Horovod name.
+  // checked and documented, not a silently ignored Horovod name.
   ConfigNotes notes;
   Result<Config> c = ParseConfig({{"HOROVOD_START_TIMEOUT", "45"}}, {}, &notes);
   ASSERT_TRUE(c.ok()) << c.status().ToString();

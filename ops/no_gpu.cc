@@ -1,5 +1,5 @@
 // The GPU interface in a build without CUDA: every call says so.
-#include "gpu.h"
+#include "ops/gpu.h"
 
 namespace kolo {
 namespace {

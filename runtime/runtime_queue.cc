@@ -1,0 +1,150 @@
+// The callers' side of the queue, on their own threads: naming entries (the
+// set's next unnamed number), refusing a name already pending, queuing the
+// entries of an operation or of a refusal, and freeing names once their
+// handle is waited for. The cycles take the queue (runtime_impl.cc).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "runtime_impl.h"
+
+namespace kolo {
+
+namespace {
+
+// Names an unnamed operation's entries (the set's next number) and says which
+// names a named collective holds until its handle is waited for (barrier, join
+// and the process-set operations have fixed names and hold none).
+std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, int64_t epoch, int64_t* next) {
+  std::vector<HeldName> held;
+  if (!entries[0].request.name.empty()) {
+    if (entries[0].request.op > OpType::kReducescatter) return held;
+    for (const TensorEntry& e : entries) {
+      held.push_back({e.request.process_set, e.request.op, e.request.name});
+    }
+    return held;
+  }
+  const int64_t n = (*next)++;
+  const bool grouped = entries.size() > 1;
+  const std::string base =
+      (grouped ? "grouped_" : "") + std::string(OpTypeName(entries[0].request.op)) + ".noname." +
+      (epoch > 0 ? "e" + std::to_string(epoch) + "." : std::string()) + std::to_string(n);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Request& q = entries[i].request;
+    q.name = grouped ? base + "." + std::to_string(i) : base;
+    if (grouped) q.group = base;
+    q.unnamed_epoch = epoch;
+    q.unnamed_index = n;
+  }
+  return held;
+}
+
+}  // namespace
+
+void RuntimeImpl::Refuse(std::vector<TensorEntry> entries, const std::string& reason) {
+  for (TensorEntry& e : entries) {
+    e.request.refusal = reason.empty() ? std::string("(no reason given)") : reason;
+    e.work.reset();
+    e.ready.reset();
+  }
+  {
+    MutexLock lock(&queue_mutex_);
+    if (!running_ || shutdown_requested_) return;
+    // An unnamed refusal takes its number like a valid call, so that the
+    // ranks' unnamed collectives stay in step.
+    UnnamedState& state = unnamed_[entries[0].request.process_set];
+    (void)NameEntries(entries, state.epoch, &state.next);
+    for (TensorEntry& e : entries) queue_.push_back(std::move(e));
+  }
+  queue_cv_.Signal();
+}
+
+Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries,
+                                                   bool caller_waits) {
+  // Device tensors: checked, and their readiness recorded on the caller's
+  // stream, here on the caller's thread. A failure is a refusal: the other
+  // ranks are told.
+  for (TensorEntry& e : entries) {
+    if (e.input.device == kCpuDevice) continue;
+    const std::string what =
+        std::string(OpTypeName(e.request.op)) +
+        (e.request.name.empty() ? std::string(" (unnamed)") : " of '" + e.request.name + "'");
+    Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
+    if (!usable.ok()) {
+      Status refused = Status::InvalidArgument(what + ": " + usable.message());
+      Refuse(std::move(entries), refused.message());
+      return refused;
+    }
+    auto ready = gpu_->MarkReady(e.input.device, e.stream);
+    if (!ready.ok()) {
+      Status refused = Status::Internal(
+          what + ": could not record an event on the tensor's stream (" + ready.status().message() +
+          "); is the stream on " + DeviceName(e.input.device) + "?");
+      Refuse(std::move(entries), refused.message());
+      return refused;
+    }
+    e.ready = std::move(ready).value();
+  }
+  const int set = entries[0].request.process_set;
+  const OpType op = entries[0].request.op;
+  const bool on_host = std::all_of(entries.begin(), entries.end(), [](const TensorEntry& e) {
+    return e.input.device == kCpuDevice;
+  });
+  std::shared_ptr<Work> work;
+  auto now = Clock::now();
+  {
+    MutexLock lock(&queue_mutex_);
+    if (!running_ || shutdown_requested_) {
+      return Status::Aborted("kolo is not running" + (stop_reason_.empty()
+                                                          ? std::string(" (shutdown() was called)")
+                                                          : " (" + stop_reason_ + ")"));
+    }
+    auto& names = names_[set];
+    const uint32_t op_bit = 1u << static_cast<unsigned>(op);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string& name = entries[i].request.name;
+      if (name.empty()) continue;  // numbered below, never taken
+      bool in_flight = false;
+      for (size_t j = 0; j < i; ++j) in_flight |= entries[j].request.name == name;
+      auto use = names.find(name);
+      in_flight |= use != names.end() && use->second.in_flight;
+      if (in_flight || (use != names.end() && (use->second.unwaited & op_bit))) {
+        return Status::InvalidArgument(
+            "a collective named '" + name + "' is already pending on this rank" +
+            (in_flight ? std::string()
+                       : " (it finished, but its handle has not been synchronized yet)") +
+            "; names must be unique among operations in flight (synchronize the first one, or "
+            "use another name)");
+      }
+    }
+    // Numbered only once valid: a call refused on one rank does not count.
+    UnnamedState& state = unnamed_[set];
+    std::vector<HeldName> held = NameEntries(entries, state.epoch, &state.next);
+    for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
+    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held), on_host);
+    for (TensorEntry& e : entries) {
+      names[e.request.name].in_flight = true;
+      e.work = work;
+      e.enqueued = now;
+      queue_.push_back(std::move(e));
+    }
+  }
+  // A caller that waits at once runs the cycle itself (RunCyclesFor), or wakes
+  // the background thread there.
+  if (!(caller_waits && caller_runs_ && on_host)) queue_cv_.Signal();
+  return work;
+}
+
+void RuntimeImpl::Release(const Work& work) {
+  if (work.held_names().empty()) return;
+  MutexLock lock(&queue_mutex_);
+  for (const HeldName& h : work.held_names()) {
+    auto& names = names_[h.process_set];
+    auto use = names.find(h.name);
+    if (use == names.end()) continue;
+    use->second.unwaited &= ~(1u << static_cast<unsigned>(h.op));
+    if (!use->second.in_flight && use->second.unwaited == 0) names.erase(use);
+  }
+}
+
+}  // namespace kolo
