@@ -83,16 +83,20 @@ void RuntimeImpl::CompleteExecuted() {
   finished_.clear();  // the entries hold their Work and buffers' events
 }
 
+Clock::time_point RuntimeImpl::CycleDueAt() const {
+  return queue_.empty() ? next_cycle_at_ : std::min(next_cycle_at_, queue_due_);
+}
+
 bool RuntimeImpl::CycleDue() {
   MutexLock lock(&queue_mutex_);
-  return !queue_.empty() || shutdown_requested_ || Clock::now() >= next_cycle_at_;
+  return shutdown_requested_ || Clock::now() >= CycleDueAt();
 }
 
 void RuntimeImpl::WaitForWork() {
   MutexLock lock(&queue_mutex_);
-  // next_cycle_at_ moves when a caller runs a cycle; every wake-up reads it again.
-  while (queue_.empty() && !shutdown_requested_) {
-    auto left = next_cycle_at_ - Clock::now();
+  // Enqueue and the callers move the due time; every wake-up reads it again.
+  while (!shutdown_requested_) {
+    auto left = CycleDueAt() - Clock::now();
     if (left <= Clock::duration::zero()) break;
     queue_cv_.WaitFor(&queue_mutex_, left);
   }
@@ -139,6 +143,7 @@ void RuntimeImpl::RunCyclesFor(Work& work) {
   {
     MutexLock lock(&queue_mutex_);
     next_cycle_at_ = Clock::now();
+    queue_due_ = next_cycle_at_;
   }
   queue_cv_.Signal();
 }

@@ -98,8 +98,7 @@ class RuntimeImpl {
     kStop,        // kolo stops (shutdown, or a failure that fails everything)
   };
   void BackgroundLoop() EXCLUDES(round_mutex_, queue_mutex_);
-  // Waits until a cycle is due: work queued, a wake-up, shutdown, or
-  // next_cycle_at_.
+  // Waits until a cycle is due (CycleDueAt) or shutdown.
   void WaitForWork() EXCLUDES(queue_mutex_);
   bool CycleDue() EXCLUDES(queue_mutex_);
   // Runs one cycle; an exception fails everything and ends the cycles.
@@ -212,6 +211,13 @@ class RuntimeImpl {
   // after the last cycle (by any thread) while tensors wait, else after the
   // idle tick; a cycle that must resume, or ended, sets it to now.
   Clock::time_point next_cycle_at_ GUARDED_BY(queue_mutex_);
+  // When the queued operations are due, read only while queue_ holds some:
+  // KOLO_CYCLE_TIME after the first one that nobody waits for yet (the others
+  // that come meanwhile join it, as in Horovod's cycle), at once for a caller
+  // that waits, a refusal or a wake-up.
+  Clock::time_point queue_due_ GUARDED_BY(queue_mutex_);
+  // When the next cycle is due: the earlier of next_cycle_at_ and queue_due_.
+  Clock::time_point CycleDueAt() const REQUIRES(queue_mutex_);
   std::string stop_reason_ GUARDED_BY(queue_mutex_);
 
   std::atomic<bool> running_{false};

@@ -55,6 +55,7 @@ void RuntimeImpl::Refuse(std::vector<TensorEntry> entries, const std::string& re
     UnnamedState& state = unnamed_[entries[0].request.process_set];
     (void)NameEntries(entries, state.epoch, &state.next);
     for (TensorEntry& e : entries) queue_.push_back(std::move(e));
+    queue_due_ = Clock::now();  // the other ranks wait to hear it
   }
   queue_cv_.Signal();
 }
@@ -91,6 +92,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     return e.input.device == kCpuDevice;
   });
   std::shared_ptr<Work> work;
+  bool wake = false;
   auto now = Clock::now();
   {
     MutexLock lock(&queue_mutex_);
@@ -122,6 +124,15 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     std::vector<HeldName> held = NameEntries(entries, state.epoch, &state.next);
     for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
     work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held), on_host);
+    // Nobody waits yet: the operation waits a cycle time for others to fuse
+    // with (so a start returns before its collective runs, as in Horovod).
+    if (caller_waits) {
+      queue_due_ = now;
+    } else if (queue_.empty()) {
+      queue_due_ = now + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+      wake = true;  // the background thread may sleep past it
+    }
     for (TensorEntry& e : entries) {
       names[e.request.name].in_flight = true;
       e.work = work;
@@ -130,8 +141,9 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     }
   }
   // A caller that waits at once runs the cycle itself (RunCyclesFor), or wakes
-  // the background thread there.
-  if (!(caller_waits && caller_runs_ && on_host)) queue_cv_.Signal();
+  // the background thread there. A start that joins a batch already due
+  // later wakes nobody.
+  if (caller_waits ? !(caller_runs_ && on_host) : wake) queue_cv_.Signal();
   return work;
 }
 

@@ -1,10 +1,13 @@
 // A caller that waits for a host operation runs its cycle itself while the
 // background thread is idle (KOLO_CALLER_RUNS): results, the hand-back to the
 // background thread of a round that waits on a late rank, callers and other
-// threads' operations side by side, and the setting turned off.
+// threads' operations side by side, and the setting turned off. And a start
+// that nobody waits for yet: it waits a cycle time for others to fuse with,
+// and a caller that waits starts the round at once.
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,4 +111,36 @@ TEST_F(CallerRunsOff, EveryCycleRunsOnTheBackgroundThread) {
 }
 
 }  // namespace
+// A cycle time far longer than the test: only a waiting caller can start a round.
+class LongCycle : public CallerRuns, public ::testing::WithParamInterface<bool> {
+ protected:
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_CYCLE_TIME", "60000"}, {"KOLO_CALLER_RUNS", GetParam() ? "1" : "0"}};
+  }
+};
+
+TEST_P(LongCycle, StartsWaitForOthersToFuseWithAndAWaitingCallerRunsThemAtOnce) {
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<std::vector<float>> xs(3, std::vector<float>(8, static_cast<float>(rank_ + 1)));
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    TensorView v{xs[i].data(), DataType::kFloat32, {8}};
+    AllreduceOptions o;
+    o.op = ReduceOp::kSum;
+    o.name = "batched." + std::to_string(i);
+    auto h = rt_->EnqueueAllreduce(v, v, o);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    // Returned before its collective ran: nothing runs it within the cycle time.
+    EXPECT_FALSE(rt_->Poll(h.value())) << o.name;
+    handles.push_back(h.value());
+  }
+  for (Handle h : handles) ASSERT_TRUE(rt_->Wait(h, nullptr).ok());
+  const float want = static_cast<float>(size_ * (size_ + 1) / 2);
+  for (const auto& x : xs) EXPECT_EQ(x[0], want);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(30))
+      << "the waiting caller waited for the cycle time";
+}
+
+INSTANTIATE_TEST_SUITE_P(CallerRunsOnAndOff, LongCycle, ::testing::Bool());
+
 }  // namespace kolo::test
