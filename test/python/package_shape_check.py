@@ -4,7 +4,7 @@ checked from its sources without importing them:
 - no module is longer than 500 lines;
 - the modules' imports of each other have no cycle (deferred imports inside functions
   included: a cycle there still ties the modules together);
-- only the engine (kolo.common.collectives) and the lifecycle (kolo.common.basics, and
+- only the engine (kolo.common.engine) and the lifecycle (kolo.common.basics, and
   kolo.common.join for ranks another launcher started) call kolo._core;
   kolo.torch.mpi_ops only re-exports it, as Horovod's module has its library.
 
@@ -15,7 +15,7 @@ import os
 import sys
 
 MAX_LINES = 500
-CORE_CALLERS = {"kolo.common.collectives", "kolo.common.basics", "kolo.common.join"}
+CORE_CALLERS = {"kolo.common.engine", "kolo.common.basics", "kolo.common.join"}
 CORE_REEXPORTS = {"kolo.torch.mpi_ops"}
 
 

@@ -4,8 +4,8 @@ The codes are Horovod's (``Average`` 0, ``Sum`` 1, ``Adasum`` 2, ``Min`` 3, ``Ma
 ``Product`` 5) and the core's, the same in every binding: ``op=<int>`` means Horovod's op."""
 import warnings
 
-from kolo.common import collectives as _engine
-from kolo.common.collectives import REDUCE_OPS, KoloInternalError
+from kolo.common import engine as _engine
+from kolo.common.engine import REDUCE_OPS, KoloInternalError
 
 Average, Sum, Adasum, Min, Max, Product = (
     REDUCE_OPS[n] for n in ("average", "sum", "adasum", "min", "max", "product"))

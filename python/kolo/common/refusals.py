@@ -6,7 +6,7 @@ announces the refusals of its own checks itself."""
 import functools
 import inspect
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common.process_sets import _set_id
 
 

@@ -4,11 +4,9 @@ methods of KoloProcessGroup, as a mixin over its naming (``_name``), its start o
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
-from kolo.torch._tensors import DTYPES as _DTYPES
-from kolo.torch._tensors import stream as _stream
-from kolo.torch._tensors import view as _flat_view
-from kolo.torch._c10d_work import KoloWork, _check, _completer, _copy_result, _view
+from kolo.common import engine as _engine
+from kolo.torch._tensors import READER as _READER
+from kolo.torch._c10d_work import KoloWork, _PREFIX, _check, _completer, _copy_result, _flat
 
 _R = _engine.REDUCE_OPS
 _OPS = {
@@ -44,8 +42,8 @@ class Collectives:
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts, op)
         t = tensors[0]
-        h = _engine.allreduce_async(_view(t), t.data_ptr(), self._name("allreduce", t), op,
-                                    1.0, 1.0, self._set_id, _stream(t))
+        h = _engine.allreduce_async(_READER, _flat(t), None, _PREFIX + "allreduce tensor 0",
+                                    self._name("allreduce", t), op, 1.0, 1.0, self._set_id)
         return self._start("allreduce", h, lambda out: tensors)
 
     def _sparse_allreduce(self, t, op):
@@ -58,8 +56,7 @@ class Collectives:
         c = t.coalesce()
         indices = c.indices().t().contiguous()  # [nnz, sparse dims]
         values = c.values().contiguous()  # [nnz, dense shape...]
-        if values.dtype not in _DTYPES:
-            _check(values, "sparse all_reduce values")
+        _check(values, "sparse all_reduce values")
 
         def finish(out, _keep=(indices, values)):
             parts = []
@@ -71,9 +68,9 @@ class Collectives:
             with torch.no_grad():
                 t.copy_(total)
             return [t]
-        h = _engine.grouped_allgather_async([_flat_view(x) for x in (indices, values)],
-                                            self._name("grouped_allgather"), self._set_id,
-                                            _stream(values))
+        h = _engine.grouped_allgather_async(_READER, (indices, values),
+                                            _PREFIX + "sparse all_reduce",
+                                            self._name("grouped_allgather"), self._set_id)
         return self._start("sparse all_reduce", h, finish)
 
     def allreduce_coalesced(self, tensors, opts=None, op=None):
@@ -82,10 +79,10 @@ class Collectives:
                           "allreduce_coalesced")
         for i, t in enumerate(tensors):
             _check(t, "allreduce_coalesced tensor %d" % i)
-        h = _engine.grouped_allreduce_async([_view(t) for t in tensors],
-                                            [t.data_ptr() for t in tensors],
+        h = _engine.grouped_allreduce_async(_READER, [_flat(t) for t in tensors], None,
+                                            _PREFIX + "allreduce_coalesced",
                                             self._name("grouped_allreduce"), op, 1.0, 1.0,
-                                            self._set_id, _stream(tensors[0]))
+                                            self._set_id)
         return self._start("allreduce_coalesced", h, lambda out: tensors)
 
     # broadcast ------------------------------------------------------------------------
@@ -95,8 +92,8 @@ class Collectives:
         works = []
         for i, t in enumerate(tensors):
             _check(t, "broadcast tensor %d" % i)
-            h = _engine.broadcast_async(_view(t), int(root), self._name("broadcast"),
-                                        self._set_id, _stream(t))
+            h = _engine.broadcast_async(_READER, _flat(t), _PREFIX + "broadcast tensor %d" % i,
+                                        int(root), self._name("broadcast"), self._set_id)
             works.append(h)
         return self._chain("broadcast", works, tensors)
 
@@ -110,8 +107,9 @@ class Collectives:
 
     def _allgather_handle(self, t):
         _check(t, "allgather input")
-        return _engine.allgather_async(_flat_view(t, [1, t.numel()]), self._name("allgather"),
-                                       self._set_id, _stream(t))
+        return _engine.allgather_async(_READER, t.reshape(1, t.numel()),
+                                       _PREFIX + "allgather input", self._name("allgather"),
+                                       self._set_id)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
@@ -178,8 +176,8 @@ class Collectives:
                     outs[i].copy_(row.view(outs[i].shape))
             return [o for outs in output_lists for o in outs]
         h = _engine.grouped_allgather_async(
-            [_flat_view(inputs[i], [1, inputs[i].numel()]) for i in full],
-            self._name("grouped_allgather"), self._set_id, _stream(inputs[full[0]]))
+            _READER, [inputs[i].reshape(1, inputs[i].numel()) for i in full],
+            _PREFIX + "all_gather_coalesced", self._name("grouped_allgather"), self._set_id)
         return self._start("all_gather_coalesced", h, finish)
 
     # reduce_scatter -------------------------------------------------------------------
@@ -187,13 +185,13 @@ class Collectives:
     def _reduce_scatter(self, output, rows, op, what):
         """Rank i of the group gets row i of the reduction of ``rows`` (size × numel)."""
         if op in (_R["sum"], _R["average"]):
-            h = _engine.reducescatter_async(_flat_view(rows), self._name(what), op, 1.0, 1.0,
-                                            self._set_id, _stream(rows))
+            h = _engine.reducescatter_async(_READER, rows, _PREFIX + what, self._name(what), op,
+                                            1.0, 1.0, self._set_id)
             return self._start(what, h, lambda out, _keep=rows: [_copy_result(out, output),
                                                                  [output]][1])
         # MIN, MAX, PRODUCT: kolo's reducescatter sums; reduce everything, keep our row.
-        h = _engine.allreduce_async(_flat_view(rows), rows.data_ptr(), self._name(what), op,
-                                    1.0, 1.0, self._set_id, _stream(rows))
+        h = _engine.allreduce_async(_READER, rows, None, _PREFIX + what, self._name(what), op,
+                                    1.0, 1.0, self._set_id)
 
         def finish(out):
             output.copy_(rows[self.rank()].view(output.shape))
@@ -242,8 +240,8 @@ class Collectives:
         _check(input, "all_to_all_single input")
         t = input if input.dim() > 0 else input.reshape(1)
         splits = [int(s) for s in input_split_sizes]
-        h = _engine.alltoall_async(_flat_view(t), splits, self._name("alltoall"), self._set_id,
-                                   _stream(t))
+        h = _engine.alltoall_async(_READER, t, _PREFIX + "all_to_all_single input", splits,
+                                   self._name("alltoall"), self._set_id)
         want = [int(s) for s in output_split_sizes]
 
         def finish(out):
@@ -261,8 +259,8 @@ class Collectives:
             _check(t, "all_to_all input %d" % i)
         flat = torch.cat([t.reshape(-1) for t in input_tensors])
         splits = [t.numel() for t in input_tensors]
-        h = _engine.alltoall_async(_flat_view(flat, [flat.numel()]), splits,
-                                   self._name("alltoall"), self._set_id, _stream(flat))
+        h = _engine.alltoall_async(_READER, flat, _PREFIX + "all_to_all input", splits,
+                                   self._name("alltoall"), self._set_id)
 
         def finish(out, _keep=flat):
             got = list(out.received_splits)
@@ -284,8 +282,8 @@ class Collectives:
         t = tensors[0]
         _check(t, "reduce tensor")
         tmp = t.clone()
-        h = _engine.allreduce_async(_view(tmp), tmp.data_ptr(), self._name("reduce"), op, 1.0,
-                                    1.0, self._set_id, _stream(t))
+        h = _engine.allreduce_async(_READER, _flat(tmp), None, _PREFIX + "reduce tensor",
+                                    self._name("reduce"), op, 1.0, 1.0, self._set_id)
         root = opts.rootRank if opts is not None else 0
 
         def finish(out):
@@ -313,8 +311,8 @@ class Collectives:
             rows = torch.stack([i.reshape(-1) for i in input_tensors[0]])
         else:
             rows = torch.empty((self.size(), out.numel()), dtype=out.dtype, device=out.device)
-        h = _engine.broadcast_async(_flat_view(rows), int(root), self._name("scatter"),
-                                    self._set_id, _stream(rows))
+        h = _engine.broadcast_async(_READER, rows, _PREFIX + "scatter input", int(root),
+                                    self._name("scatter"), self._set_id)
 
         def finish(_):
             out.copy_(rows[self.rank()].view(out.shape))

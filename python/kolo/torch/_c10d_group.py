@@ -6,7 +6,7 @@ _c10d_collectives.py."""
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common.basics import cuda_built as _cuda_built
 from kolo.common import basics as _basics
 from kolo.torch._c10d_collectives import Collectives

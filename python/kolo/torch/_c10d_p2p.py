@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 
 _PREFIX = "kolo's torch.distributed backend: "
 

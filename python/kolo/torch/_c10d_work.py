@@ -1,6 +1,6 @@
 """The Work objects and their completion for kolo's torch.distributed backend (see c10d.py):
 a pool of threads waits on kolo's handles, marks each Work done and completes its future;
-tensors reach the engine (kolo.common.collectives) through kolo.torch._tensors."""
+tensors reach the engine (kolo.common.engine) through the reader of kolo.torch._tensors."""
 import concurrent.futures
 import datetime
 import os
@@ -11,9 +11,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.torch import _tensors
-from kolo.torch._tensors import DTYPES as _DTYPES
 
 _TORCH_DISTRIBUTED_DIR = os.path.dirname(dist.distributed_c10d.__file__) + os.sep
 # This package's backend modules (c10d.py, _c10d_*.py): frames to skip in _called_from_cpp.
@@ -27,24 +26,19 @@ def _is_backend_file(path):
 
 # --- tensors ---------------------------------------------------------------------------
 
+_PREFIX = "kolo's torch.distributed backend: "
+
+
 def _check(tensor, what):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.dtype not in _DTYPES:
-        raise TypeError("kolo's torch.distributed backend: %s has dtype %s, which kolo does "
-                        "not move; supported: %s"
-                        % (what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
-    if tensor.is_sparse:
-        raise ValueError("kolo's torch.distributed backend: %s is sparse; kolo moves dense "
-                         "tensors" % what)
-    if not tensor.is_contiguous():
-        raise ValueError("kolo's torch.distributed backend: %s is not contiguous; call "
-                         ".contiguous() first" % what)
+    """The reader's checks (kolo.torch._tensors), for a tensor used before the collective
+    that reads it."""
+    _tensors.READER.check(tensor, _PREFIX + what)
 
 
-def _view(tensor):
-    """The engine's view of a checked tensor; kolo has no 0-d tensors here: one element."""
-    return _tensors.view(tensor, list(tensor.shape) if tensor.dim() > 0 else [1])
+def _flat(tensor):
+    """A tensor as the backend hands it to kolo: kolo has no 0-d tensors here, one
+    element (a view)."""
+    return tensor if tensor.dim() > 0 else tensor.view(1)
 
 
 def _copy_result(out, dest):

@@ -4,8 +4,8 @@ name ``"kolo"``, then ``dist.init_process_group(backend="kolo")`` runs DDP and t
 path, the stall inspector and the timeline).
 
 Python-level only: a ``torch.distributed.ProcessGroup`` subclass whose methods hand
-tensors to kolo's engine (``kolo.common.collectives``) as (pointer, dtype, shape, device),
-with no link against libtorch, so one kolo build serves every PyTorch that has the extension points used here
+tensors to kolo's engine (``kolo.common.engine``) with the torch adapter's reader, which
+reads them in C++, with no link against libtorch, so one kolo build serves every PyTorch that has the extension points used here
 (``_MIN_TORCH``; checked at import). docs/api-torch-distributed.md has what is supported.
 
 The modules: this one (the version check, registration, creating groups), _c10d_group.py
