@@ -142,10 +142,9 @@ FailedCheck TensorReader::ReadAttributes(PyObject* t, TensorView* view) const {
   if (code < 0) return FailedCheck::kDtype;
   if (!Truth(Call(t, is_contiguous_))) return FailedCheck::kContiguous;
   view->device = kCpuDevice;
-  if (Truth(Attr(t, is_cuda_))) {
+  if (!Truth(Attr(t, is_cpu_))) {
+    if (!Truth(Attr(t, is_cuda_))) return FailedCheck::kDevice;  // meta, MPS, XLA
     view->device = static_cast<int>(Int(Call(t, get_device_).ptr()));
-  } else if (!Truth(Attr(t, is_cpu_))) {
-    return FailedCheck::kDevice;  // meta, MPS, XLA: no memory kolo can move
   }
   view->dtype = static_cast<DataType>(code);
   view->data = Pointer(Call(t, data_ptr_));

@@ -16,15 +16,15 @@ from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F40
 
 def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
     """Returns a new array with the reduction over all ranks."""
-    return _api.synchronize(_api.allreduce_async(array, None, name, op, prescale_factor,
-                                                 postscale_factor, caller_waits=True))
+    return _api.now(_api.start_allreduce(array, None, name, op, prescale_factor,
+                                         postscale_factor, caller_waits=True))
 
 
 def allgather(array, name=None):
     """Returns every rank's array concatenated along axis 0 (sizes may differ)."""
-    return _api.synchronize(_api.allgather_async(array, name, caller_waits=True))
+    return _api.now(_api.start_allgather(array, name, caller_waits=True))
 
 
 def broadcast(array, root_rank, name=None):
     """Returns ``root_rank``'s array on every rank."""
-    return _api.synchronize(_api.broadcast_async(array, root_rank, name, caller_waits=True))
+    return _api.now(_api.start_broadcast(array, root_rank, name, caller_waits=True))

@@ -14,10 +14,14 @@ Horovod's signatures and docstrings and call the methods here, which
   input, once it finished;
 - announce a refusal to the other ranks (kolo.common.refusals), so that theirs fails too.
 
-Every ``*_async`` method returns a handle (an int); ``synchronize(handle)`` returns its
-result: the tensor (or tuple of tensors) reduced or gathered into, ``(output,
-received_splits)`` for alltoall. ``caller_waits=True`` says the caller synchronizes at once
-(a blocking call), so the waiting thread runs the round itself (KOLO_CALLER_RUNS).
+Every ``start_*`` method starts one operation and returns it *started*: ``(handle,
+finish)``, ``finish`` making the call's result from the finished operation's Output (the
+tensor or tuple of tensors reduced or gathered into, ``(output, received_splits)`` for
+alltoall) and keeping the tensors the core reads alive. :meth:`Collectives.later` puts it in
+the handle table and returns the handle (Horovod's ``*_async``: ``poll`` and
+``synchronize`` take it); :meth:`Collectives.now` waits and returns the result (a blocking
+call, which passes ``caller_waits=True``: the waiting thread runs the round itself,
+KOLO_CALLER_RUNS).
 """
 from kolo.common import basics
 from kolo.common import engine
@@ -59,10 +63,29 @@ class Collectives:
         name is free again once its operation completes."""
         self.handles.release(handle)
 
+    def later(self, started):
+        """The handle of a started operation, its result kept for :meth:`synchronize`."""
+        handle, finish = started
+        return self.handles.add(handle, finish)
+
+    @staticmethod
+    def now(started):
+        """The result of a started operation, waited for at once. A wait that a signal
+        interrupts releases the operation: nobody else holds its handle."""
+        handle, finish = started
+        try:
+            out = engine.wait(handle)
+        except (KoloInternalError, ValueError):
+            raise
+        except BaseException:
+            engine.release(handle)
+            raise
+        return finish(out)
+
     # --- allreduce ------------------------------------------------------------------------
 
     @announces_refusals("allreduce")
-    def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
+    def start_allreduce(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=None, in_place=False,
                         caller_waits=False):
         """An allreduce of ``tensor`` in place, or into a new tensor like it."""
@@ -76,10 +99,10 @@ class Collectives:
                                    caller_waits)
         result = tensor if in_place else output
         # The finisher keeps the input alive until the core has read it.
-        return self.handles.add(h, lambda out, _input=tensor: result)
+        return h, lambda out, _input=tensor: result
 
     @announces_refusals("allreduce", tensors="tensors")
-    def grouped_allreduce_async(self, tensors, average=None, name=None, op=None,
+    def start_grouped_allreduce(self, tensors, average=None, name=None, op=None,
                                 prescale_factor=1.0, postscale_factor=1.0, process_set=None,
                                 in_place=False, caller_waits=False):
         """One allreduce of a list, negotiated and fused as a unit; the result is the tuple
@@ -94,7 +117,7 @@ class Collectives:
                                            name, op, prescale_factor, postscale_factor,
                                            _set_id(process_set), caller_waits)
         result = tensors if in_place else outputs
-        return self.handles.add(h, lambda out, _inputs=tensors: result)
+        return h, lambda out, _inputs=tensors: result
 
     def _check_list(self, tensors, what):
         if not tensors:
@@ -105,25 +128,25 @@ class Collectives:
     # --- allgather ------------------------------------------------------------------------
 
     @announces_refusals("allgather")
-    def allgather_async(self, tensor, name=None, process_set=None, caller_waits=False):
+    def start_allgather(self, tensor, name=None, process_set=None, caller_waits=False):
         """Every rank's ``tensor`` concatenated along dimension 0 (its size may differ
         between ranks; the other dimensions may not)."""
         h = engine.allgather_async(self._reader, tensor, "allgather input", name,
                                    _set_id(process_set), caller_waits)
-        return self.handles.add(h, lambda out: self.adapter.result(out, tensor))
+        return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("allgather", tensors="tensors")
-    def grouped_allgather_async(self, tensors, name=None, process_set=None, caller_waits=False):
+    def start_grouped_allgather(self, tensors, name=None, process_set=None, caller_waits=False):
         """An allgather of every tensor of a list, negotiated as one unit; a tuple."""
         tensors = tuple(tensors)
         h = engine.grouped_allgather_async(self._reader, tensors, "grouped_allgather", name,
                                            _set_id(process_set), caller_waits)
-        return self.handles.add(h, lambda out: self.adapter.results(out, tensors))
+        return h, lambda out: self.adapter.results(out, tensors)
 
     # --- broadcast ------------------------------------------------------------------------
 
     @announces_refusals("broadcast")
-    def broadcast_async(self, tensor, root_rank, name=None, process_set=None, in_place=False,
+    def start_broadcast(self, tensor, root_rank, name=None, process_set=None, in_place=False,
                         caller_waits=False):
         """Global rank ``root_rank``'s ``tensor``, in place or into a new tensor."""
         if not in_place:
@@ -132,25 +155,25 @@ class Collectives:
         set_id = _set_id(process_set)
         h = engine.broadcast_async(self._reader, tensor, "broadcast tensor",
                                    root_in_set(root_rank, set_id), name, set_id, caller_waits)
-        return self.handles.add(h, lambda out: tensor)
+        return h, lambda out: tensor
 
     # --- alltoall -------------------------------------------------------------------------
 
     @announces_refusals("alltoall")
-    def alltoall_async(self, tensor, splits=None, name=None, process_set=None,
+    def start_alltoall(self, tensor, splits=None, name=None, process_set=None,
                        caller_waits=False):
         """``splits[i]`` rows of ``tensor`` to rank i of the set (None: an even split); the
         result is ``(output, received_splits)``."""
         splits = self.adapter.split_list(splits)
         h = engine.alltoall_async(self._reader, tensor, "alltoall input", splits, name,
                                   _set_id(process_set), caller_waits)
-        return self.handles.add(h, lambda out: (self.adapter.result(out, tensor),
-                                                self.adapter.int32_vector(out.received_splits)))
+        return h, lambda out: (self.adapter.result(out, tensor),
+                               self.adapter.int32_vector(out.received_splits))
 
     # --- reducescatter --------------------------------------------------------------------
 
     @announces_refusals("reducescatter")
-    def reducescatter_async(self, tensor, name=None, op=None, process_set=None,
+    def start_reducescatter(self, tensor, name=None, op=None, process_set=None,
                             prescale_factor=1.0, postscale_factor=1.0, caller_waits=False):
         """``tensor`` reduced over the set; rank i keeps the i-th block of rows (the first
         ``rows % size`` ranks one row more)."""
@@ -158,10 +181,10 @@ class Collectives:
         h = engine.reducescatter_async(self._reader, tensor, "reducescatter input", name, op,
                                        prescale_factor, postscale_factor, _set_id(process_set),
                                        caller_waits)
-        return self.handles.add(h, lambda out: self.adapter.result(out, tensor))
+        return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("reducescatter", tensors="tensors")
-    def grouped_reducescatter_async(self, tensors, name=None, op=None, process_set=None,
+    def start_grouped_reducescatter(self, tensors, name=None, op=None, process_set=None,
                                     prescale_factor=1.0, postscale_factor=1.0,
                                     caller_waits=False):
         """A reducescatter of every tensor of a list, negotiated as one unit; a tuple."""
@@ -170,17 +193,15 @@ class Collectives:
         h = engine.grouped_reducescatter_async(self._reader, tensors, "grouped_reducescatter",
                                                name, op, prescale_factor, postscale_factor,
                                                _set_id(process_set), caller_waits)
-        return self.handles.add(h, lambda out: self.adapter.results(out, tensors))
+        return h, lambda out: self.adapter.results(out, tensors)
 
     # --- join and barrier -----------------------------------------------------------------
 
     def join(self):
         """Waits until every rank has joined (a joined rank takes part in the others'
         allreduces with zeros); the global rank that joined last."""
-        return self.handles.wait(self.handles.add(engine.join_async(),
-                                                  lambda out: int(out.value)))
+        return self.now((engine.join_async(), lambda out: int(out.value)))
 
     def barrier(self, process_set=None):
         """Returns (None) once every rank of the set has called it."""
-        self.handles.wait(self.handles.add(engine.barrier_async(_set_id(process_set)),
-                                           lambda out: None))
+        self.now((engine.barrier_async(_set_id(process_set)), lambda out: None))

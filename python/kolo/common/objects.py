@@ -91,11 +91,11 @@ def broadcast_object(obj, root_rank, name, process_set=None):
     is_root = engine.rank() == int(root_rank)
     n, data, error = encode(obj) if is_root else (0, b"", None)
     size = np.array([n], np.int64)
-    COLLECTIVES.synchronize(COLLECTIVES.broadcast_async(
+    COLLECTIVES.now(COLLECTIVES.start_broadcast(
         size, root_rank, part_name(name, "sz"), process_set, in_place=True, caller_waits=True))
     n = int(size[0])
     payload = np.frombuffer(bytearray(data), np.uint8) if is_root else np.empty(abs(n), np.uint8)
-    COLLECTIVES.synchronize(COLLECTIVES.broadcast_async(
+    COLLECTIVES.now(COLLECTIVES.start_broadcast(
         payload, root_rank, part_name(name, "t"), process_set, in_place=True, caller_waits=True))
     if is_root:
         if error is not None:
@@ -109,9 +109,9 @@ def allgather_object(obj, name, process_set=None):
     the set: the sizes are gathered first (``name.sz``), then the bytes (``name.t``)."""
     set_id = _set_id(process_set)
     n, data, error = encode(obj)
-    sizes = COLLECTIVES.synchronize(COLLECTIVES.allgather_async(
+    sizes = COLLECTIVES.now(COLLECTIVES.start_allgather(
         np.array([n], np.int64), part_name(name, "sz"), process_set, caller_waits=True))
-    gathered = COLLECTIVES.synchronize(COLLECTIVES.allgather_async(
+    gathered = COLLECTIVES.now(COLLECTIVES.start_allgather(
         np.frombuffer(bytearray(data), np.uint8), part_name(name, "t"), process_set,
         caller_waits=True))
     ranks = engine.process_set_ranks(set_id) if set_id else list(range(engine.size()))

@@ -35,7 +35,7 @@ def synchronize(handle):
     signal interrupts (KeyboardInterrupt, a timeout handler) leaves the handle waitable."""
     if callable(handle):
         return handle()
-    return _api.handles.wait(handle)
+    return _api.synchronize(handle)
 
 
 _release = _api.release
@@ -55,61 +55,60 @@ def reducescatter_op(op):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` into a new tensor; returns a handle."""
-    return _api.allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                process_set)
+    return _api.later(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` in place; returns a handle."""
-    return _api.allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                process_set, True)
+    return _api.later(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set, True))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` in place and returns it."""
-    return _api.handles.wait(_api.allreduce_async(tensor, average, name, op, prescale_factor,
-                                                  postscale_factor, process_set, True, True))
+    return _api.now(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                         postscale_factor, process_set, True, True))
 
 
 def allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
                        process_set):
     """A new tensor with the reduction, waited for at once (kolo.torch.allreduce's
     non-differentiable path)."""
-    return _api.handles.wait(_api.allreduce_async(tensor, average, name, op, prescale_factor,
-                                                  postscale_factor, process_set, False, True))
+    return _api.now(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                         postscale_factor, process_set, False, True))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
     result is a tuple of new tensors."""
-    return _api.grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                        postscale_factor, process_set)
+    return _api.later(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In place: its result is the tuple of the input tensors."""
-    return _api.grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                        postscale_factor, process_set, True)
+    return _api.later(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                   postscale_factor, process_set, True))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """Reduces every tensor of the list in place; returns them as a tuple."""
-    return _api.handles.wait(_api.grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor, process_set, True, True))
+    return _api.now(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                 postscale_factor, process_set, True, True))
 
 
 def grouped_allreduce_blocking(tensors, average, name, op, prescale_factor, postscale_factor,
                                process_set):
     """New tensors with the reductions, waited for at once (kolo.torch.grouped_allreduce's
     non-differentiable path)."""
-    return _api.handles.wait(_api.grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor, process_set, False,
-        True))
+    return _api.now(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                 postscale_factor, process_set, False, True))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -143,52 +142,51 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along dimension 0 (its size may differ
     between ranks; the other dimensions may not)."""
-    return _api.allgather_async(tensor, name, process_set)
+    return _api.later(_api.start_allgather(tensor, name, process_set))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of every tensor of the list, negotiated as one unit (one member
     failing fails all); its result is a tuple."""
-    return _api.grouped_allgather_async(tensors, name, process_set)
+    return _api.later(_api.start_grouped_allgather(tensors, name, process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting ``tensor`` from global rank ``root_rank``, in place."""
-    return _api.broadcast_async(tensor, root_rank, name, process_set, True)
+    return _api.later(_api.start_broadcast(tensor, root_rank, name, process_set, True))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting into a new tensor; ``tensor`` is not modified."""
-    return _api.broadcast_async(tensor, root_rank, name, process_set)
+    return _api.later(_api.start_broadcast(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Broadcasts in place and returns ``tensor``."""
-    return _api.handles.wait(_api.broadcast_async(tensor, root_rank, name, process_set, True,
-                                                  True))
+    return _api.now(_api.start_broadcast(tensor, root_rank, name, process_set, True, True))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending ``splits[i]`` rows of ``tensor`` to rank i of the set (an even split
     when None; a list, or a 1-D torch.int32 tensor). Its result is ``(output,
     received_splits)``, an int32 tensor."""
-    return _api.alltoall_async(tensor, splits, name, process_set)
+    return _api.later(_api.start_alltoall(tensor, splits, name, process_set))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing ``tensor`` over the set; rank i keeps the i-th block of rows (the
     first ``rows % size`` ranks one row more)."""
-    return _api.reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                    postscale_factor)
+    return _api.later(_api.start_reducescatter(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reducescatter of every tensor of the list, negotiated as one unit; its
     result is a tuple."""
-    return _api.grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                            postscale_factor)
+    return _api.later(_api.start_grouped_reducescatter(tensors, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
 
 
 # --- join and barrier --------------------------------------------------------------------
