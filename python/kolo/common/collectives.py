@@ -27,7 +27,6 @@ from kolo.common import basics
 from kolo.common import engine
 from kolo.common.engine import KoloInternalError  # noqa: F401  (re-exported for the bindings)
 from kolo.common.handles import Handles
-from kolo.common.names import member_name  # noqa: F401  (re-exported for the bindings)
 from kolo.common.ops import reduce_op, reducescatter_op
 from kolo.common.process_sets import _set_id, root_in_set
 from kolo.common.refusals import announces_refusals
