@@ -17,7 +17,7 @@ Horovod's signatures and docstrings and call the methods here, which
 Every ``start_*`` method starts one operation and returns it *started*: ``(handle,
 finish)``, ``finish`` making the call's result from the finished operation's Output (the
 tensor or tuple of tensors reduced or gathered into, ``(output, received_splits)`` for
-alltoall) and keeping the tensors the core reads alive. :meth:`Collectives.later` puts it in
+alltoall) and keeping the tensors the core reads alive. ``Collectives.later`` puts it in
 the handle table and returns the handle (Horovod's ``*_async``: ``poll`` and
 ``synchronize`` take it); :meth:`Collectives.now` waits and returns the result (a blocking
 call, which passes ``caller_waits=True``: the waiting thread runs the round itself,
@@ -43,6 +43,9 @@ class Collectives:
         self._reader = adapter.reader
         self.handles = Handles()
         basics._on_new_run(self.handles.clear)
+        # Horovod's *_async: the handle of a started operation, its result kept for
+        # synchronize() (the table's own method: one call on every submit path).
+        self.later = self.handles.later
 
     # --- handles --------------------------------------------------------------------------
 
@@ -61,11 +64,6 @@ class Collectives:
         """Forgets a handle that will not be synchronized (an error abandoned it): its
         name is free again once its operation completes."""
         self.handles.release(handle)
-
-    def later(self, started):
-        """The handle of a started operation, its result kept for :meth:`synchronize`."""
-        handle, finish = started
-        return self.handles.add(handle, finish)
 
     @staticmethod
     def now(started):

@@ -16,6 +16,12 @@ class Handles:
         self._pending[handle] = finish
         return handle
 
+    def later(self, started):
+        """The handle of a started operation ``(handle, finish)``, kept for :meth:`wait`."""
+        handle, finish = started
+        self._pending[handle] = finish
+        return handle
+
     def __contains__(self, handle):
         return handle in self._pending
 

@@ -137,8 +137,9 @@ class KoloProcessGroup(ProcessGroupCollectives, dist.ProcessGroup):
         """The Work of kolo's ``handle``; ``finish(output)`` makes its result. ``opts``: the
         call's options, which say whether the caller waits at once (work.caller_waits)."""
         work = KoloWork(what, getattr(_context, "label", what), handle, finish, timeout)
-        work.from_cpp = _called_from_cpp()
-        return work.start(timeout is None and caller_waits(opts))
+        waits = timeout is None and caller_waits(opts)  # a Python caller, then
+        work.from_cpp = not waits and _called_from_cpp()
+        return work.start(waits)
 
     # barrier, point to point (p2p.py) --------------------------------------------------
 

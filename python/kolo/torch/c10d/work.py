@@ -147,7 +147,7 @@ class KoloWork(dist._Work):
         self.children = 0
         self._handle = handle
         self._make_result = finish
-        self._future = _KoloFuture(self)
+        self._future = None  # made when get_future() asks for it
         self._kolo_done = threading.Event()
         self._lock = threading.Lock()
         self._claimed = False
@@ -200,8 +200,11 @@ class KoloWork(dist._Work):
 
     def _complete_future(self):
         """Completes the future once, in whichever thread comes first; returns once it is
-        done (PyTorch marks a future done before it runs its callbacks)."""
+        done (PyTorch marks a future done before it runs its callbacks). A future nobody
+        asked for yet is completed when it is asked for."""
         with self._lock:
+            if self._future is None:
+                return
             claimed, self._future_claimed = self._future_claimed, True
         if claimed:
             while not self._future.done():  # another thread is completing it right now
@@ -230,6 +233,11 @@ class KoloWork(dist._Work):
 
     def get_future(self):
         self._hand_over()  # the future's callbacks run when kolo is done, waited for or not
+        with self._lock:
+            if self._future is None:
+                self._future = _KoloFuture(self)
+        if self._kolo_done.is_set():
+            self._complete_future()
         if self.from_cpp:
             # PyTorch's C++ (DDP's reducer) reads the future's value as a C++ IValue, and an
             # error set from Python is only a value there: a future chained by then() holds
