@@ -191,3 +191,41 @@ def test_sparse_allreduce_sums(rank, size):
     assert t.is_sparse and torch.equal(t.to_dense(), want), t.to_dense()
     with pytest.raises(NotImplementedError, match="sparse all_reduce sums"):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+
+
+def test_blocking_calls_wait_on_the_calling_thread(rank, size, monkeypatch):
+    # async_op=False takes kolo.torch's blocking path: the caller waits on kolo's handle
+    # itself (and runs kolo's round there); async_op=True hands the Work to a completion
+    # thread, which completes its future.
+    from kolo.common import engine
+    import threading
+    waiters = []
+    real_wait = engine.wait
+
+    def wait(handle):
+        waiters.append(threading.current_thread().name)
+        return real_wait(handle)
+    monkeypatch.setattr(engine, "wait", wait)
+    for i in range(5):
+        t = torch.full((3,), float(rank + i))
+        dist.all_reduce(t)
+        assert t.tolist() == [float(sum(range(size)) + size * i)] * 3
+    out = torch.empty(size, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.tensor([rank]))
+    assert out.tolist() == list(range(size))
+    assert waiters == [threading.current_thread().name] * 6, waiters
+    del waiters[:]
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    work.wait()
+    assert len(waiters) == 1 and waiters[0].startswith("kolo-c10d"), waiters
+
+
+def test_coalesced_blocking_reduce_scatters_write_every_output(rank, size):
+    # The coalescing manager hands kolo several reduce_scatter_tensor calls at once and waits
+    # for the last Work only: the others' results are written all the same.
+    outs = [torch.zeros(2) for _ in range(3)]
+    with dist._coalescing_manager(async_ops=False):
+        for k, out in enumerate(outs):
+            dist.reduce_scatter_tensor(out, torch.full((2 * size,), float(rank + k)))
+    for k, out in enumerate(outs):
+        assert out.tolist() == [float(sum(range(size)) + size * k)] * 2, (k, out)

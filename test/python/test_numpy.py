@@ -46,19 +46,19 @@ def test_unnamed_collectives_in_rank_dependent_branches_pair():
 def test_the_engines_stall_shutdown_time_reads_horovod_values_as_the_runtime(monkeypatch):
     # What kolo's torch.distributed backend compares its timeouts with: the settings table's
     # reading (Horovod's strtol for HOROVOD_*), not a parser of its own.
-    from kolo.common import collectives
+    from kolo.common import engine
     for name in ("KOLO_STALL_SHUTDOWN_TIME_SECONDS", "KOLO_STALL_CHECK_DISABLE",
                  "HOROVOD_STALL_CHECK_DISABLE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90s")
-    assert collectives.stall_shutdown_seconds() == 90
+    assert engine.stall_shutdown_seconds() == 90
     monkeypatch.setenv("HOROVOD_STALL_CHECK_DISABLE", "true")  # Horovod: strtol("true") = 0
-    assert collectives.stall_shutdown_seconds() == 90
+    assert engine.stall_shutdown_seconds() == 90
     monkeypatch.setenv("HOROVOD_STALL_CHECK_DISABLE", "1")
-    assert collectives.stall_shutdown_seconds() == 0
+    assert engine.stall_shutdown_seconds() == 0
     monkeypatch.setenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS", "12.5")  # the KOLO_ name wins
     monkeypatch.delenv("HOROVOD_STALL_CHECK_DISABLE")
-    assert collectives.stall_shutdown_seconds() == 12.5
+    assert engine.stall_shutdown_seconds() == 12.5
 
 
 def test_adasum_matches_the_reference():

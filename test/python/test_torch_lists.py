@@ -1,12 +1,13 @@
-"""The allreduces whose tensors the core reads itself (issue 35): allreduce_async(_) and
-grouped_allreduce_async(_) hand kolo._core the tensor or the whole list, and the checks of
-kolo.torch._tensors.check_tensor run in C++. Their results, names and refusals must be
-those of the path through per-tensor views (every rank runs the same tests in order)."""
+"""The core reads the tensors itself, through the torch adapter's reader: allreduce_async(_)
+and grouped_allreduce_async(_) hand kolo._core the tensor or the whole list, and the
+reader's checks run in C++ (bindings/tensor_reader.cc), the words for a failed one coming
+from the adapter. Results, names and refusals of a whole list must be those of each tensor
+on its own (every rank runs the same tests in order)."""
 import pytest
 import torch
 
 import kolo.torch as hvd
-from kolo.common import collectives
+from kolo.common import engine, names
 from kolo.torch import _tensors
 
 hvd.init()
@@ -30,7 +31,7 @@ def mixed(rank, n=5):
 
 
 def per_tensor(tensors, op):
-    """The reference: every tensor reduced on its own, through the view path's equal."""
+    """The reference: every tensor reduced on its own."""
     return [hvd.allreduce(t, op=op, name="lists.ref.%d" % i) for i, t in enumerate(tensors)]
 
 
@@ -98,7 +99,7 @@ def test_per_tensor_in_place_and_out_of_place():
 
 
 # Refusals: every rank refuses alike here (test_torch_refusals.py has one rank refuse). The
-# errors are check_tensor's, naming the first input that fails.
+# errors are the adapter's words for the reader's checks, naming the first input that fails.
 GROUPED_REFUSALS = [
     ([], ValueError, "^grouped_allreduce needs at least one tensor$"),
     ([torch.ones(2), 3], TypeError, "^grouped_allreduce input 1 must be a torch.Tensor, got int$"),
@@ -107,7 +108,7 @@ GROUPED_REFUSALS = [
     ([torch.zeros(2, dtype=torch.complex64), torch.ones(4, 4).t()], TypeError,
      "^grouped_allreduce input 0 has dtype torch.complex64, which kolo does not support"),
     ([torch.ones(1), torch.ones(2).to_sparse()], ValueError,
-     "^grouped_allreduce input 1 is sparse; kolo reduces dense tensors"),
+     "^grouped_allreduce input 1 is sparse; kolo moves dense tensors"),
 ]
 
 
@@ -140,7 +141,7 @@ def test_per_tensor_refusals(in_place):
 
 def test_grouped_member_names_are_taken_while_pending():
     # Members of a group named "lists.g" are "lists.g.0", "lists.g.1" (member_name).
-    assert collectives.member_name("lists.g", 1, 2) == "lists.g.1"
+    assert names.member_name("lists.g", 1, 2) == "lists.g.1"
     if R == 0:
         h = hvd.grouped_allreduce_async_([torch.ones(1), torch.ones(1)], name="lists.g")
         with pytest.raises(ValueError, match="'lists.g.1' is already pending"):
@@ -152,22 +153,32 @@ def test_grouped_member_names_are_taken_while_pending():
         hvd.grouped_allreduce_([torch.ones(1), torch.ones(1)], name="lists.g")
 
 
-def test_a_reader_that_disagrees_with_its_check_is_a_type_error():
-    # A tensor the C++ checks refuse but the adapter's check accepts: the core says so
-    # instead of reducing something it could not read.
-    reader = collectives.tensor_reader(torch.Tensor, {}, lambda t, what, i: None,
-                                       _tensors.stream)
-    with pytest.raises(TypeError, match="^probe input 0: kolo could not read the tensor"):
-        collectives.grouped_allreduce_tensors_async(reader, [torch.ones(1)], None,
-                                                    "probe", "lists.probe", hvd.Sum,
-                                                    1.0, 1.0, 0)
+def test_an_adapter_without_words_for_a_check_gets_a_type_error():
+    # A tensor the reader refuses but whose adapter raises nothing for that check: the core
+    # says so instead of reducing something it could not read.
+    reader = engine.tensor_reader("attributes", torch.Tensor, {}, lambda t, what, i, c: None,
+                                  _tensors.stream)
+    with pytest.raises(TypeError, match="^probe input 0: kolo could not read the tensor "
+                                        "\\(a Tensor; check 'dtype' failed\\)$"):
+        engine.grouped_allreduce_async(reader, [torch.ones(1)], None, "probe", "lists.probe",
+                                       hvd.Sum, 1.0, 1.0, 0)
+
+
+def test_a_tensor_on_a_device_kolo_cannot_reach_is_refused():
+    with pytest.raises(ValueError, match="^allreduce input is on device meta; kolo moves"):
+        hvd.allreduce_async_(torch.empty(2, device="meta"), name="lists.meta")
+
+
+def test_a_reader_of_an_unknown_protocol_is_refused():
+    with pytest.raises(ValueError, match="unknown reader protocol 'dlpack'"):
+        engine.tensor_reader("dlpack", torch.Tensor, {}, _tensors.refuse)
 
 
 def test_blocking_allreduces_run_their_round_on_the_calling_thread():
     # allreduce_ and grouped_allreduce_ tell the core they wait at once: with
     # KOLO_CALLER_RUNS on (the default) the calling thread runs the cycles, and nothing
     # wakes the background thread for them.
-    before = collectives.cycle_stats()
+    before = engine.cycle_stats()
     for _ in range(20):
         x = torch.ones(4)
         assert hvd.allreduce_(x, op=hvd.Sum, name="lists.blocking").tolist() == [N] * 4
@@ -175,5 +186,5 @@ def test_blocking_allreduces_run_their_round_on_the_calling_thread():
                                     name="lists.blocking.g")
         assert [y.tolist() for y in ys] == [[N] * 2, [N] * 3]
         assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="lists.blocking.o").tolist() == [N]
-    after = collectives.cycle_stats()
+    after = engine.cycle_stats()
     assert after["by_callers"] > before["by_callers"], (before, after)

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from kolo.common import basics
-from kolo.common import collectives as engine
+from kolo.common import engine
 from kolo.common import elastic_env
 from kolo.common import elastic_store as store
 from kolo.common import host

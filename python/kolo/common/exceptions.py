@@ -3,7 +3,7 @@
 ``HorovodInternalError`` is kolo's ``KoloInternalError`` (a collective failed: the job's
 MPI communicator is broken). ``HostsUpdatedInterrupt`` ends an elastic training function
 at a commit when kolorun's hosts have changed (kolo.common.elastic)."""
-from kolo.common.collectives import KoloInternalError
+from kolo.common.engine import KoloInternalError
 
 HorovodInternalError = KoloInternalError
 

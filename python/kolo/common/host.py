@@ -1,13 +1,18 @@
-"""What every binding that hands NumPy arrays to the runtime shares (kolo.tensorflow,
-kolo.jax): 64-byte-aligned result buffers, reused once the framework releases them, and
-the collectives as "kernels": NumPy arrays in, aligned NumPy arrays out. The NumPy
-adapter of the engine (kolo.common.collectives): views of arrays, results as arrays."""
+"""The NumPy adapter (kolo.common.adapter) and what every binding that hands NumPy arrays to
+the runtime shares (kolo.numpy, kolo.tensorflow, kolo.jax, and the object collectives):
+the reader of NumPy arrays, 64-byte-aligned result buffers reused once the framework
+releases them, Horovod's collectives on arrays (:data:`COLLECTIVES`), and the collectives
+as "kernels": a list of arrays in, a list of aligned arrays out, for a framework that runs
+them from its own graph (``tf.numpy_function``, JAX's ``io_callback``)."""
 import math
 import sys
 
 import numpy as np
 
-from kolo.common import collectives as engine
+from kolo.common import engine
+from kolo.common.adapter import Adapter
+from kolo.common.collectives import Collectives
+from kolo.common.names import member_name
 
 
 def numpy_dtype(name):
@@ -75,19 +80,49 @@ def empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def view(array):
-    """The engine's view of a C-contiguous host array."""
-    try:
-        code = NP_CODES[array.dtype]
-    except KeyError:
-        raise TypeError("kolo does not support dtype %s" % array.dtype) from None
-    return array.ctypes.data, code, list(array.shape), -1
+def _refuse(array, what, index, check):
+    """The NumPy words for an array that failed the reader's ``check``."""
+    if index is not None:
+        what = "%s input %d" % (what, index)
+    if check == "type":
+        raise TypeError("%s must be a numpy.ndarray, got %s" % (what, type(array).__name__))
+    if check == "dtype":
+        raise TypeError("%s has dtype %s, which kolo does not support; supported: %s"
+                        % (what, array.dtype, ", ".join(sorted(str(d) for d in NP_CODES))))
+    if check == "contiguous":
+        raise ValueError("%s is not C-contiguous; use numpy.ascontiguousarray()" % what)
 
 
-def copy_out(output, dtype):
-    array = empty(tuple(output.shape), dtype)
-    output.copy_to(array.ctypes.data, array.nbytes)
-    return array
+# How the core reads NumPy arrays: the buffer protocol and their dtype.
+READER = engine.tensor_reader("buffer", np.ndarray, NP_CODES, _refuse)
+
+
+class NumpyAdapter(Adapter):
+    """NumPy's primitives for kolo.common.collectives: results are 64-byte-aligned arrays
+    (the buffers TensorFlow and JAX adopt)."""
+    binding = "kolo.numpy"
+    reader = READER
+
+    def empty(self, shape, like):
+        return empty(shape, like.dtype)
+
+    def copy(self, array):
+        out = empty(array.shape, array.dtype)
+        out[...] = array
+        return out
+
+    def data_ptr(self, array):
+        return array.ctypes.data
+
+    def int32_vector(self, values):
+        out = empty((len(values),), np.int32)
+        out[...] = values
+        return out
+
+
+ADAPTER = NumpyAdapter()
+# Horovod's collectives on NumPy arrays: kolo.numpy's, and the object collectives'.
+COLLECTIVES = Collectives(ADAPTER)
 
 
 # --- kernels: NumPy arrays in, aligned NumPy arrays out -----------------------------------
@@ -102,8 +137,8 @@ def allreduce_kernel(groups, name, op, prescale, postscale, set_id):
             start += size
             results = [empty(a.shape, a.dtype) for a in chunk]
             handles.append(engine.grouped_allreduce_async(
-                [view(a) for a in chunk], [r.ctypes.data for r in results],
-                engine.member_name(name, i, len(groups)), op, prescale, postscale, set_id))
+                READER, chunk, results, "allreduce", member_name(name, i, len(groups)),
+                op, prescale, postscale, set_id))
             outs.extend(results)
         engine.wait_all(handles)
         return outs
@@ -112,22 +147,18 @@ def allreduce_kernel(groups, name, op, prescale, postscale, set_id):
 
 def allgather_kernel(name, set_id):
     def run(arrays):
-        out = engine.wait(engine.grouped_allgather_async([view(a) for a in arrays], name,
-                                                         set_id))
-        return [copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
+        out = engine.wait(engine.grouped_allgather_async(READER, arrays, "allgather",
+                                                         name, set_id))
+        return list(ADAPTER.results(out, arrays))
     return run
 
 
 def broadcast_kernel(root_in_set, name, set_id):
     def run(arrays):
-        outs, handles = [], []
-        for i, a in enumerate(arrays):
-            buf = empty(a.shape, a.dtype)
-            buf[...] = a
-            handles.append(engine.broadcast_async(
-                view(buf), root_in_set, engine.member_name(name, i, len(arrays)), set_id))
-            outs.append(buf)
-        engine.wait_all(handles)
+        outs = [ADAPTER.copy(a) for a in arrays]
+        engine.wait_all([engine.broadcast_async(READER, buf, "broadcast tensor", root_in_set,
+                                                member_name(name, i, len(outs)), set_id)
+                         for i, buf in enumerate(outs)])
         return outs
     return run
 
@@ -135,19 +166,18 @@ def broadcast_kernel(root_in_set, name, set_id):
 def alltoall_kernel(name, set_id):
     def run(arrays):
         tensor, splits = arrays
-        out = engine.wait(engine.alltoall_async(view(tensor), [int(s) for s in splits.reshape(-1)],
-                                                name, set_id))
-        received = empty((len(out.received_splits),), np.int32)
-        received[...] = out.received_splits
-        return [copy_out(out, tensor.dtype), received]
+        out = engine.wait(engine.alltoall_async(READER, tensor, "alltoall input",
+                                                [int(s) for s in splits.reshape(-1)], name,
+                                                set_id))
+        return [ADAPTER.result(out, tensor), ADAPTER.int32_vector(out.received_splits)]
     return run
 
 
 def reducescatter_kernel(name, op, prescale, postscale, set_id):
     def run(arrays):
         out = engine.wait(engine.grouped_reducescatter_async(
-            [view(a) for a in arrays], name, op, prescale, postscale, set_id))
-        return [copy_out(part, a.dtype) for part, a in zip(out.take_parts(), arrays)]
+            READER, arrays, "reducescatter", name, op, prescale, postscale, set_id))
+        return list(ADAPTER.results(out, arrays))
     return run
 
 

@@ -1,5 +1,6 @@
-"""How ``broadcast_object`` and ``allgather_object`` turn objects into bytes and back, in
-every binding that has them.
+"""``broadcast_object`` and ``allgather_object`` for every binding that has them: objects
+become bytes, the bytes travel as NumPy arrays (whatever the binding's tensors are, so the
+same call pairs on every rank), and come back as objects.
 
 Objects are pickled with cloudpickle where it is installed, as Horovod's torch and
 TensorFlow bindings do: lambdas, and classes and functions defined inside a function or
@@ -13,6 +14,13 @@ negative size, so that every rank raises instead of waiting for bytes that never
 (Horovod's ranks wait for them forever).
 """
 import pickle
+
+import numpy as np
+
+from kolo.common import engine
+from kolo.common.host import COLLECTIVES
+from kolo.common.names import part_name
+from kolo.common.process_sets import _set_id
 
 
 def _cloudpickle():
@@ -72,3 +80,39 @@ def decode_all(sizes, raw, what, ranks, own_error=None):
                 str(r) for r, _ in failed), "its" if len(failed) == 1 else "their",
             "; ".join("rank %d: %s" % f for f in failed)))
     return [pickle.loads(d) for _, d in pieces]
+
+
+def broadcast_object(obj, root_rank, name, process_set=None):
+    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set: its size is
+    broadcast first (``name.sz``), then its bytes (``name.t``). The root gets its own object
+    back. When the root cannot pickle its object, every rank raises (the others
+    ``pickle.PicklingError`` with the root's error)."""
+    _set_id(process_set)  # an unregistered set is refused before anything is sent
+    is_root = engine.rank() == int(root_rank)
+    n, data, error = encode(obj) if is_root else (0, b"", None)
+    size = np.array([n], np.int64)
+    COLLECTIVES.now(COLLECTIVES.start_broadcast(
+        size, root_rank, part_name(name, "sz"), process_set, in_place=True, caller_waits=True))
+    n = int(size[0])
+    payload = np.frombuffer(bytearray(data), np.uint8) if is_root else np.empty(abs(n), np.uint8)
+    COLLECTIVES.now(COLLECTIVES.start_broadcast(
+        payload, root_rank, part_name(name, "t"), process_set, in_place=True, caller_waits=True))
+    if is_root:
+        if error is not None:
+            raise error
+        return obj
+    return decode(n, payload.tobytes(), "broadcast_object", int(root_rank))
+
+
+def allgather_object(obj, name, process_set=None):
+    """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
+    the set: the sizes are gathered first (``name.sz``), then the bytes (``name.t``)."""
+    set_id = _set_id(process_set)
+    n, data, error = encode(obj)
+    sizes = COLLECTIVES.now(COLLECTIVES.start_allgather(
+        np.array([n], np.int64), part_name(name, "sz"), process_set, caller_waits=True))
+    gathered = COLLECTIVES.now(COLLECTIVES.start_allgather(
+        np.frombuffer(bytearray(data), np.uint8), part_name(name, "t"), process_set,
+        caller_waits=True))
+    ranks = engine.process_set_ranks(set_id) if set_id else list(range(engine.size()))
+    return decode_all(sizes.tolist(), gathered.tobytes(), "allgather_object", ranks, error)

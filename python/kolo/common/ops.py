@@ -1,11 +1,13 @@
-"""Reduce operations and Horovod's handling of the deprecated ``average=`` argument.
+"""Reduce operations and Horovod's rules for them in every binding: the deprecated
+``average=`` argument, ``gradient_predivide_factor`` as scale factors, reducescatter's ops,
+Adasum's refusals.
 
 The codes are Horovod's (``Average`` 0, ``Sum`` 1, ``Adasum`` 2, ``Min`` 3, ``Max`` 4,
 ``Product`` 5) and the core's, the same in every binding: ``op=<int>`` means Horovod's op."""
 import warnings
 
-from kolo.common import collectives as _engine
-from kolo.common.collectives import REDUCE_OPS, KoloInternalError
+from kolo.common import engine as _engine
+from kolo.common.engine import REDUCE_OPS, KoloInternalError
 
 Average, Sum, Adasum, Min, Max, Product = (
     REDUCE_OPS[n] for n in ("average", "sum", "adasum", "min", "max", "product"))
@@ -33,6 +35,18 @@ def reduce_op(op, average, binding):
                       "in v1.0", DeprecationWarning)
         return Average if average else Sum
     return Average if op is None else check_op(op, binding)
+
+
+def predivided(op, gradient_predivide_factor):
+    """Horovod's ``gradient_predivide_factor`` f as ``(prescale, postscale)``: the average
+    split around the sum, 1/f before it and f after it (the average's 1/size on top);
+    ``(1.0, 1.0)`` when f is 1. ValueError for another f with an op other than Average."""
+    factor = float(gradient_predivide_factor)
+    if factor == 1.0:
+        return 1.0, 1.0
+    if op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    return 1.0 / factor, factor
 
 
 def check_adasum(set_id):

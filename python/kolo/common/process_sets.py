@@ -9,8 +9,8 @@ alike, so this module's registry is the same on every rank.
 """
 import numbers
 
-from kolo.common import collectives as _engine
-from kolo.common.collectives import KoloInternalError
+from kolo.common import engine as _engine
+from kolo.common.engine import KoloInternalError
 
 _NOT_RANKS = ("ProcessSet should be initialized with a list of process ranks or an mpi4py Comm "
               "object")
@@ -102,7 +102,21 @@ def _set_id(process_set):
     return process_set.process_set_id
 
 
-_root_in_set = _engine.root_in_set
+def root_in_set(root_rank, set_id):
+    """The core's root for Horovod's ``root_rank``, a global rank also with a process set:
+    the root's rank within the set; ValueError when it is not a member."""
+    root_rank = int(root_rank)
+    if set_id == 0:
+        return root_rank
+    ranks = _engine.process_set_ranks(set_id)
+    if root_rank not in ranks:
+        raise ValueError("broadcast root_rank %d is not a member of process set %d (global "
+                         "ranks %s); root_rank is a global rank, as hvd.rank() returns"
+                         % (root_rank, set_id, ranks))
+    return ranks.index(root_rank)
+
+
+_root_in_set = root_in_set
 
 
 def _set_size(process_set):

@@ -1,12 +1,13 @@
-"""Refusals reach every rank: a collective that this rank refuses before calling the core
-(a check in Python: an unsupported dtype, a non-contiguous tensor, bad splits) is announced
-through the engine (``collectives.refuse``), so that the other ranks' matching collective fails with this
-rank's reason instead of waiting for it (docs/errors.md, "Bad input on one rank"). The core
-announces the refusals of its own checks itself."""
+"""Refusals reach every rank: a collective that this rank refuses before the runtime has it
+(a tensor that fails the reader's checks, raised in the adapter's words; bad splits; a root
+outside the set) is announced through the engine (``engine.refuse``), so that the other
+ranks' matching collective fails with this rank's reason instead of waiting for it
+(docs/errors.md, "Bad input on one rank"). The runtime announces the refusals of its own
+checks itself."""
 import functools
 import inspect
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common.process_sets import _set_id
 
 

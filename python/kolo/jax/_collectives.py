@@ -6,7 +6,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common import host as _host
 from kolo.common import objects as _objects
 from kolo.common.collectives import KoloInternalError

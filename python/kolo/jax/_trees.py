@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import io_callback
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common import host as _host
 from kolo.common import objects as _objects
 from kolo.common.basics import cuda_built

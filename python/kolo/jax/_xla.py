@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 
 available = False
 try:

@@ -3,7 +3,7 @@
 Every public name of ``horovod.tensorflow`` that TensorFlow 2 can run is here with
 Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the table and
 docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
-(``kolo.common.collectives``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
+(``kolo.common.engine``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
 from kolo.tensorflow import elastic, util  # noqa: F401
 from kolo.tensorflow import legacy_optimizer as _legacy

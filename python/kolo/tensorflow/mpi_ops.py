@@ -2,7 +2,7 @@
 Horovod 0.28's ``horovod.tensorflow.mpi_ops`` (docs/api-tensorflow.md).
 
 Nothing here is compiled against TensorFlow: tensors reach kolo's engine
-(kolo.common.collectives) as NumPy arrays that share their memory.
+(kolo.common.engine) as NumPy arrays that share their memory.
 - Eagerly, an input is a DLPack view of the tensor, and a result is written into a
   64-byte-aligned NumPy buffer that TensorFlow adopts through DLPack: no copies.
 - Inside ``tf.function`` every collective is one stateful ``tf.numpy_function``:
@@ -22,7 +22,7 @@ runtime's buffer; a broadcast copies its input once into the buffer it overwrite
 import numpy as np
 import tensorflow as tf
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common import host as _host
 from kolo.common import ops as _common_ops
 from kolo.common.collectives import KoloInternalError

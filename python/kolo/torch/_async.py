@@ -1,36 +1,31 @@
 """The collectives of ``kolo.torch`` that start an operation and return a handle
 (Horovod's ``*_async``), the in-place forms, ``poll`` and ``synchronize``, ``join`` and
-``barrier``: everything of ``horovod.torch.mpi_ops`` that autograd does not see. The
-differentiable forms are in kolo.torch.autograd; kolo.torch.mpi_ops has them all.
+``barrier``: everything of ``horovod.torch.mpi_ops`` that autograd does not see, with
+Horovod's signatures. What they do is kolo.common.collectives' (written once for every
+binding) over the torch adapter (kolo.torch._tensors); the differentiable forms are in
+kolo.torch.autograd, and kolo.torch.mpi_ops has them all.
 
 Every ``*_async`` form returns a handle (the core's, an int) for :func:`poll` and
-:func:`synchronize`.
+:func:`synchronize`. A blocking call (``allreduce_``, ``broadcast_``, ...) tells the core
+that it waits at once: the waiting thread runs the round itself (KOLO_CALLER_RUNS).
 """
 import torch
 
-from kolo.common import collectives as _engine
 from kolo.common import ops as _common_ops
+from kolo.common.collectives import Collectives
+from kolo.common.names import part_name
 from kolo.common.ops import Average
-from kolo.common.refusals import announces_refusals
+from kolo.common.process_sets import _set_size, global_process_set
 from kolo.torch import _tensors
-from kolo.torch._tensors import check_list as _check_list
-from kolo.torch._tensors import check_tensor as _check_tensor
-from kolo.torch._tensors import READER as _READER
-from kolo.torch._tensors import stream as _stream
-from kolo.torch._tensors import view as _view
-from kolo.torch.basics import _check_join_device, _on_new_run
-from kolo.torch.process_sets import _root_in_set, _set_id, _set_size, global_process_set
+from kolo.torch.basics import _check_join_device
 
-# handle -> finisher of the operations started here (kolo.common.collectives.Handles).
-_handles = _engine.Handles()
-_register = _handles.add
-_on_new_run(_handles.clear)  # a new run (init) or none (shutdown): the old handles are gone
+_api = Collectives(_tensors.ADAPTER)
 
 
 def poll(handle):
     """True once the operation behind ``handle`` has finished (then synchronize() does not
     block). ValueError for a handle that was never returned or was already synchronized."""
-    return _handles.poll(handle)
+    return _api.poll(handle)
 
 
 def synchronize(handle):
@@ -40,13 +35,10 @@ def synchronize(handle):
     signal interrupts (KeyboardInterrupt, a timeout handler) leaves the handle waitable."""
     if callable(handle):
         return handle()
-    return _handles.wait(handle)
+    return _api.synchronize(handle)
 
 
-def _release(handle):
-    """Forgets a handle that will not be synchronized (an error abandoned it): its name is
-    free again once its operation completes."""
-    _handles.release(handle)
+_release = _api.release
 
 
 def reduce_op(op, average):
@@ -60,106 +52,63 @@ def reducescatter_op(op):
 
 # --- allreduce ---------------------------------------------------------------------------
 
-# The allreduces hand the tensors themselves to the engine: the core reads and checks them
-# (_tensors.READER), one call per operation however many tensors (issue 35).
-
-# A blocking call (allreduce_, grouped_allreduce_, kolo.torch.allreduce) tells the core it
-# waits at once (``caller_waits``): the core does not wake its background thread, and the
-# waiting thread runs the negotiation round and the reduction itself (KOLO_CALLER_RUNS).
-
-@announces_refusals("allreduce")
-def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
-               in_place, caller_waits):
-    """Starts an allreduce of ``tensor``, in place or into a new tensor; the handle's result
-    is the tensor reduced into."""
-    op = reduce_op(op, average)
-    output = None
-    if not in_place:
-        _check_tensor(tensor, "allreduce input")  # before empty_like, which takes anything
-        output = torch.empty_like(tensor)
-    h = _engine.allreduce_tensor_async(_READER, tensor, output, "allreduce input", name, op,
-                                       prescale_factor, postscale_factor,
-                                       _set_id(process_set), caller_waits)
-    result = tensor if in_place else output
-    return _register(h, lambda out, _input=tensor: result)
-
-
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` into a new tensor; returns a handle."""
-    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
-                      False, False)
+    return _api.later(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing ``tensor`` in place; returns a handle."""
-    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
-                      True, False)
+    return _api.later(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set, True))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` in place and returns it."""
-    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
-                                  process_set, True, True))
+    return _api.now(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                         postscale_factor, process_set, True, True))
 
 
 def allreduce_blocking(tensor, average, name, op, prescale_factor, postscale_factor,
                        process_set):
     """A new tensor with the reduction, waited for at once (kolo.torch.allreduce's
     non-differentiable path)."""
-    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
-                                  process_set, False, True))
-
-
-@announces_refusals("allreduce", tensors="tensors")
-def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                       process_set, in_place, caller_waits):
-    """Starts one allreduce of the list, in place or into new tensors; the handle's result
-    is the tuple reduced into."""
-    op = reduce_op(op, average)
-    if in_place:
-        tensors = tuple(tensors)
-        outputs = None
-    else:
-        tensors = _check_list(tensors, "grouped_allreduce")
-        outputs = tuple(torch.empty_like(t) for t in tensors)
-    h = _engine.grouped_allreduce_tensors_async(_READER, tensors, outputs, "grouped_allreduce",
-                                                name, op, prescale_factor, postscale_factor,
-                                                _set_id(process_set), caller_waits)
-    result = tensors if in_place else outputs
-    return _register(h, lambda out, _inputs=tensors: result)
+    return _api.now(_api.start_allreduce(tensor, average, name, op, prescale_factor,
+                                         postscale_factor, process_set, False, True))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts one allreduce for a list of tensors, negotiated and fused as a unit; its
     result is a tuple of new tensors."""
-    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                              process_set, False, False)
+    return _api.later(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In place: its result is the tuple of the input tensors."""
-    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                              process_set, True, False)
+    return _api.later(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                   postscale_factor, process_set, True))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """Reduces every tensor of the list in place; returns them as a tuple."""
-    return synchronize(_grouped_allreduce(tensors, average, name, op, prescale_factor,
-                                          postscale_factor, process_set, True, True))
+    return _api.now(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                 postscale_factor, process_set, True, True))
 
 
 def grouped_allreduce_blocking(tensors, average, name, op, prescale_factor, postscale_factor,
                                process_set):
     """New tensors with the reductions, waited for at once (kolo.torch.grouped_allreduce's
     non-differentiable path)."""
-    return synchronize(_grouped_allreduce(tensors, average, name, op, prescale_factor,
-                                          postscale_factor, process_set, False, True))
+    return _api.now(_api.start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                                 postscale_factor, process_set, False, True))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -167,10 +116,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     algorithm). Returns a callable (not a handle) that waits and returns the reduced,
     uncoalesced sparse tensor; ``op`` Average divides the values by the set's size."""
     t = tensor
-    names = (None, None) if name is None else ("%s.indices" % name, "%s.values" % name)
-    indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name=names[0],
-                              process_set=process_set)
-    values = allgather_async(t._values().contiguous(), name=names[1], process_set=process_set)
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                              name=part_name(name, "indices"), process_set=process_set)
+    values = allgather_async(t._values().contiguous(), name=part_name(name, "values"),
+                             process_set=process_set)
 
     def handle():
         try:
@@ -188,101 +137,56 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     return handle
 
 
-# --- allgather ---------------------------------------------------------------------------
+# --- allgather, broadcast, alltoall, reducescatter ----------------------------------------
 
-@announces_refusals("allgather")
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along dimension 0 (its size may differ
     between ranks; the other dimensions may not)."""
-    _check_tensor(tensor, "allgather input")
-    h = _engine.allgather_async(_view(tensor), name, _set_id(process_set), _stream(tensor))
-    return _register(h, lambda out: _tensors.copy_out(out, tensor))
+    return _api.later(_api.start_allgather(tensor, name, process_set))
 
 
-@announces_refusals("allgather", tensors="tensors")
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of every tensor of the list, negotiated as one unit (one member
     failing fails all); its result is a tuple."""
-    tensors = _check_list(tensors, "grouped_allgather")
-    h = _engine.grouped_allgather_async([_view(t) for t in tensors], name,
-                                        _set_id(process_set), _stream(tensors[0]))
-    return _register(h, lambda out: _tensors.copy_out_parts(out, tensors))
+    return _api.later(_api.start_grouped_allgather(tensors, name, process_set))
 
 
-# --- broadcast ---------------------------------------------------------------------------
-
-@announces_refusals("broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting ``tensor`` from global rank ``root_rank``, in place."""
-    _check_tensor(tensor, "broadcast tensor")
-    set_id = _set_id(process_set)
-    h = _engine.broadcast_async(_view(tensor), _root_in_set(root_rank, set_id), name, set_id,
-                                _stream(tensor))
-    return _register(h, lambda out: tensor)
+    return _api.later(_api.start_broadcast(tensor, root_rank, name, process_set, True))
 
 
-@announces_refusals("broadcast")
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting into a new tensor; ``tensor`` is not modified."""
-    _check_tensor(tensor, "broadcast tensor")
-    return broadcast_async_(tensor.clone(), root_rank, name, process_set)
+    return _api.later(_api.start_broadcast(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Broadcasts in place and returns ``tensor``."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _api.now(_api.start_broadcast(tensor, root_rank, name, process_set, True, True))
 
 
-# --- alltoall ----------------------------------------------------------------------------
-
-@announces_refusals("alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending ``splits[i]`` rows of ``tensor`` to rank i of the set (an even split
-    when None). Its result is ``(output, received_splits)``, an int32 tensor."""
-    _check_tensor(tensor, "alltoall input")
-    if splits is None:
-        split_list = []
-    elif isinstance(splits, torch.Tensor):
-        # As Horovod: a tensor of splits must hold int32 (a float tensor's values would be
-        # truncated differently on each rank, pairing one rank's valid call with another's
-        # error); a list is converted.
-        if splits.dtype != torch.int32 or splits.dim() > 1:
-            raise ValueError("alltoall expects splits to be a 1-D tensor of 32-bit integers "
-                             "(torch.int32), got a %d-D %s tensor" % (splits.dim(), splits.dtype))
-        split_list = splits.tolist()
-    else:
-        split_list = [int(s) for s in splits]
-    h = _engine.alltoall_async(_view(tensor), split_list, name, _set_id(process_set),
-                               _stream(tensor))
-    return _register(h, lambda out: (_tensors.copy_out(out, tensor),
-                                     torch.tensor(out.received_splits, dtype=torch.int32)))
+    when None; a list, or a 1-D torch.int32 tensor). Its result is ``(output,
+    received_splits)``, an int32 tensor."""
+    return _api.later(_api.start_alltoall(tensor, splits, name, process_set))
 
 
-# --- reducescatter -----------------------------------------------------------------------
-
-@announces_refusals("reducescatter")
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing ``tensor`` over the set; rank i keeps the i-th block of rows (the
     first ``rows % size`` ranks one row more)."""
-    op = reducescatter_op(op)
-    _check_tensor(tensor, "reducescatter input")
-    h = _engine.reducescatter_async(_view(tensor), name, op, prescale_factor, postscale_factor,
-                                    _set_id(process_set), _stream(tensor))
-    return _register(h, lambda out: _tensors.copy_out(out, tensor))
+    return _api.later(_api.start_reducescatter(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
 
 
-@announces_refusals("reducescatter", tensors="tensors")
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reducescatter of every tensor of the list, negotiated as one unit; its
     result is a tuple."""
-    op = reducescatter_op(op)
-    tensors = _check_list(tensors, "grouped_reducescatter")
-    h = _engine.grouped_reducescatter_async([_view(t) for t in tensors], name, op,
-                                            prescale_factor, postscale_factor,
-                                            _set_id(process_set), _stream(tensors[0]))
-    return _register(h, lambda out: _tensors.copy_out_parts(out, tensors))
+    return _api.later(_api.start_grouped_reducescatter(tensors, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
 
 
 # --- join and barrier --------------------------------------------------------------------
@@ -296,9 +200,9 @@ def join(device=-1):
     part in. A CUDA device that this build or machine cannot serve raises ValueError before
     the rank joins."""
     _check_join_device(device)
-    return synchronize(_register(_engine.join_async(), lambda out: int(out.value)))
+    return _api.join()
 
 
 def barrier(process_set=global_process_set):
     """Returns (None) once every rank of the set has called it."""
-    synchronize(_register(_engine.barrier_async(_set_id(process_set)), lambda out: None))
+    _api.barrier(process_set)

@@ -1,10 +1,11 @@
-"""The torch adapter of the engine (kolo.common.collectives): what kolo.torch and the
-torch.distributed backend share about torch tensors. A tensor becomes a view
-(pointer, dtype code, shape, device) and the CUDA stream that produces it; a finished
-operation's output becomes a tensor again."""
+"""The torch adapter (kolo.common.adapter): what kolo.torch and the torch.distributed backend
+give kolo's collectives about torch tensors. The reader (the core reads and checks a tensor
+through torch.Tensor's attributes, in C++), the words for a tensor that fails a check, the
+CUDA stream that produces a tensor, and new tensors like the inputs for the results."""
 import torch
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
+from kolo.common.adapter import Adapter
 
 # The core's dtype codes by torch dtype.
 DTYPES = _engine.dtype_codes(
@@ -26,67 +27,76 @@ class UnsupportedDtypeError(TypeError, ValueError):
     """A dtype kolo cannot move. A TypeError, and a ValueError as Horovod raises for it."""
 
 
-def check_tensor(tensor, what, index=None):
-    """A dense, contiguous tensor of a dtype kolo moves; else a clear error naming
-    ``what`` (and the input's ``index`` in a list)."""
-    # The common case costs a few attribute reads; the message is only built for a
-    # tensor that fails.
-    if (isinstance(tensor, torch.Tensor) and not tensor.is_sparse and tensor.dtype in DTYPES
-            and tensor.is_contiguous()):
-        return
+def refuse(tensor, what, index, check):
+    """The torch words for a tensor that failed the reader's ``check`` (see
+    kolo.common.engine.tensor_reader); ``what`` names it, ``index`` its place in a list."""
     if index is not None:
         what = "%s input %d" % (what, index)
-    if not isinstance(tensor, torch.Tensor):
+    if check == "type":
         raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.is_sparse:
-        raise ValueError("%s is sparse; kolo reduces dense tensors (sparse gradients: "
-                         "sparse_allreduce_async() or DistributedOptimizer)" % what)
-    if tensor.dtype not in DTYPES:
+    if check == "sparse":
+        raise ValueError("%s is sparse; kolo moves dense tensors (kolo.torch reduces sparse "
+                         "gradients with sparse_allreduce_async() or DistributedOptimizer, "
+                         "torch.distributed with all_reduce)" % what)
+    if check == "dtype":
         raise UnsupportedDtypeError(
             "%s has dtype %s, which kolo does not support; supported: %s"
             % (what, tensor.dtype, ", ".join(str(d) for d in DTYPES)))
-    raise ValueError("%s is not contiguous; call .contiguous() first" % what)
-
-
-def check_list(tensors, what):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("%s needs at least one tensor" % what)
-    for i, t in enumerate(tensors):
-        check_tensor(t, what, i)
-    return tensors
+    if check == "contiguous":
+        raise ValueError("%s is not contiguous; call .contiguous() first" % what)
+    if check == "device":
+        raise ValueError("%s is on device %s; kolo moves tensors on the CPU and on CUDA "
+                         "devices" % (what, tensor.device))
 
 
 def stream(tensor):
-    """The CUDA stream that produces ``tensor`` (kolo's stream waits on it), or 0."""
-    if not tensor.is_cuda:
-        return 0
+    """The CUDA stream that produces ``tensor`` (kolo's stream waits on it)."""
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
-# How the core reads torch tensors itself (the allreduce entries): check_tensor's checks, in
-# C++; a tensor that fails one goes to check_tensor for its error.
-READER = _engine.tensor_reader(torch.Tensor, DTYPES, check_tensor, stream)
+# How the core reads torch tensors: torch.Tensor's attributes.
+READER = _engine.tensor_reader("attributes", torch.Tensor, DTYPES, refuse, stream)
 
 
-def view(tensor, shape=None):
-    """The engine's view of a checked tensor (``shape``: another shape of its elements)."""
-    return (tensor.data_ptr(), DTYPES[tensor.dtype],
-            list(tensor.shape) if shape is None else shape,
-            tensor.device.index if tensor.is_cuda else -1)
+def check_tensor(tensor, what, index=None):
+    """The reader's checks (in C++): a dense, contiguous tensor of a dtype kolo moves, on
+    the CPU or a CUDA device; else the error of :func:`refuse`."""
+    READER.check(tensor, what, index)
 
 
-def copy_out(out, like):
-    """A finished operation's output as a new tensor of ``like``'s dtype and device (a
-    result of a CUDA tensor's collective is in device memory on its device)."""
-    result = torch.empty(tuple(out.shape), dtype=like.dtype, device=like.device)
-    out.copy_to(result.data_ptr(), result.numel() * result.element_size())
-    return result
+class TorchAdapter(Adapter):
+    binding = "kolo.torch"
+    reader = READER
+
+    def empty(self, shape, like):
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def empty_like(self, tensor):
+        return torch.empty_like(tensor)
+
+    def copy(self, tensor):
+        return tensor.clone()
+
+    def data_ptr(self, tensor):
+        return tensor.data_ptr()
+
+    def int32_vector(self, values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    def split_list(self, splits):
+        if isinstance(splits, torch.Tensor):
+            # As Horovod: a tensor of splits must hold int32 (a float tensor's values would
+            # be truncated differently on each rank, pairing one rank's valid call with
+            # another's error); a list is converted.
+            if splits.dtype != torch.int32 or splits.dim() > 1:
+                raise ValueError("alltoall expects splits to be a 1-D tensor of 32-bit "
+                                 "integers (torch.int32), got a %d-D %s tensor"
+                                 % (splits.dim(), splits.dtype))
+            return splits.tolist()
+        return super().split_list(splits)
 
 
-def copy_out_parts(out, tensors):
-    """A grouped operation's outputs, one new tensor per input."""
-    return tuple(copy_out(o, t) for o, t in zip(out.take_parts(), tensors))
+ADAPTER = TorchAdapter()
 
 
 def copy_into(out, dest, what="kolo"):

@@ -75,38 +75,12 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     every rank raises (the others ``pickle.PicklingError`` with the root's error)."""
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
-    name = "broadcast_object" if name is None else name
-    is_root = _ops.rank() == root_rank
-    if is_root:
-        n, data, error = _objects.encode(obj)
-        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        size = torch.tensor([n], dtype=torch.int64)
-    else:
-        size = torch.zeros(1, dtype=torch.int64)
-    _ops.broadcast_(size, root_rank, name=name + ".sz", process_set=process_set)
-    n = int(size.item())
-    if not is_root:
-        payload = torch.empty(abs(n), dtype=torch.uint8)
-    _ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
-    if is_root:
-        if error is not None:
-            raise error
-        return obj
-    return _objects.decode(n, payload.numpy().tobytes(), "broadcast_object", root_rank)
+    return _objects.broadcast_object(
+        obj, root_rank, "broadcast_object" if name is None else name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
     the set."""
-    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
-    # None where they have no object yet, and differing names would never pair.
-    name = "allgather_object" if name is None else name
-    n, data, error = _objects.encode(obj)
-    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    sizes = _ops.allgather(torch.tensor([n], dtype=torch.int64), name=name + ".sz",
-                           process_set=process_set)
-    gathered = _ops.allgather(payload, name=name + ".t", process_set=process_set)
-    ranks = (process_set.ranks if process_set not in (None, global_process_set)
-             else list(range(_ops.size())))
-    return _objects.decode_all(sizes.tolist(), gathered.numpy().tobytes(), "allgather_object",
-                               ranks, error)
+    return _objects.allgather_object(
+        obj, "allgather_object" if name is None else name, process_set)

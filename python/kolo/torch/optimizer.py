@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from kolo.common.ops import check_op
+from kolo.common.ops import check_op, predivided
 from kolo.torch import mpi_ops as _ops
 from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer, zero_grad_when_idle
 from kolo.torch._optimizer_names import named as _named
@@ -157,11 +157,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         compressed, ctx = self._compression.compress(tensor)
         if not compressed.is_contiguous():
             compressed = compressed.contiguous()
-        if self.op == _ops.Average:
-            # The average split around the sum: 1/f before it, f/size after it.
-            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        else:
-            pre, post = 1.0, 1.0
+        pre, post = predivided(self.op, self.gradient_predivide_factor)
         handle = _ops.allreduce_async_(compressed, name="allreduce." + name, op=self.op,
                                        prescale_factor=pre, postscale_factor=post,
                                        process_set=self.process_set)
@@ -295,8 +291,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     op = _ops.Average if op is None else op
     process_set = global_process_set if process_set is None else process_set
     check_op(op, "kolo.torch")
-    if gradient_predivide_factor != 1.0 and op != _ops.Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
                       "removed in v0.23.0.", DeprecationWarning)

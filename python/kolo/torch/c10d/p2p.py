@@ -1,6 +1,6 @@
-"""Point-to-point messages of kolo's torch.distributed backend (see c10d.py): send, recv
-(from one rank or from any), isend/irecv (and so batch_isend_irecv, PyTorch's loop over
-them) and monitored_barrier.
+"""Point-to-point messages of kolo's torch.distributed backend (see the package's
+__init__.py): send, recv (from one rank or from any), isend/irecv (and so
+batch_isend_irecv, PyTorch's loop over them) and monitored_barrier.
 
 They go straight to MPI (the engine's p2p_comm: bindings/p2p.cc), outside kolo's negotiation:
 a message between two ranks needs no agreement of the others. Every process group has two
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 
 _PREFIX = "kolo's torch.distributed backend: "
 

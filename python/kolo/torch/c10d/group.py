@@ -1,17 +1,17 @@
-"""The process group of kolo's torch.distributed backend (see c10d.py): what PyTorch needs
-registered on a group, the names that pair operations across ranks, barrier and
-point-to-point, and kolo process sets for new groups. Its collectives are in
-_c10d_collectives.py."""
+"""The process group of kolo's torch.distributed backend (see the package's __init__.py):
+what PyTorch needs registered on a group, the names that pair operations across ranks,
+barrier and point-to-point, and kolo process sets for new groups. Its collectives are in
+collectives.py."""
 
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.common.basics import cuda_built as _cuda_built
 from kolo.common import basics as _basics
-from kolo.torch._c10d_collectives import Collectives
-from kolo.torch._c10d_p2p import P2PChannels
-from kolo.torch._c10d_work import KoloWork, _called_from_cpp, _completer, _context, _parent
+from kolo.torch.c10d.collectives import ProcessGroupCollectives
+from kolo.torch.c10d.p2p import P2PChannels
+from kolo.torch.c10d.work import KoloWork, _called_from_cpp, _context, _parent, caller_waits
 
 BACKEND_NAME = "kolo"
 _c10d = dist.distributed_c10d
@@ -75,7 +75,7 @@ class _Placeholder(torch._C._distributed_c10d.Backend):
     _supports_time_estimate = property(lambda self: False)
 
 
-class KoloProcessGroup(Collectives, dist.ProcessGroup):
+class KoloProcessGroup(ProcessGroupCollectives, dist.ProcessGroup):
     """A torch.distributed process group on kolo's runtime (one per torch group).
     ``global_ranks``: its members (global ranks, in group order); ``timeout``: bounds its
     point-to-point waits (collectives end by kolo's stall shutdown). Collective over the
@@ -133,13 +133,15 @@ class KoloProcessGroup(Collectives, dist.ProcessGroup):
         self._unnamed += 1
         return "", "%s%s.%d" % (self._label_prefix, op, self._unnamed)
 
-    def _start(self, what, handle, finish, timeout=None):
-        work = KoloWork(what, getattr(_context, "label", what), timeout)
-        work.from_cpp = _called_from_cpp()
-        _completer.submit(handle, finish, work)
-        return work
+    def _start(self, what, handle, finish, opts=None, timeout=None):
+        """The Work of kolo's ``handle``; ``finish(output)`` makes its result. ``opts``: the
+        call's options, which say whether the caller waits at once (work.caller_waits)."""
+        work = KoloWork(what, getattr(_context, "label", what), handle, finish, timeout)
+        waits = timeout is None and caller_waits(opts)  # a Python caller, then
+        work.from_cpp = not waits and _called_from_cpp()
+        return work.start(waits)
 
-    # barrier, point to point (_c10d_p2p.py) -------------------------------------------
+    # barrier, point to point (p2p.py) --------------------------------------------------
 
     def barrier(self, opts=None):
         """Bounded by ``dist.barrier(timeout=...)``, else by the group's timeout, as gloo's.
@@ -157,7 +159,7 @@ class KoloProcessGroup(Collectives, dist.ProcessGroup):
             return left
         self._name("barrier")  # kolo names barriers itself; this sets the label
         work = self._start("barrier", _engine.barrier_async(self._set_id), lambda out: [],
-                           timeout)
+                           opts, timeout)
         _barriers[self._set_id] = work
         return work
 

@@ -1,6 +1,7 @@
-"""The Work objects and their completion for kolo's torch.distributed backend (see c10d.py):
-a pool of threads waits on kolo's handles, marks each Work done and completes its future;
-tensors reach the engine (kolo.common.collectives) through kolo.torch._tensors."""
+"""The Work objects and their completion for kolo's torch.distributed backend (see the
+package's __init__.py): a pool of threads waits on kolo's handles, marks each Work done and
+completes its future, except where the caller waits first (the blocking fast path below).
+Tensors reach the engine (kolo.common.engine) through the reader of kolo.torch._tensors."""
 import concurrent.futures
 import datetime
 import os
@@ -11,40 +12,33 @@ import time
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
+from kolo.common import engine as _engine
 from kolo.torch import _tensors
-from kolo.torch._tensors import DTYPES as _DTYPES
 
 _TORCH_DISTRIBUTED_DIR = os.path.dirname(dist.distributed_c10d.__file__) + os.sep
-# This package's backend modules (c10d.py, _c10d_*.py): frames to skip in _called_from_cpp.
+# This package's modules: frames to skip when looking for the backend's caller.
 _HERE = os.path.dirname(__file__) + os.sep
 
 
 def _is_backend_file(path):
-    name = path[len(_HERE):] if path.startswith(_HERE) else ""
-    return name == "c10d.py" or name.startswith("_c10d_")
+    return path.startswith(_HERE)
 
 
 # --- tensors ---------------------------------------------------------------------------
 
+_PREFIX = "kolo's torch.distributed backend: "
+
+
 def _check(tensor, what):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.dtype not in _DTYPES:
-        raise TypeError("kolo's torch.distributed backend: %s has dtype %s, which kolo does "
-                        "not move; supported: %s"
-                        % (what, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
-    if tensor.is_sparse:
-        raise ValueError("kolo's torch.distributed backend: %s is sparse; kolo moves dense "
-                         "tensors" % what)
-    if not tensor.is_contiguous():
-        raise ValueError("kolo's torch.distributed backend: %s is not contiguous; call "
-                         ".contiguous() first" % what)
+    """The reader's checks (kolo.torch._tensors), for a tensor used before the collective
+    that reads it."""
+    _tensors.READER.check(tensor, _PREFIX + what)
 
 
-def _view(tensor):
-    """The engine's view of a checked tensor; kolo has no 0-d tensors here: one element."""
-    return _tensors.view(tensor, list(tensor.shape) if tensor.dim() > 0 else [1])
+def _flat(tensor):
+    """A tensor as the backend hands it to kolo: kolo has no 0-d tensors here, one
+    element (a view)."""
+    return tensor if tensor.dim() > 0 else tensor.view(1)
 
 
 def _copy_result(out, dest):
@@ -124,35 +118,93 @@ def _called_from_cpp():
     return frame is None or not frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED_DIR)
 
 
+def caller_waits(opts):
+    """Whether the caller waits for the Work as soon as it has it: torch.distributed's
+    functions say ``opts.asyncOp = async_op`` (PyTorch >= 2.7; the options' default, and
+    what DDP's reducer passes, is True). Such a call is kolo.torch's blocking call: the core
+    does not wake its background thread, and the caller's thread runs the round
+    (``caller_waits``) and waits on kolo's handle itself (KoloWork.wait), with no hand-off
+    to a completion thread."""
+    return getattr(opts, "asyncOp", True) is False
+
+
 class KoloWork(dist._Work):
     """One operation: ``wait()`` blocks until kolo finished it (and raises its error, the
     coordinator's text naming ranks); ``get_future()`` is completed with its output tensors
-    by the completion thread, or by the first thread that waits for it."""
+    by the thread that waited on kolo's handle, or by the first thread that waits for it.
 
-    def __init__(self, what, label, timeout=None):
+    ``handle`` and ``finish`` (the function of the operation's Output that makes the
+    Work's result): whoever claims the Work first waits on the handle. A completion thread
+    claims it when it starts (:meth:`start`), unless the caller waits at once
+    (:func:`caller_waits`): then the caller's ``wait()`` claims it, or, when the Work is
+    dropped or its future asked for first, a completion thread."""
+
+    def __init__(self, what, label, handle, finish, timeout=None):
         super().__init__()
         self._what = what
         self._timeout = timeout  # bounds wait() without a timeout of its own (barriers)
         self.label = label  # the parent name of operations its callbacks start
         self.children = 0
-        self._future = _KoloFuture(self)
+        self._handle = handle
+        self._make_result = finish
+        self._future = None  # made when get_future() asks for it
         self._kolo_done = threading.Event()
         self._lock = threading.Lock()
+        self._claimed = False
         self._future_claimed = False
         self._error = None
         self._result = None
         self.from_cpp = False
         self._cpp_future = None
 
-    def _finish(self, result, error):
-        """Called by the thread that waited on kolo; the future is completed later."""
-        self._result, self._error = result, error
+    def start(self, caller_waits=False):
+        """Hands the Work to a completion thread, unless its caller waits for it at once."""
+        if not caller_waits:
+            self._hand_over()
+        return self
+
+    def _claim(self):
+        """True for the one thread that is to wait on kolo's handle."""
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+        return not claimed
+
+    def _hand_over(self):
+        if self._claim():
+            _completer.submit(self)
+
+    def _settle(self, out, error):
+        """Marks the Work done with the result made of kolo's Output, or the error; the
+        future is completed afterwards, by whichever thread comes first."""
+        if error is None:
+            try:
+                self._result = self._make_result(out)
+            except Exception as e:  # noqa: B902  (a result that cannot be made is the error)
+                error = e
+        self._error = error
         self._kolo_done.set()
+
+    def _wait_here(self):
+        """The blocking fast path: this thread waits on kolo's handle (and runs kolo's round,
+        KOLO_CALLER_RUNS). A signal that interrupts it hands the Work to a completion
+        thread, so that a later wait() finds it done."""
+        try:
+            out = _engine.wait(self._handle)
+        except Exception as e:  # noqa: B902  (the operation's error belongs to the Work)
+            self._settle(None, e)
+            return
+        except BaseException:
+            _completer.submit(self)
+            raise
+        self._settle(out, None)
 
     def _complete_future(self):
         """Completes the future once, in whichever thread comes first; returns once it is
-        done (PyTorch marks a future done before it runs its callbacks)."""
+        done (PyTorch marks a future done before it runs its callbacks). A future nobody
+        asked for yet is completed when it is asked for."""
         with self._lock:
+            if self._future is None:
+                return
             claimed, self._future_claimed = self._future_claimed, True
         if claimed:
             while not self._future.done():  # another thread is completing it right now
@@ -165,6 +217,8 @@ class KoloWork(dist._Work):
 
     def wait(self, timeout=None):
         limit = timeout if timeout else self._timeout
+        if not limit and self._claim():
+            self._wait_here()
         seconds = limit.total_seconds() if isinstance(limit, datetime.timedelta) else 0
         if not self._kolo_done.wait(seconds if seconds > 0 else None):
             raise RuntimeError(
@@ -178,6 +232,12 @@ class KoloWork(dist._Work):
         return True
 
     def get_future(self):
+        self._hand_over()  # the future's callbacks run when kolo is done, waited for or not
+        with self._lock:
+            if self._future is None:
+                self._future = _KoloFuture(self)
+        if self._kolo_done.is_set():
+            self._complete_future()
         if self.from_cpp:
             # PyTorch's C++ (DDP's reducer) reads the future's value as a C++ IValue, and an
             # error set from Python is only a value there: a future chained by then() holds
@@ -200,6 +260,17 @@ class KoloWork(dist._Work):
         self.wait()
         return self._result
 
+    def __del__(self):
+        # Dropped before anyone waited on kolo's handle (the earlier Works of a coalesced
+        # call, a blocking call that raised before its wait): the handle is still waited
+        # for, and the result written where it belongs.
+        if getattr(self, "_claimed", True):
+            return
+        try:
+            KoloWork(self._what, self.label, self._handle, self._make_result).start()
+        except Exception:  # noqa: B902  (the interpreter is ending: nothing waits any more)
+            pass
+
 
 class _Completer:
     """A pool of threads, each waiting on one kolo handle, then marking its Work done and
@@ -216,21 +287,22 @@ class _Completer:
         self._pool = None
         self._lock = threading.Lock()
 
-    def submit(self, handle, finish, work):
+    def submit(self, work):
+        """Waits on ``work``'s handle in a pool thread (the caller has claimed it)."""
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self.MAX_THREADS, thread_name_prefix="kolo-c10d")
-        self._pool.submit(self._run, handle, finish, work)
+        self._pool.submit(self._run, work)
 
     @staticmethod
-    def _run(handle, finish, work):
+    def _run(work):
         try:
-            result = finish(_engine.wait(handle))
+            out = _engine.wait(work._handle)
         except BaseException as e:  # noqa: B902  (every error belongs to the Work)
-            work._finish(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
+            work._settle(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
         else:
-            work._finish(result, None)
+            work._settle(out, None)
         work._complete_future()
 
 

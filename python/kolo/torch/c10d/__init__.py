@@ -4,22 +4,25 @@ name ``"kolo"``, then ``dist.init_process_group(backend="kolo")`` runs DDP and t
 path, the stall inspector and the timeline).
 
 Python-level only: a ``torch.distributed.ProcessGroup`` subclass whose methods hand
-tensors to kolo's engine (``kolo.common.collectives``) as (pointer, dtype, shape, device),
-with no link against libtorch, so one kolo build serves every PyTorch that has the extension points used here
-(``_MIN_TORCH``; checked at import). docs/api-torch-distributed.md has what is supported.
+tensors to kolo's engine (``kolo.common.engine``) with the torch adapter's reader, which
+reads them in C++, with no link against libtorch, so one kolo build serves every PyTorch
+that has the extension points used here (``_MIN_TORCH``; checked at import).
+docs/api-torch-distributed.md has what is supported.
 
-The modules: this one (the version check, registration, creating groups), _c10d_group.py
-(the process group: names, barrier, point-to-point, kolo process sets for new groups),
-_c10d_collectives.py (what each collective becomes on kolo), _c10d_work.py
-(Work objects, futures and the threads that complete them; tensors as kolo views),
-_c10d_p2p.py (point-to-point messages and monitored_barrier, on MPI outside kolo's
-negotiation).
+The modules of this package: this one (the version check, registration, creating groups),
+group.py (the process group: names, barrier, point-to-point, kolo process sets for new
+groups), collectives.py (what each collective becomes on kolo), work.py (Work objects,
+futures, the threads that complete them, and the blocking fast path), p2p.py
+(point-to-point messages and monitored_barrier, on MPI outside kolo's negotiation).
 
 How it fits together:
- - every operation is enqueued on kolo's background thread at once and returns a ``Work``;
-   a pool of threads waits on kolo's handles, marks each Work done and completes its
-   future (DDP's reducer and its comm hooks wait on futures, never on the Work), see
-   _Completer;
+ - every operation is enqueued at once and returns a ``Work``; a pool of threads waits on
+   kolo's handles, marks each Work done and completes its future (DDP's reducer and its
+   comm hooks wait on futures, never on the Work), see _Completer in work.py. A blocking
+   call (``async_op=False``, which PyTorch tells the backend in ``opts.asyncOp``) takes
+   kolo.torch's blocking path instead: the core does not wake its background thread, and
+   the caller's ``wait()`` waits on kolo's handle itself, running kolo's round on its own
+   thread (work.caller_waits);
  - names: kolo pairs operations across ranks by name. The k-th allreduce of a backward
    pass is ``ddp.bucket<k>.<dtype>x<numel>`` (DDP launches its buckets in bucket order, on
    every rank the same), stable from step to step so that kolo's response cache serves
@@ -81,7 +84,7 @@ def _check_torch():
 _check_torch()
 
 # After the version check: these subclass what it checked for.
-from kolo.torch._c10d_group import (  # noqa: E402
+from kolo.torch.c10d.group import (  # noqa: E402
     BACKEND_NAME, KoloProcessGroup, _device_types, _sets)
 
 _c10d = dist.distributed_c10d

@@ -1,14 +1,15 @@
-"""What each torch.distributed collective becomes on kolo (see c10d.py): the collective
-methods of KoloProcessGroup, as a mixin over its naming (``_name``), its start of a Work
-(``_start``) and its kolo process set (``_set_id``)."""
+"""What each torch.distributed collective becomes on kolo (see the package's __init__.py):
+the collective methods of KoloProcessGroup, as a mixin over its naming (``_name``), its
+start of a Work (``_start``) and its kolo process set (``_set_id``). Tensors reach the
+engine with the torch adapter's reader (kolo.torch._tensors), which reads and checks them
+in C++; a blocking call (``async_op=False``) tells the core that its caller waits at once
+(work.py, ``caller_waits``)."""
 import torch
 import torch.distributed as dist
 
-from kolo.common import collectives as _engine
-from kolo.torch._tensors import DTYPES as _DTYPES
-from kolo.torch._tensors import stream as _stream
-from kolo.torch._tensors import view as _flat_view
-from kolo.torch._c10d_work import KoloWork, _check, _completer, _copy_result, _view
+from kolo.common import engine as _engine
+from kolo.torch._tensors import READER as _READER
+from kolo.torch.c10d.work import KoloWork, _PREFIX, _check, _copy_result, _flat, caller_waits
 
 _R = _engine.REDUCE_OPS
 _OPS = {
@@ -30,7 +31,7 @@ def _op_code(reduce_op, what):
         "SUM, AVG, MIN, MAX and PRODUCT" % (what, op))
 
 
-class Collectives:
+class ProcessGroupCollectives:
     """The data collectives of a KoloProcessGroup."""
 
     # allreduce ------------------------------------------------------------------------
@@ -38,17 +39,16 @@ class Collectives:
     def allreduce(self, tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
         if len(tensors) == 1 and tensors[0].is_sparse:
-            return self._sparse_allreduce(tensors[0], op)
-        for i, t in enumerate(tensors):
-            _check(t, "allreduce tensor %d" % i)
+            return self._sparse_allreduce(tensors[0], op, opts)
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts, op)
         t = tensors[0]
-        h = _engine.allreduce_async(_view(t), t.data_ptr(), self._name("allreduce", t), op,
-                                    1.0, 1.0, self._set_id, _stream(t))
-        return self._start("allreduce", h, lambda out: tensors)
+        h = _engine.allreduce_async(_READER, _flat(t), None, _PREFIX + "allreduce tensor 0",
+                                    self._name("allreduce", t), op, 1.0, 1.0, self._set_id,
+                                    caller_waits=caller_waits(opts))
+        return self._start("allreduce", h, lambda out: tensors, opts)
 
-    def _sparse_allreduce(self, t, op):
+    def _sparse_allreduce(self, t, op, opts):
         """A sparse COO tensor, summed in place as gloo does: every rank's indices and values
         are gathered (one grouped kolo allgather; ranks may hold different numbers of
         entries) and added up locally."""
@@ -58,8 +58,7 @@ class Collectives:
         c = t.coalesce()
         indices = c.indices().t().contiguous()  # [nnz, sparse dims]
         values = c.values().contiguous()  # [nnz, dense shape...]
-        if values.dtype not in _DTYPES:
-            _check(values, "sparse all_reduce values")
+        _check(values, "sparse all_reduce values")
 
         def finish(out, _keep=(indices, values)):
             parts = []
@@ -71,10 +70,11 @@ class Collectives:
             with torch.no_grad():
                 t.copy_(total)
             return [t]
-        h = _engine.grouped_allgather_async([_flat_view(x) for x in (indices, values)],
+        h = _engine.grouped_allgather_async(_READER, (indices, values),
+                                            _PREFIX + "sparse all_reduce",
                                             self._name("grouped_allgather"), self._set_id,
-                                            _stream(values))
-        return self._start("sparse all_reduce", h, finish)
+                                            caller_waits=caller_waits(opts))
+        return self._start("sparse all_reduce", h, finish, opts)
 
     def allreduce_coalesced(self, tensors, opts=None, op=None):
         if op is None:
@@ -82,36 +82,46 @@ class Collectives:
                           "allreduce_coalesced")
         for i, t in enumerate(tensors):
             _check(t, "allreduce_coalesced tensor %d" % i)
-        h = _engine.grouped_allreduce_async([_view(t) for t in tensors],
-                                            [t.data_ptr() for t in tensors],
+        h = _engine.grouped_allreduce_async(_READER, [_flat(t) for t in tensors], None,
+                                            _PREFIX + "allreduce_coalesced",
                                             self._name("grouped_allreduce"), op, 1.0, 1.0,
-                                            self._set_id, _stream(tensors[0]))
-        return self._start("allreduce_coalesced", h, lambda out: tensors)
+                                            self._set_id, caller_waits=caller_waits(opts))
+        return self._start("allreduce_coalesced", h, lambda out: tensors, opts)
 
     # broadcast ------------------------------------------------------------------------
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        works = []
+        started = []
         for i, t in enumerate(tensors):
             _check(t, "broadcast tensor %d" % i)
-            h = _engine.broadcast_async(_view(t), int(root), self._name("broadcast"),
-                                        self._set_id, _stream(t))
-            works.append(h)
-        return self._chain("broadcast", works, tensors)
+            h = _engine.broadcast_async(_READER, _flat(t), _PREFIX + "broadcast tensor %d" % i,
+                                        int(root), self._name("broadcast"), self._set_id,
+                                        caller_waits=caller_waits(opts))
+            started.append(("broadcast", h, lambda out: None))
+        return self._all_of("broadcast", started, tensors, opts)
 
-    def _chain(self, what, handles, result):
-        """One Work for several kolo handles (finished in order)."""
-        for h in handles[:-1]:
-            _completer.submit(h, lambda out: None, KoloWork(what, what))
-        return self._start(what, handles[-1], lambda out: result)
+    def _all_of(self, what, started, result, opts):
+        """One Work for several operations, each ``(what, handle, finish)``: completion
+        threads finish all but the last; the last one's Work has ``result`` once every one
+        has finished (or the first error)."""
+        earlier = [KoloWork(w, w, h, finish).start() for w, h, finish in started[:-1]]
+        _, handle, finish = started[-1]
+
+        def finish_all(out):
+            finish(out)
+            for work in earlier:
+                work.wait()
+            return result
+        return self._start(what, handle, finish_all, opts)
 
     # allgather ------------------------------------------------------------------------
 
-    def _allgather_handle(self, t):
+    def _allgather_handle(self, t, opts):
         _check(t, "allgather input")
-        return _engine.allgather_async(_flat_view(t, [1, t.numel()]), self._name("allgather"),
-                                       self._set_id, _stream(t))
+        return _engine.allgather_async(_READER, t.reshape(1, t.numel()),
+                                       _PREFIX + "allgather input", self._name("allgather"),
+                                       self._set_id, caller_waits=caller_waits(opts))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
@@ -125,7 +135,7 @@ class Collectives:
         def finish(out):
             self._scatter_rows(out, t, outs)
             return output_tensors
-        return self._start("allgather", self._allgather_handle(t), finish)
+        return self._start("allgather", self._allgather_handle(t, opts), finish, opts)
 
     def _scatter_rows(self, out, like, outs):
         """Copies a gathered result (one row of ``like``'s size per rank) into ``outs``."""
@@ -135,20 +145,16 @@ class Collectives:
             o.copy_(row.view(o.shape))
 
     def all_gather_single(self, output, input, opts=None):
-        h = self._allgather_handle(input)
+        h = self._allgather_handle(input, opts)
         return self._start("all_gather_into_tensor", h,
-                           lambda out: [_copy_result(out, output), output][1])
+                           lambda out: [_copy_result(out, output), output][1], opts)
 
     _allgather_base = all_gather_single
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        hs = [self._allgather_handle(i) for i in inputs]
-        for h, o in zip(hs[:-1], outputs[:-1]):
-            _completer.submit(h, lambda out, o=o: _copy_result(out, o),
-                              KoloWork("allgather", "allgather"))
-        last = outputs[-1]
-        return self._start("allgather_into_tensor_coalesced", hs[-1],
-                           lambda out: [_copy_result(out, last), outputs][1])
+        started = [("allgather", self._allgather_handle(i, opts),
+                    lambda out, o=o: _copy_result(out, o)) for i, o in zip(inputs, outputs)]
+        return self._all_of("allgather_into_tensor_coalesced", started, outputs, opts)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -178,27 +184,29 @@ class Collectives:
                     outs[i].copy_(row.view(outs[i].shape))
             return [o for outs in output_lists for o in outs]
         h = _engine.grouped_allgather_async(
-            [_flat_view(inputs[i], [1, inputs[i].numel()]) for i in full],
-            self._name("grouped_allgather"), self._set_id, _stream(inputs[full[0]]))
-        return self._start("all_gather_coalesced", h, finish)
+            _READER, [inputs[i].reshape(1, inputs[i].numel()) for i in full],
+            _PREFIX + "all_gather_coalesced", self._name("grouped_allgather"), self._set_id,
+            caller_waits=caller_waits(opts))
+        return self._start("all_gather_coalesced", h, finish, opts)
 
     # reduce_scatter -------------------------------------------------------------------
 
-    def _reduce_scatter(self, output, rows, op, what):
-        """Rank i of the group gets row i of the reduction of ``rows`` (size × numel)."""
+    def _reduce_scatter(self, output, rows, op, what, opts):
+        """Rank i of the group gets row i of the reduction of ``rows`` (size × numel):
+        started, ``(what, handle, finish)``."""
         if op in (_R["sum"], _R["average"]):
-            h = _engine.reducescatter_async(_flat_view(rows), self._name(what), op, 1.0, 1.0,
-                                            self._set_id, _stream(rows))
-            return self._start(what, h, lambda out, _keep=rows: [_copy_result(out, output),
-                                                                 [output]][1])
+            h = _engine.reducescatter_async(_READER, rows, _PREFIX + what, self._name(what), op,
+                                            1.0, 1.0, self._set_id,
+                                            caller_waits=caller_waits(opts))
+            return what, h, lambda out, _keep=rows: [_copy_result(out, output), [output]][1]
         # MIN, MAX, PRODUCT: kolo's reducescatter sums; reduce everything, keep our row.
-        h = _engine.allreduce_async(_flat_view(rows), rows.data_ptr(), self._name(what), op,
-                                    1.0, 1.0, self._set_id, _stream(rows))
+        h = _engine.allreduce_async(_READER, rows, None, _PREFIX + what, self._name(what), op,
+                                    1.0, 1.0, self._set_id, caller_waits=caller_waits(opts))
 
         def finish(out):
             output.copy_(rows[self.rank()].view(output.shape))
             return [output]
-        return self._start(what, h, finish)
+        return what, h, finish
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
@@ -212,9 +220,14 @@ class Collectives:
             raise ValueError("reduce_scatter: needs %d input tensors with the output's %d "
                              "elements each" % (self.size(), output.numel()))
         rows = torch.stack([i.reshape(-1) for i in inputs])
-        return self._reduce_scatter(output, rows, op, "reduce_scatter")
+        return self._start(*self._reduce_scatter(output, rows, op, "reduce_scatter", opts), opts)
 
     def reduce_scatter_single(self, output, input, opts=None):
+        return self._start(*self._reduce_scatter_tensor(output, input, opts), opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def _reduce_scatter_tensor(self, output, input, opts):
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                       "reduce_scatter_tensor")
         _check(input, "reduce_scatter_tensor input")
@@ -225,13 +238,11 @@ class Collectives:
         rows = input.view(self.size(), output.numel())
         if op not in (_R["sum"], _R["average"]):
             rows = rows.clone()  # reduced in place: the input stays as it was
-        return self._reduce_scatter(output, rows, op, "reduce_scatter_tensor")
-
-    _reduce_scatter_base = reduce_scatter_single
+        return self._reduce_scatter(output, rows, op, "reduce_scatter_tensor", opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1]  # finished in order: the last one finishes after all
+        started = [self._reduce_scatter_tensor(o, i, opts) for o, i in zip(outputs, inputs)]
+        return self._all_of("reduce_scatter_tensor_coalesced", started, outputs, opts)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -242,8 +253,9 @@ class Collectives:
         _check(input, "all_to_all_single input")
         t = input if input.dim() > 0 else input.reshape(1)
         splits = [int(s) for s in input_split_sizes]
-        h = _engine.alltoall_async(_flat_view(t), splits, self._name("alltoall"), self._set_id,
-                                   _stream(t))
+        h = _engine.alltoall_async(_READER, t, _PREFIX + "all_to_all_single input", splits,
+                                   self._name("alltoall"), self._set_id,
+                                   caller_waits=caller_waits(opts))
         want = [int(s) for s in output_split_sizes]
 
         def finish(out):
@@ -252,7 +264,7 @@ class Collectives:
                                    "sent %s rows" % (want, list(out.received_splits)))
             _copy_result(out, output)
             return [output]
-        return self._start("all_to_all_single", h, finish)
+        return self._start("all_to_all_single", h, finish, opts)
 
     alltoall_base = all_to_all_single
 
@@ -261,8 +273,9 @@ class Collectives:
             _check(t, "all_to_all input %d" % i)
         flat = torch.cat([t.reshape(-1) for t in input_tensors])
         splits = [t.numel() for t in input_tensors]
-        h = _engine.alltoall_async(_flat_view(flat, [flat.numel()]), splits,
-                                   self._name("alltoall"), self._set_id, _stream(flat))
+        h = _engine.alltoall_async(_READER, flat, _PREFIX + "all_to_all input", splits,
+                                   self._name("alltoall"), self._set_id,
+                                   caller_waits=caller_waits(opts))
 
         def finish(out, _keep=flat):
             got = list(out.received_splits)
@@ -275,7 +288,7 @@ class Collectives:
             for o, part in zip(output_tensors, recv.split(got)):
                 o.copy_(part.view(o.shape))
             return output_tensors
-        return self._start("all_to_all", h, finish)
+        return self._start("all_to_all", h, finish, opts)
 
     # rooted collectives over the above ------------------------------------------------
 
@@ -284,15 +297,16 @@ class Collectives:
         t = tensors[0]
         _check(t, "reduce tensor")
         tmp = t.clone()
-        h = _engine.allreduce_async(_view(tmp), tmp.data_ptr(), self._name("reduce"), op, 1.0,
-                                    1.0, self._set_id, _stream(t))
+        h = _engine.allreduce_async(_READER, _flat(tmp), None, _PREFIX + "reduce tensor",
+                                    self._name("reduce"), op, 1.0, 1.0, self._set_id,
+                                    caller_waits=caller_waits(opts))
         root = opts.rootRank if opts is not None else 0
 
         def finish(out):
             if self.rank() == root:
                 t.copy_(tmp)
             return tensors
-        return self._start("reduce", h, finish)
+        return self._start("reduce", h, finish, opts)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         t = input_tensors[0]
@@ -303,7 +317,7 @@ class Collectives:
             if self.rank() == root:
                 self._scatter_rows(out, t, outs)
             return output_tensors
-        return self._start("gather", self._allgather_handle(t), finish)
+        return self._start("gather", self._allgather_handle(t, opts), finish, opts)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = output_tensors[0]
@@ -313,10 +327,11 @@ class Collectives:
             rows = torch.stack([i.reshape(-1) for i in input_tensors[0]])
         else:
             rows = torch.empty((self.size(), out.numel()), dtype=out.dtype, device=out.device)
-        h = _engine.broadcast_async(_flat_view(rows), int(root), self._name("scatter"),
-                                    self._set_id, _stream(rows))
+        h = _engine.broadcast_async(_READER, rows, _PREFIX + "scatter input", int(root),
+                                    self._name("scatter"), self._set_id,
+                                    caller_waits=caller_waits(opts))
 
         def finish(_):
             out.copy_(rows[self.rank()].view(out.shape))
             return output_tensors
-        return self._start("scatter", h, finish)
+        return self._start("scatter", h, finish, opts)

@@ -1,0 +1,187 @@
+// The collectives of kolo._core: every one takes a reader (tensor_reader.h)
+// and the framework's tensors themselves, so that a tensor enters the core
+// one way only, checked in one place. The options they share:
+//  - `what` names the inputs in a refusal ("allreduce input");
+//  - `name`: empty leaves the name to the core, which records the Python call
+//    site for its errors;
+//  - `caller_waits`: the caller waits for the handle at once (a blocking
+//    call), so the core does not wake its background thread and the waiting
+//    thread runs the round (CollectiveOptions::caller_waits);
+//  - a device tensor's CUDA stream comes from the reader.
+#include "collective_entries.h"
+
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "module_state.h"
+#include "tensor_reader.h"
+
+namespace py = pybind11;
+
+namespace kolo {
+namespace {
+
+template <typename Options = CollectiveOptions>
+Options Named(const std::string& name, int process_set, uintptr_t stream, bool caller_waits) {
+  Options o;
+  o.name = name;
+  if (name.empty()) o.call_site = CallSite();
+  o.process_set = process_set;
+  o.cuda_stream = reinterpret_cast<void*>(stream);
+  o.caller_waits = caller_waits;
+  return o;
+}
+
+// Options of a reducing collective (AllreduceOptions, ReducescatterOptions).
+template <typename Options>
+Options Reducing(const std::string& name, int op, double prescale, double postscale,
+                 int process_set, uintptr_t stream, bool caller_waits) {
+  if (op < 0 || op >= kNumReduceOps) {
+    throw py::value_error("unknown reduce op code " + std::to_string(op));
+  }
+  Options o = Named<Options>(name, process_set, stream, caller_waits);
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale_factor = prescale;
+  o.postscale_factor = postscale;
+  return o;
+}
+
+// The inputs of a grouped call, read; a group needs at least one tensor.
+std::vector<TensorView> ReadGroup(const TensorReader& reader, py::handle tensors,
+                                  const char* what) {
+  std::vector<TensorView> in = reader.ReadList(tensors, what);
+  if (in.empty()) throw py::value_error(std::string(what) + " needs at least one tensor");
+  return in;
+}
+
+Handle Allreduce(const TensorReader& reader, py::handle tensor, py::handle output, const char* what,
+                 const std::string& name, int op, double prescale, double postscale,
+                 int process_set, bool caller_waits) {
+  TensorView in = reader.Read(tensor, what, -1);
+  TensorView out = in;
+  if (!output.is_none()) out.data = reader.Data(output);
+  return Enqueued(
+      Rt().EnqueueAllreduce(in, out,
+                            Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                       reader.Stream(tensor, in), caller_waits)));
+}
+
+Handle GroupedAllreduce(const TensorReader& reader, py::handle tensors, py::handle outputs,
+                        const char* what, const std::string& name, int op, double prescale,
+                        double postscale, int process_set, bool caller_waits) {
+  std::vector<TensorView> in = ReadGroup(reader, tensors, what);
+  std::vector<TensorView> out = outputs.is_none() ? in : reader.ReadOutputs(outputs, in);
+  return Enqueued(Rt().EnqueueGroupedAllreduce(
+      in, out,
+      Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                 reader.FirstStream(tensors, in), caller_waits)));
+}
+
+Handle Allgather(const TensorReader& reader, py::handle tensor, const char* what,
+                 const std::string& name, int process_set, bool caller_waits) {
+  TensorView in = reader.Read(tensor, what, -1);
+  return Enqueued(
+      Rt().EnqueueAllgather(in, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+}
+
+Handle GroupedAllgather(const TensorReader& reader, py::handle tensors, const char* what,
+                        const std::string& name, int process_set, bool caller_waits) {
+  std::vector<TensorView> in = ReadGroup(reader, tensors, what);
+  return Enqueued(Rt().EnqueueGroupedAllgather(
+      in, Named(name, process_set, reader.FirstStream(tensors, in), caller_waits)));
+}
+
+// In place; `root` is the root's rank within the set.
+Handle Broadcast(const TensorReader& reader, py::handle tensor, const char* what, int root,
+                 const std::string& name, int process_set, bool caller_waits) {
+  TensorView in = reader.Read(tensor, what, -1);
+  return Enqueued(Rt().EnqueueBroadcast(
+      in, root, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+}
+
+// `splits`: rows for each rank of the set (empty: an even split).
+Handle Alltoall(const TensorReader& reader, py::handle tensor, const char* what,
+                const std::vector<int64_t>& splits, const std::string& name, int process_set,
+                bool caller_waits) {
+  TensorView in = reader.Read(tensor, what, -1);
+  return Enqueued(Rt().EnqueueAlltoall(
+      in, splits, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+}
+
+Handle Reducescatter(const TensorReader& reader, py::handle tensor, const char* what,
+                     const std::string& name, int op, double prescale, double postscale,
+                     int process_set, bool caller_waits) {
+  TensorView in = reader.Read(tensor, what, -1);
+  return Enqueued(Rt().EnqueueReducescatter(
+      in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
+                                         reader.Stream(tensor, in), caller_waits)));
+}
+
+Handle GroupedReducescatter(const TensorReader& reader, py::handle tensors, const char* what,
+                            const std::string& name, int op, double prescale, double postscale,
+                            int process_set, bool caller_waits) {
+  std::vector<TensorView> in = ReadGroup(reader, tensors, what);
+  return Enqueued(Rt().EnqueueGroupedReducescatter(
+      in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
+                                         reader.FirstStream(tensors, in), caller_waits)));
+}
+
+}  // namespace
+
+void RegisterCollectives(py::module_& m) {
+  const auto caller_waits = py::arg("caller_waits") = false;
+  // `output` / `outputs`: None to reduce in place, else tensors like the inputs.
+  m.def("allreduce_async", &Allreduce, py::arg("reader"), py::arg("tensor"), py::arg("output"),
+        py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+        py::arg("process_set"), caller_waits);
+  m.def("grouped_allreduce_async", &GroupedAllreduce, py::arg("reader"), py::arg("tensors"),
+        py::arg("outputs"), py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("process_set"), caller_waits);
+  // The gathering ones: the Output's take_parts() gives a group's results in order.
+  m.def("allgather_async", &Allgather, py::arg("reader"), py::arg("tensor"), py::arg("what"),
+        py::arg("name"), py::arg("process_set"), caller_waits);
+  m.def("grouped_allgather_async", &GroupedAllgather, py::arg("reader"), py::arg("tensors"),
+        py::arg("what"), py::arg("name"), py::arg("process_set"), caller_waits);
+  m.def("broadcast_async", &Broadcast, py::arg("reader"), py::arg("tensor"), py::arg("what"),
+        py::arg("root"), py::arg("name"), py::arg("process_set"), caller_waits);
+  m.def("alltoall_async", &Alltoall, py::arg("reader"), py::arg("tensor"), py::arg("what"),
+        py::arg("splits"), py::arg("name"), py::arg("process_set"), caller_waits);
+  m.def("reducescatter_async", &Reducescatter, py::arg("reader"), py::arg("tensor"),
+        py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+        py::arg("process_set"), caller_waits);
+  m.def("grouped_reducescatter_async", &GroupedReducescatter, py::arg("reader"), py::arg("tensors"),
+        py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+        py::arg("process_set"), caller_waits);
+
+  // Join and barrier carry no tensors and have fixed names: no call site.
+  m.def("join_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Enqueued(Rt().EnqueueJoin(o));
+  });
+  m.def("barrier_async", [](int process_set) {
+    CollectiveOptions o;
+    o.process_set = process_set;
+    return Enqueued(Rt().EnqueueBarrier(o));
+  });
+  m.def("add_process_set_async",
+        [](std::vector<int> ranks) { return Enqueued(Rt().EnqueueAddProcessSet(ranks)); });
+  m.def("remove_process_set_async",
+        [](int id) { return Enqueued(Rt().EnqueueRemoveProcessSet(id)); });
+  m.def(
+      "refuse",
+      [](const std::string& op, const std::string& name, int process_set, int count,
+         const std::string& reason) {
+        Runtime* rt = State().runtime_or_null();
+        if (rt == nullptr || !rt->is_running()) return;
+        rt->AnnounceRefusal(op, count, Named(name, process_set, 0, false), reason);
+      },
+      py::arg("op"), py::arg("name"), py::arg("process_set"), py::arg("count"), py::arg("reason"),
+      "This rank refused a collective before calling the core (a bad input found in Python): "
+      "the other ranks' matching collective fails too, naming this rank and `reason`, instead "
+      "of waiting. Never raises.");
+}
+
+}  // namespace kolo

@@ -1,0 +1,176 @@
+// kolo._core's state between calls and the helpers its entry points share
+// (module_state.h).
+#include "module_state.h"
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace py = pybind11;
+
+namespace kolo {
+
+ModuleState& State() {
+  static ModuleState state;
+  return state;
+}
+
+void ModuleState::Raise(const Status& s, bool enqueue) const {
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : internal_error_;
+  // Refused when started: what kolo (like Horovod) does not run. Once
+  // started, a failure is the collective's (KoloInternalError).
+  if (enqueue && s.code() == StatusCode::kUnimplemented) type = PyExc_NotImplementedError;
+  if (!enqueue) {
+    if (type == PyExc_ValueError) throw py::value_error(s.message());
+    PyErr_SetString(type, s.message().c_str());
+    throw py::error_already_set();
+  }
+  py::object error = py::reinterpret_borrow<py::object>(type)(s.message());
+  error.attr("_kolo_core") = true;
+  PyErr_SetObject(type, error.ptr());
+  throw py::error_already_set();
+}
+
+std::unique_lock<std::mutex> ModuleState::LockLifecycle() {
+  py::gil_scoped_release release;
+  return std::unique_lock<std::mutex>(lifecycle_);
+}
+
+void ModuleState::Init(const InitOptions& options) {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
+  if (running()) return;
+  if (runtime_ && !shut_down_here_) {
+    // init() is collective over every rank. kolo stopped here on its own (no
+    // shutdown() on this rank): another rank shut it down, or the background
+    // thread failed; the other ranks are not starting it again with this one,
+    // and a new start would wait for them forever.
+    Raise(Status(StatusCode::kPreconditionFailed,
+                 "kolo cannot start again on this rank: it stopped without shutdown() being "
+                 "called here (" +
+                     runtime_->stop_reason() +
+                     "), so the other ranks are not starting it with this one and init() would "
+                     "wait for them forever. Let the process end (kolorun reports each rank's "
+                     "exit) and start the job again."));
+  }
+  Result<std::unique_ptr<Runtime>> created = Runtime::Create(options);
+  if (!created.ok()) Raise(created.status());
+  runtime_ = std::move(created).value();
+  shut_down_here_ = false;
+}
+
+void ModuleState::Shutdown() {
+  Status s;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(lifecycle_);
+    if (!runtime_) return;
+    shut_down_here_ = true;
+    s = runtime_->Shutdown();
+  }
+  if (!s.ok()) Raise(s);
+}
+
+Runtime& ModuleState::runtime() {
+  if (!runtime_ || shut_down_here_) {
+    Raise(Status(StatusCode::kPreconditionFailed,
+                 runtime_ ? "kolo is not running (it was shut down); call kolo.init() again"
+                          : "kolo is not initialized; call kolo.init() first"));
+  }
+  return *runtime_;
+}
+
+const std::vector<std::string>& ModuleState::InternalDirs() {
+  if (internal_dirs_) return *internal_dirs_;
+  std::vector<std::string> dirs;
+  py::object path = py::module_::import("os").attr("path");
+  py::dict modules = py::module_::import("sys").attr("modules");
+  for (const char* name : {"kolo", "torch", "tensorflow", "keras", "jax"}) {
+    if (!modules.contains(name)) continue;
+    py::object file = py::getattr(modules[name], "__file__", py::none());
+    if (file.is_none()) continue;
+    dirs.push_back(py::str(path.attr("dirname")(file)).cast<std::string>() + "/");
+  }
+  internal_dirs_ = std::move(dirs);
+  return *internal_dirs_;
+}
+
+void Raise(const Status& s) { State().Raise(s); }
+
+Handle Enqueued(Result<Handle> r) {
+  if (!r.ok()) State().Raise(r.status(), /*enqueue=*/true);
+  return r.value();
+}
+
+std::string CallSite() {
+  const std::vector<std::string>& internal = State().InternalDirs();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  std::string site;
+  while (frame != nullptr && site.empty()) {
+    py::object code =
+        py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
+    std::string file = py::str(code.attr("co_filename")).cast<std::string>();
+    bool mine = std::none_of(internal.begin(), internal.end(), [&](const std::string& dir) {
+      return file.compare(0, dir.size(), dir) == 0;
+    });
+    if (mine) {
+      site = file.substr(file.find_last_of('/') + 1) + ":" +
+             std::to_string(PyFrame_GetLineNumber(frame)) + " in " +
+             py::str(code.attr("co_name")).cast<std::string>();
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return site;
+}
+
+py::tuple Output::shape() const { return py::cast(result.shape); }
+
+size_t Output::nbytes() const {
+  if (result.device == kCpuDevice) return result.data.size();
+  size_t n = DataTypeSize(result.dtype);
+  for (int64_t d : result.shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+void Output::CopyTo(uintptr_t ptr, size_t bytes) const {
+  if (bytes != nbytes()) {
+    throw py::value_error("output buffer has " + std::to_string(bytes) + " bytes, result has " +
+                          std::to_string(nbytes()));
+  }
+  if (result.device != kCpuDevice) {
+    Status s = CopyDeviceResult(result, reinterpret_cast<void*>(ptr));
+    if (!s.ok()) Raise(s);
+    return;
+  }
+  if (bytes > 0) std::memcpy(reinterpret_cast<void*>(ptr), result.data.data(), bytes);
+}
+
+// How long a waiting thread sleeps between looks at Python's signals.
+constexpr double kSignalCheckSeconds = 0.1;
+
+Output Wait(Handle h) {
+  // Shared: another thread may shut kolo down and init() it again meanwhile.
+  std::shared_ptr<Runtime> runtime = State().shared_runtime();
+  Runtime& rt = *runtime;
+  Output out;
+  // An operation that has finished (synchronize() after a step's backward
+  // pass, mostly) is taken without letting the GIL go and taking it back.
+  std::optional<Status> s = rt.WaitFor(h, 0.0, &out.result);
+  while (!s.has_value()) {
+    {
+      py::gil_scoped_release release;
+      s = rt.WaitFor(h, kSignalCheckSeconds, &out.result);
+    }
+    if (!s.has_value() && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+  if (!s->ok()) Raise(*s);
+  return out;
+}
+
+Runtime* RunningRuntime() { return State().runtime_or_null(); }
+
+}  // namespace kolo
