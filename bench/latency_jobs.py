@@ -69,7 +69,7 @@ def main():
                     "torch caller_runs=1": torch_job(out, 1),
                     "torch caller_runs=0": torch_job(out, 0)}
         if os.environ.get("BASE_BUILD"):  # the build before the change, as a side of its own
-            commands["torch base"] = torch_job(out, 0, os.path.join(sj.ROOT,
+            commands["torch base"] = torch_job(out, 1, os.path.join(sj.ROOT,
                                                                     os.environ["BASE_BUILD"]))
         jobs = {name: [] for name in commands}
         for _, name, job in sj.alternate(args.jobs, commands, out):

@@ -16,11 +16,6 @@
 #   test_broadcast_state_no_grad: 5 are deselected and at most 99 can pass. A run
 #   whose every rank passed every test that was neither skipped nor deselected
 #   is accepted.
-# - The *_async_fused tests assert that poll() is False right after at least one
-#   of 15 small collectives starts. On this 2-core machine the background thread
-#   that a start wakes can preempt the caller and finish the collective before
-#   the caller's next line (about one run in eight). A run whose only failures
-#   are that assertion runs once more, with a warning; the second run decides.
 # - run_c10d.sh with ALL_CPU=1 runs test_accumulate_gradients_no_sync and its
 #   three variants, which build their model only for a backend named mpi, gloo
 #   or nccl, and so fail before any collective on any other backend
@@ -60,16 +55,6 @@ all_selected_passed() {
       if (d == 5 && p + s + d == total) n++ }
     END { print n + 0 }')
   [ "$whole" -eq 2 ]
-}
-
-# Whether every failure in log $1 is an *_async_fused test's poll() assertion.
-only_poll_race() {
-  local failed others
-  failed=$(grep -acE '^\[[0-9]+\]<stdout>:FAILED ' "$1")
-  others=$(grep -aE '^\[[0-9]+\]<stdout>:FAILED ' "$1" | grep -vcE '::test_horovod_[a-z_]+_async_fused( |$)')
-  [ "$failed" -gt 0 ] && [ "$others" -eq 0 ] &&
-    [ "$(grep -ac 'hvd.poll() always returns True' "$1")" -gt 0 ] &&
-    [ "$(summaries "$1" | grep -c .)" -eq 2 ]
 }
 
 run_once() {  # $1 python, $2 log; the runner's exit code
@@ -136,13 +121,6 @@ for py in /usr/bin/python3 .venv/bin/python; do
   echo "== Horovod 0.28.1's test_torch.py against kolo.torch, $py (log: $log)"
   run_once "$py" "$log"
   rc=$?
-  if [ $rc -ne 0 ] && only_poll_race "$log"; then
-    echo "peer suites: WARNING: the only failures are *_async_fused's 'hvd.poll() always returns" \
-         "True' (the collectives finished before the caller's next line); running once more"
-    cp "$log" "$log.first"
-    run_once "$py" "$log"
-    rc=$?
-  fi
   [ $rc -eq 0 ] && continue
   if all_selected_passed "$log"; then
     echo "peer suites: accepted: every test that run_torch.sh selected and that was not skipped" \
