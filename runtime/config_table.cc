@@ -284,9 +284,11 @@ const std::vector<Setting>& Settings() {
        "Bytes per fused allreduce buffer; 0 turns fusion off. Accepts K/M/G suffixes.",
        HorovodFusionBytes("HOROVOD_FUSION_THRESHOLD", kMaxBytes)},
       {env::kCycleTime, CycleMilliseconds(&Config::cycle_time_ms),
-       "Milliseconds between negotiation rounds while tensors are pending on some rank; 0 = "
-       "none (the rounds follow each other, each waiting for every rank). A new tensor wakes "
-       "the background thread at once; this only paces the rounds that wait for other ranks.",
+       "Milliseconds an operation that nobody waits for yet (Horovod's `*_async`) waits for "
+       "others to fuse with before its negotiation round, and between rounds while tensors are "
+       "pending on some rank; 0 = none (the rounds follow each other, each waiting for every "
+       "rank). A caller that waits (`synchronize`, a blocking call) starts the round at once, "
+       "whatever this is.",
        HorovodCycleMs("HOROVOD_CYCLE_TIME", kMaxCycleMs)},
       {env::kCacheCapacity, CacheEntries(&Config::cache_capacity),
        "Entries of the response cache (tensors negotiated with one bit-vector allreduce once "

@@ -50,7 +50,7 @@ std::string Disagreement(const Request& f, const Request& r) {
   const std::string other = "rank " + std::to_string(r.rank);
   std::string what;
   if (r.process_set != f.process_set) {
-    what = "Mismatched process sets for " + DescribeTensor(f) + ": " + ranks +
+    what = kProcessSetMismatch + DescribeTensor(f) + ": " + ranks +
            " submitted it on process set " + std::to_string(f.process_set) + " but " + other +
            " submitted it on process set " + std::to_string(r.process_set) + ".";
   } else if (r.op != f.op) {
@@ -471,7 +471,7 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
       EraseDecided(it, now);
       continue;
     }
-    if (!e.warned) {
+    {  // with every warning: a rank may hold the name elsewhere only by now
       Response missing;
       missing.op = OpType::kMissing;
       missing.names = {e.first.name};

@@ -11,10 +11,12 @@
 //      ERROR for tensors stalled past the shutdown time, and JOIN once every
 //      rank has joined. Members of a group are held until the whole group is
 //      decided, then emitted together.
-//      When a tensor first reaches the stall check time, a MISSING response
-//      names the ranks that have not sent it. A missing rank that holds the
-//      same name on another process set answers with a request naming that
-//      set, and the tensor then fails with a process-set mismatch.
+//      When a tensor reaches the stall check time, and with every stall
+//      warning after, a MISSING response names the ranks that have not sent
+//      it. A missing rank that holds the same name on another process set (or
+//      held it there until that set failed it as a mismatch) answers with a
+//      request naming that set, and the tensor then fails with a process-set
+//      mismatch.
 //   3. Unnamed collectives pair up by their number in each rank's call order
 //      (PairingKey: epoch and number, whatever the collective), wherever each
 //      rank called them (call site), as Horovod's do. When the ranks called

@@ -70,6 +70,11 @@ struct Request {
 // How error texts name a request's tensor: "allreduce tensor 'x'".
 std::string DescribeTensor(const Request& r);
 
+// How the error of a tensor that ranks submitted on different process sets
+// begins (ranks that held it on another set remember it, see
+// RuntimeImpl::HeldElsewhere).
+inline constexpr char kProcessSetMismatch[] = "Mismatched process sets for ";
+
 struct Response {
   OpType op = OpType::kAllreduce;  // kError for a failed negotiation
   std::vector<std::string> names;

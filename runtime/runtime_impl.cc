@@ -210,6 +210,12 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
                                        " was removed before this operation ran"));
       continue;
     }
+    if (!mismatched_.empty()) {  // the name is taken again: what it was is past
+      const std::string& name = e.request.name;
+      mismatched_.erase(std::remove_if(mismatched_.begin(), mismatched_.end(),
+                                       [&](const Request& r) { return r.name == name; }),
+                        mismatched_.end());
+    }
     it->second->Add(std::move(e));
   }
   std::vector<int> ids;
@@ -284,6 +290,10 @@ void RuntimeImpl::RunControl(ProcessSet& set, const Response& r, Clock::time_poi
       if (std::find(r.ranks.begin(), r.ranks.end(), set.rank()) != r.ranks.end()) return;
       for (const std::string& name : r.names) {
         if (std::optional<TensorEntry> e = set.Take(name, now)) {
+          if (r.error.rfind(kProcessSetMismatch, 0) == 0) {
+            if (mismatched_.size() == kMismatchesKept) mismatched_.pop_front();
+            mismatched_.push_back(e->request);
+          }
           Complete(std::move(*e), Status::PreconditionFailed(r.error));
         }
       }
@@ -346,6 +356,9 @@ const Request* RuntimeImpl::HeldElsewhere(const std::string& name, int except) c
   for (const auto& [id, set] : sets_) {
     if (id == except) continue;
     if (const TensorEntry* e = set->Find(name)) return &e->request;
+  }
+  for (auto it = mismatched_.rbegin(); it != mismatched_.rend(); ++it) {
+    if (it->name == name && it->process_set != except) return &*it;
   }
   return nullptr;
 }

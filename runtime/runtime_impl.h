@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,7 +114,8 @@ class RuntimeImpl {
   // question about a missing tensor.
   void RunControl(ProcessSet& set, const Response& r, Clock::time_point now) REQUIRES(round_mutex_);
   // The request this rank has pending under `name` on a set other than
-  // `except`, or null.
+  // `except`, or one it had there that failed as a process-set mismatch
+  // (the other set may ask only after that set decided); null if neither.
   const Request* HeldElsewhere(const std::string& name, int except) const REQUIRES(round_mutex_);
   void FailEverything(const Status& status) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
   // The one place an entry completes (data, control, error, cancelled):
@@ -164,6 +166,10 @@ class RuntimeImpl {
   // tear down. What it guards is what a cycle works on.
   Mutex round_mutex_;
   std::map<int, std::unique_ptr<ProcessSet>> sets_ GUARDED_BY(round_mutex_);
+  // This rank's requests that failed as a process-set mismatch, by name, the
+  // latest kMismatchesKept: the answer to another set's MISSING for them.
+  static constexpr size_t kMismatchesKept = 64;
+  std::deque<Request> mismatched_ GUARDED_BY(round_mutex_);
   int next_set_id_ GUARDED_BY(round_mutex_) = 1;
   std::unique_ptr<Executor> executor_ GUARDED_BY(round_mutex_);
   // CompleteExecuted()'s, kept for its capacity.
