@@ -205,8 +205,8 @@ def refuse(op, name, set_id, count, reason):
 
 
 def p2p_comm(global_ranks):
-    """A point-to-point communicator over ``global_ranks`` (bindings/p2p.cc), collective
-    over them."""
+    """A point-to-point communicator over ``global_ranks`` (ops/p2p.h, through
+    bindings/c10d_mpi.cc), collective over them."""
     return _core.P2PComm.create(list(global_ranks), _core.rank(), _core.size())
 
 

@@ -6,7 +6,8 @@ kolo.common.basics: one of the two modules besides the engine that call kolo._co
 
 Under kolorun every process is already one rank of an MPI job, and kolo starts on it.
 Otherwise every process is an MPI singleton, and kolo joins them into one job with MPI's
-dynamic processes (bindings/join.cc), driven from here through the store:
+dynamic processes (ops/join.h, through bindings/c10d_mpi.cc), driven from here through the
+store:
 
  1. rank 0 starts Open MPI's ``ompi-server`` (Open MPI 4.1 connects singletons only through
     a server that all of them know) and puts its URI in the store;

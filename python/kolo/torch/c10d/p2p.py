@@ -2,7 +2,7 @@
 __init__.py): send, recv (from one rank or from any), isend/irecv (and so
 batch_isend_irecv, PyTorch's loop over them) and monitored_barrier.
 
-They go straight to MPI (the engine's p2p_comm: bindings/p2p.cc), outside kolo's negotiation:
+They go straight to MPI (the engine's p2p_comm: ops/p2p.h), outside kolo's negotiation:
 a message between two ranks needs no agreement of the others. Every process group has two
 communicators of its own, made with the group (collective over its members): one for the
 user's messages, one for monitored_barrier, so that neither meets the other's messages,
