@@ -12,19 +12,23 @@ from kolo.common.basics import (  # noqa: F401
 from kolo.common.host import COLLECTIVES as _api
 from kolo.common.collectives import KoloInternalError  # noqa: F401
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from kolo.common.process_sets import (  # noqa: F401
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
 
 
-def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Returns a new array with the reduction over all ranks."""
+def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set):
+    """Returns a new array with the reduction over the ranks of ``process_set``."""
     return _api.now(_api.start_allreduce(array, None, name, op, prescale_factor,
-                                         postscale_factor, caller_waits=True))
+                                         postscale_factor, process_set, caller_waits=True))
 
 
-def allgather(array, name=None):
+def allgather(array, name=None, process_set=global_process_set):
     """Returns every rank's array concatenated along axis 0 (sizes may differ)."""
-    return _api.now(_api.start_allgather(array, name, caller_waits=True))
+    return _api.now(_api.start_allgather(array, name, process_set, caller_waits=True))
 
 
-def broadcast(array, root_rank, name=None):
-    """Returns ``root_rank``'s array on every rank."""
-    return _api.now(_api.start_broadcast(array, root_rank, name, caller_waits=True))
+def broadcast(array, root_rank, name=None, process_set=global_process_set):
+    """Returns ``root_rank``'s array on every rank (a global rank, as in Horovod)."""
+    return _api.now(_api.start_broadcast(array, root_rank, name, process_set,
+                                         caller_waits=True))

@@ -25,6 +25,25 @@ def test_allgather_and_broadcast():
     assert np.array_equal(b, np.arange(4.0))
 
 
+def test_collectives_on_a_process_set():
+    # Every rank registers the set (Horovod's rule); only its members call into it.
+    odd = kn.add_process_set([r for r in range(N) if r % 2 == 1])
+    try:
+        if R % 2 == 1:
+            members = list(range(1, N, 2))
+            out = kn.allreduce(np.full(3, R, dtype=np.int64), op=kn.Sum, process_set=odd)
+            assert out.tolist() == [sum(members)] * 3
+            g = kn.allgather(np.full(1, R, dtype=np.int32), process_set=odd)
+            assert g.tolist() == members
+            b = kn.broadcast(np.full(2, R, dtype=np.float32), members[-1], process_set=odd)
+            assert b.tolist() == [members[-1]] * 2
+        else:
+            with pytest.raises(ValueError, match=r"this rank \(%d\) is not a member of process set" % R):
+                kn.allreduce(np.ones(1), process_set=odd)
+    finally:
+        kn.remove_process_set(odd)
+
+
 def test_bad_input():
     with pytest.raises(TypeError, match="numpy.ndarray"):
         kn.allreduce([1, 2])
