@@ -158,6 +158,11 @@ void RuntimeImpl::AutotuneRound(ProcessSet& global, const NegotiationOutcome& ou
 void RuntimeImpl::ApplyTuned(const TunedParams& params, bool final) {
   config_.fusion_threshold_bytes = params.fusion_threshold_bytes;
   config_.cycle_time_ms = params.cycle_time_ms;
+  {
+    MutexLock lock(&queue_mutex_);
+    start_delay_ = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(params.cycle_time_ms));
+  }
   if (params.piece_bytes != piece_bytes_now_) {
     piece_bytes_now_ = params.piece_bytes;
     for (auto& [id, set] : sets_) set->movers().host->SetPieceBytes(piece_bytes_now_);

@@ -145,7 +145,7 @@ class RuntimeImpl {
   void AutotuneRound(ProcessSet& global, const NegotiationOutcome& outcome, Clock::time_point now)
       REQUIRES(round_mutex_);
   void ApplyTuned(const TunedParams& params, bool final) REQUIRES(round_mutex_)
-      EXCLUDES(tuned_mutex_);
+      EXCLUDES(tuned_mutex_, queue_mutex_);
 
   // Fusion threshold and cycle time change when autotune applies settings, in
   // a cycle: read in cycles only, after Create.
@@ -222,6 +222,9 @@ class RuntimeImpl {
   // that come meanwhile join it, as in Horovod's cycle), at once for a caller
   // that waits, a refusal or a wake-up.
   Clock::time_point queue_due_ GUARDED_BY(queue_mutex_);
+  // KOLO_CYCLE_TIME as callers read it (autotune changes config_'s copy on
+  // the cycle's thread).
+  Clock::duration start_delay_ GUARDED_BY(queue_mutex_){};
   // When the next cycle is due: the earlier of next_cycle_at_ and queue_due_.
   Clock::time_point CycleDueAt() const REQUIRES(queue_mutex_);
   std::string stop_reason_ GUARDED_BY(queue_mutex_);

@@ -129,8 +129,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     if (caller_waits) {
       queue_due_ = now;
     } else if (queue_.empty()) {
-      queue_due_ = now + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+      queue_due_ = now + start_delay_;
       wake = true;  // the background thread may sleep past it
     }
     for (TensorEntry& e : entries) {
