@@ -1,6 +1,6 @@
-"""State, ObjectState, HandlerState and TorchState semantics, and run without elastic kolorun, in one
-process (kolo at one rank): Horovod's test_torch_elastic.py checks, and kolo's own
-(restore returns copies; the optimizer's state; the store only in memory)."""
+"""State, ObjectState, HandlerState and TorchState semantics, and run without elastic
+kolorun, in one process (kolo at one rank): Horovod's test_torch_elastic.py checks, and
+kolo's own (restore returns copies; the optimizer's state; the store only in memory)."""
 import os
 
 import pytest
