@@ -143,8 +143,8 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
         prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
     grads = list(grads)
     _ops._set_id(process_set)  # an unregistered set fails on every rank, members or not
-    if not _ops._included(process_set):  # as Horovod: a rank outside the set keeps its own
-        return grads
+    if process_set is not None and process_set.included() is False:
+        return grads  # as Horovod: a rank outside the set keeps its own
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
