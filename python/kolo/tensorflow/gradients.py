@@ -6,7 +6,7 @@ import warnings
 
 import tensorflow as tf
 
-from kolo.common.ops import reducescatter_op
+from kolo.common.ops import predivided, reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.mpi_ops import Adasum, Average, Sum, global_process_set
@@ -136,11 +136,7 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
     ``sparse_as_dense``). ``gradient_predivide_factor`` f splits the average: divided by f
     before the sum and multiplied by f/size after it. A rank outside ``process_set`` gets
     its own gradients back."""
-    prescale, postscale = 1.0, 1.0
-    if gradient_predivide_factor != 1.0:
-        if op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
-        prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    prescale, postscale = predivided(op, gradient_predivide_factor)
     grads = list(grads)
     _ops._set_id(process_set)  # an unregistered set fails on every rank, members or not
     if process_set is not None and process_set.included() is False:
