@@ -40,10 +40,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_slices(tensor, name, op, prescale_factor, postscale_factor,
                                  process_set)
-    compressed, ctx = compression.compress(_ops._check(tensor, "allreduce input"))
-    reduced = _ops._allreduce(compressed, name, op, prescale_factor, postscale_factor,
-                              process_set)
-    return compression.decompress(reduced, ctx)
+    return _reduce_dense([tensor], name, op, compression, prescale_factor, postscale_factor,
+                         process_set)[0]
 
 
 def _reduce_dense(tensors, name, op, compression, prescale_factor, postscale_factor,
@@ -83,11 +81,8 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """This rank's block of rows of the reduction over the set (Average or Sum; the first
     ``rows % size`` ranks get one row more)."""
-    op = reducescatter_op(op, "kolo.tensorflow")
-    compressed, ctx = compression.compress(_ops._check(tensor, "reducescatter input"))
-    out = _ops._reducescatter(compressed, name, op, process_set, prescale_factor,
-                              postscale_factor)
-    return compression.decompress(out, ctx)
+    return grouped_reducescatter([tensor], device_dense, compression, op, process_set,
+                                 prescale_factor, postscale_factor, name=name)[0]
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,

@@ -92,7 +92,9 @@ def _on_host(tensor):
 
 def _check(tensor, what):
     """The tensor of a collective, converted and checked; a clear error for what kolo
-    cannot move."""
+    cannot move. The dtype is checked here and not only by the reader: inside tf.function
+    no array exists yet, and eagerly DLPack cannot hand over every dtype (TensorFlow's
+    DLPack export of a tf.string tensor aborts the process)."""
     if isinstance(tensor, tf.IndexedSlices):
         raise ValueError("%s is a tf.IndexedSlices; only allreduce takes them (or convert "
                          "with tf.convert_to_tensor)" % what)
