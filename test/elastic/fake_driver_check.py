@@ -1,7 +1,7 @@
 """The worker side of elastic training against a fake kolorun driver: a TCP server in this
-script answers the rendezvous verbs (CHECK / RESTART / RESUMED, the contract of issue 34),
-and plain kolorun starts each incarnation of elastic_worker.py at -np 2 with the
-environment that elastic kolorun would set.
+script answers the rendezvous verbs (CHECK / RESTART / RESUMED, as docs/architecture.md's
+"Elastic jobs" writes them), and plain kolorun starts each incarnation of
+elastic_worker.py at -np 2 with the environment that elastic kolorun would set.
 
 (kolorun sets KOLORUN_RENDEZVOUS and KOLORUN_TOKEN itself, for its own rendezvous, so
 those two reach the workers by `env` in the command; the KOLO_ELASTIC* ones by -x.)

@@ -1,13 +1,13 @@
-"""State, ObjectState and TorchState semantics, and run without elastic kolorun, in one
-process (kolo at one rank): Horovod's test_torch_elastic.py checks, and kolo's own
-(restore returns copies; the optimizer's state; the store only in memory)."""
+"""State, ObjectState, HandlerState and TorchState semantics, and run without elastic
+kolorun, in one process (kolo at one rank): Horovod's test_torch_elastic.py checks, and
+kolo's own (restore returns copies; the optimizer's state; the store only in memory)."""
 import os
 
 import pytest
 import torch
 
 import kolo.torch as hvd
-from kolo.common.elastic import ObjectState, State
+from kolo.common.elastic import HandlerState, ObjectState, State, StateHandler
 from kolo.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
@@ -104,6 +104,47 @@ def test_assigning_a_new_model_is_committed_by_the_next_commit():
         other.weight.add_(1)
     state.restore()
     assert state._handlers["model"].value is other and torch.equal(other.weight, want)
+
+
+def test_a_handler_state_of_the_users_own():
+    # What TorchState and the TensorFlow states share: handlers synced in their order,
+    # snapshots committed beside the plain objects, an attribute's new object committed.
+    synced = []
+
+    class Box:  # what StateHandler's default snapshot and load call
+        def __init__(self, v):
+            self.v = v
+
+        def state_dict(self):
+            return {"v": self.v}
+
+        def load_state_dict(self, d):
+            self.v = d["v"]
+
+    class First(StateHandler):
+        sync_first = True
+
+        def sync(self, root_rank):
+            synced.append(("first", root_rank))
+
+    class Later(StateHandler):
+        def sync(self, root_rank):
+            synced.append(("later", root_rank))
+
+    a, b = Box(1), Box(2)
+    state = HandlerState({"b": Later(b), "a": First(a)}, hvd.broadcast_object, hvd.rank,
+                         step=0)
+    assert state.a is a and state.b is b and state.step == 0
+    state.sync()
+    assert synced == [("first", 0), ("later", 0)]
+    a.v = 5
+    state.restore()  # before a commit: the state at construction
+    assert a.v == 1
+    state.b, state.step = Box(7), 1
+    state.commit()
+    state.b.v, state.step = 8, 2
+    state.restore()
+    assert state.b.v == 7 and state.step == 1 and state._handlers["b"].value is state.b
 
 
 def test_reset_callbacks_and_a_custom_state():

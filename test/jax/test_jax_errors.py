@@ -188,6 +188,17 @@ def test_unsupported_dtype_is_a_type_error(call):
     assert "complex64" in str(err), str(err)
 
 
+@pytest.mark.parametrize("call", ["allreduce", "allgather", "broadcast", "reducescatter"])
+def test_an_unsupported_dtype_on_one_rank_fails_every_rank(call):
+    # The tree check sees the other dtype and names the leaf on every rank; nobody waits
+    # for the rank whose leaf kolo cannot move.
+    tree = {"a": jnp.ones((N, 2)), "b": jnp.ones((N, 2), jnp.complex64 if R == N - 1
+                                                     else jnp.float32)}
+    err, every = _outcome(lambda: getattr(kj, call)(tree))
+    assert all(e is not None for e in every), every
+    assert "['b']" in str(err) and "complex64" in str(err), str(err)
+
+
 @pytest.mark.parametrize("call", ["allreduce", "reducescatter"])
 def test_bool_cannot_be_reduced(call):
     err, every = _outcome(lambda: getattr(kj, call)(jnp.ones(2 * N, bool)))

@@ -2,8 +2,7 @@
 result checked against what every rank computes locally from every rank's (deterministic)
 input; pytrees (nested dicts, lists, tuples, None leaves) keep their structure.
 
-The contract: /work/notes/jax_api.md (issue 17). Horovod's semantics as in
-test/tensorflow/test_tf_ops.py.
+The contract: docs/api-jax.md. Horovod's semantics as in test/tensorflow/test_tf_ops.py.
 """
 import numpy as np
 import pytest

@@ -19,8 +19,8 @@ import kolo.tensorflow as hvd
 import object_checks  # test/common
 from kolo.common import process_sets as common_process_sets
 
-from tf_common import (FLOATS, N, NUMERIC, R, WITH_BOOL, as_np, assert_equal, const, expect,
-                       ids, reducescatter_rows, val)
+from tf_common import (FLOATS, N, NUMERIC, R, WITH_BOOL, KoloInternalError, as_np, assert_equal,
+                       const, expect, ids, reducescatter_rows, val)
 
 
 # --- names and signatures ----------------------------------------------------------------
@@ -465,6 +465,17 @@ def test_objects_pickle_with_cloudpickle_where_it_is_installed():
 def test_objects_pickle_with_pickle_without_cloudpickle(monkeypatch):
     object_checks.without_cloudpickle(hvd.broadcast_object, hvd.allgather_object, R, N,
                                       monkeypatch)
+
+
+def test_a_failed_object_collective_raises_tensorflows_classes():
+    # kolo.common.objects moves the bytes; its failures stay kolo.tensorflow's errors.
+    with pytest.raises(tf.errors.FailedPreconditionError, match="root") as err:
+        hvd.broadcast_object(R, root_rank=R, name="tf.obj.roots")  # every rank the root
+    assert isinstance(err.value, KoloInternalError)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out of range") as err:
+        hvd.broadcast_object(R, root_rank=N, name="tf.obj.range")
+    assert isinstance(err.value, ValueError)
+    assert hvd.allgather_object(R) == list(range(N))  # the ranks are still in step
 
 
 def test_objects_of_different_types_on_different_ranks_without_names():

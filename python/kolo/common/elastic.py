@@ -167,6 +167,71 @@ class ObjectState(State):
         self._set_attrs()
 
 
+class StateHandler:
+    """How one framework object of a :class:`HandlerState` is committed and synced (the
+    handlers of Horovod's ``TorchState``): by default its ``state_dict()`` is the snapshot
+    and ``load_state_dict()`` loads it; a framework says how it syncs. ``sync_first``: synced
+    before the handlers without it."""
+    sync_first = False
+
+    def __init__(self, value):
+        self.value = value
+
+    def before_save(self):
+        """Called on every rank before a save (may be collective)."""
+
+    def snapshot(self):
+        return self.value.state_dict()
+
+    def load(self, snapshot):
+        self.value.load_state_dict(snapshot)
+
+    def sync(self, root_rank):
+        raise NotImplementedError()
+
+
+class HandlerState(ObjectState):
+    """An ObjectState whose framework objects (models, optimizers, variables) are kept by
+    handlers: ``handlers`` maps an attribute's name to its :class:`StateHandler`, and
+    assigning the attribute gives the handler the new object. A commit keeps every
+    handler's snapshot beside the plain objects (``kwargs``); before the first commit
+    ``restore()`` returns to the state at construction."""
+
+    def __init__(self, handlers, bcast_object, get_rank, **kwargs):
+        self._handlers = handlers
+        for name, handler in handlers.items():
+            setattr(self, name, handler.value)
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank, **kwargs)
+        self._write_commit(store.NO_COMMIT)  # what restore() returns to before a commit
+
+    def save(self):
+        for handler in self._handlers.values():
+            handler.before_save()
+        super().save()
+
+    def sync(self):
+        for handler in sorted(self._handlers.values(), key=lambda h: not h.sync_first):
+            handler.sync(self._sync_root)
+        super().sync()
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get("_handlers")
+        if handlers and name in handlers:
+            handlers[name].value = value  # committed by the next save()
+        super().__setattr__(name, value)
+
+    def _snapshot(self):
+        tree = super()._snapshot()
+        tree["handlers"] = {name: h.snapshot() for name, h in self._handlers.items()}
+        return tree
+
+    def _load_snapshot(self, tree):
+        for name, handler in self._handlers.items():
+            if name in tree["handlers"]:
+                handler.load(tree["handlers"][name])
+        super()._load_snapshot(tree)
+
+
 def _broadcast_from(bcast_object, obj, root):
     # Horovod's bcast_object takes (obj, root_rank=0); a user's may take obj alone.
     return bcast_object(obj) if root == 0 else bcast_object(obj, root)
@@ -317,4 +382,5 @@ def _leave_after_failure(state, error):
     os._exit(1)
 
 
-__all__ = ["State", "ObjectState", "HostsUpdatedInterrupt", "run_fn"]
+__all__ = ["State", "ObjectState", "StateHandler", "HandlerState", "HostsUpdatedInterrupt",
+           "run_fn"]

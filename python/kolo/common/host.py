@@ -181,11 +181,11 @@ def reducescatter_kernel(name, op, prescale, postscale, set_id):
     return run
 
 
-def scalar_kernel(start, value):
-    """A kernel without inputs (join, barrier): waits for the operation ``start()`` and
-    returns ``value(output)`` as an int32 scalar."""
+def scalar_kernel(call):
+    """A kernel without inputs (join, barrier): the blocking ``call()`` (a method of
+    :data:`COLLECTIVES`), its int result (None: 0) as an int32 scalar."""
     def run(_):
         out = empty((), np.int32)
-        out[...] = value(engine.wait(start()))
+        out[...] = call() or 0
         return [out]
     return run

@@ -82,21 +82,35 @@ def decode_all(sizes, raw, what, ranks, own_error=None):
     return [pickle.loads(d) for _, d in pieces]
 
 
-def broadcast_object(obj, root_rank, name, process_set=None):
+def _host_broadcast(root_rank, process_set):
+    """Global rank ``root_rank``'s NumPy array, broadcast in place by kolo.common.host."""
+    def broadcast(array, name):
+        COLLECTIVES.now(COLLECTIVES.start_broadcast(array, root_rank, name, process_set,
+                                                    in_place=True, caller_waits=True))
+        return array
+    return broadcast
+
+
+def _host_allgather(process_set):
+    """Every rank's NumPy array concatenated, gathered by kolo.common.host."""
+    return lambda array, name: COLLECTIVES.now(COLLECTIVES.start_allgather(
+        array, name, process_set, caller_waits=True))
+
+
+def broadcast_object(obj, root_rank, name, process_set=None, broadcast=None):
     """Returns ``obj`` of global rank ``root_rank`` on every rank of the set: its size is
     broadcast first (``name.sz``), then its bytes (``name.t``). The root gets its own object
     back. When the root cannot pickle its object, every rank raises (the others
-    ``pickle.PicklingError`` with the root's error)."""
+    ``pickle.PicklingError`` with the root's error). ``broadcast(array, name)``, where a
+    binding moves the arrays itself (a TF1 graph's session), returns the root's NumPy
+    array; by default kolo.common.host broadcasts it."""
     _set_id(process_set)  # an unregistered set is refused before anything is sent
+    broadcast = broadcast or _host_broadcast(root_rank, process_set)
     is_root = engine.rank() == int(root_rank)
     n, data, error = encode(obj) if is_root else (0, b"", None)
-    size = np.array([n], np.int64)
-    COLLECTIVES.now(COLLECTIVES.start_broadcast(
-        size, root_rank, part_name(name, "sz"), process_set, in_place=True, caller_waits=True))
-    n = int(size[0])
+    n = int(broadcast(np.array([n], np.int64), part_name(name, "sz"))[0])
     payload = np.frombuffer(bytearray(data), np.uint8) if is_root else np.empty(abs(n), np.uint8)
-    COLLECTIVES.now(COLLECTIVES.start_broadcast(
-        payload, root_rank, part_name(name, "t"), process_set, in_place=True, caller_waits=True))
+    payload = broadcast(payload, part_name(name, "t"))
     if is_root:
         if error is not None:
             raise error
@@ -104,15 +118,14 @@ def broadcast_object(obj, root_rank, name, process_set=None):
     return decode(n, payload.tobytes(), "broadcast_object", int(root_rank))
 
 
-def allgather_object(obj, name, process_set=None):
+def allgather_object(obj, name, process_set=None, allgather=None):
     """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
-    the set: the sizes are gathered first (``name.sz``), then the bytes (``name.t``)."""
+    the set: the sizes are gathered first (``name.sz``), then the bytes (``name.t``).
+    ``allgather(array, name)``: as broadcast_object's ``broadcast``."""
     set_id = _set_id(process_set)
+    allgather = allgather or _host_allgather(process_set)
     n, data, error = encode(obj)
-    sizes = COLLECTIVES.now(COLLECTIVES.start_allgather(
-        np.array([n], np.int64), part_name(name, "sz"), process_set, caller_waits=True))
-    gathered = COLLECTIVES.now(COLLECTIVES.start_allgather(
-        np.frombuffer(bytearray(data), np.uint8), part_name(name, "t"), process_set,
-        caller_waits=True))
+    sizes = allgather(np.array([n], np.int64), part_name(name, "sz"))
+    gathered = allgather(np.frombuffer(bytearray(data), np.uint8), part_name(name, "t"))
     ranks = engine.process_set_ranks(set_id) if set_id else list(range(engine.size()))
     return decode_all(sizes.tolist(), gathered.tobytes(), "allgather_object", ranks, error)

@@ -25,16 +25,14 @@ import jax.numpy as jnp
 from kolo.common.basics import (  # noqa: F401
     cross_rank, cross_size, cuda_built, init, is_initialized, local_rank, local_size,
     mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
-from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import CastCompressor, compressors
+from kolo.common.exceptions import HorovodInternalError, KoloInternalError  # noqa: F401
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum, check_op  # noqa: F401
 from kolo.common.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 from kolo.jax._collectives import (  # noqa: F401
     allgather, allgather_object, allreduce, alltoall, barrier, broadcast, broadcast_object,
     broadcast_parameters, join, reducescatter)
-
-HorovodInternalError = KoloInternalError
 
 
 def is_chief():

@@ -12,12 +12,12 @@ from kolo.common import objects as _objects
 from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import NoneCompressor
 from kolo.common.ops import Adasum, Average, Sum, check_adasum, check_op, reducescatter_op
-from kolo.common.process_sets import (
-    _root_in_set, _set_id, _set_size, global_process_set)
+from kolo.common.process_sets import _root_in_set, _set_id, _set_size, global_process_set
 from kolo.jax import _xla
 from kolo.jax._trees import (
-    _adopt, _after_dispatched_collectives, _allgather_object_in_set, _flatten, _host_view,
-    _run, _sentinel, _shape, _signature, _signature_text, _structured, _traced)
+    _adopt, _after_dispatched_collectives, _flatten, _host_view, _run, _sentinel, _shape,
+    _signature, _signature_text, _structured, _traced)
+
 
 def _in_place_in_jit(leaves):
     """Whether traced leaves go to XLA's FFI handler (in place, no copies) rather than an
@@ -261,21 +261,20 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
     if len(leaves) != 1:
         raise TypeError("alltoall takes one array, not a tree")
     x = leaves[0]
-    set_id = _set_id(process_set)
     if _traced([x]):
         if splits is not None:
             raise NotImplementedError(
                 "kolo.jax.alltoall with splits runs eagerly, not inside jax.jit: the number "
                 "of rows it receives is only known when it runs (splits=None, the even "
                 "split, works inside jit)")
-        exchange = _host.alltoall_kernel(name, set_id)
+        exchange = _host.alltoall_kernel(name, _set_id(process_set))
         kernel = lambda arrays: exchange([arrays[0], np.zeros(0, np.int32)])[:1]  # noqa: E731
         return _run(kernel, [x], [_shape(x)])[0]
-    split_array = np.asarray([] if splits is None else splits, np.int32).reshape(-1)
-    out, received = _host.alltoall_kernel(name, set_id)([_host_view(x), split_array])
+    _after_dispatched_collectives()
+    out, received = _host.COLLECTIVES.now(_host.COLLECTIVES.start_alltoall(
+        _host_view(x), splits, name, process_set, caller_waits=True))
     output = _adopt(out)
     return output if splits is None else (output, jnp.asarray(received))
-
 
 
 # --- objects, join, barrier ---------------------------------------------------------------
@@ -285,7 +284,7 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     the set."""
     _after_dispatched_collectives()
     # Named, as kolo.torch's and kolo.tensorflow's: ranks may call it from different places.
-    return _allgather_object_in_set(obj, _set_id(process_set), name or "allgather_object")
+    return _objects.allgather_object(obj, name or "allgather_object", process_set)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -294,31 +293,17 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     object back; when the root cannot pickle it, every rank raises (the others
     ``pickle.PicklingError`` with the root's error)."""
     _after_dispatched_collectives()
-    set_id = _set_id(process_set)
-    root = _root_in_set(root_rank, set_id)
-    is_root = _engine.rank() == int(root_rank)
-    n, data, error = _objects.encode(obj) if is_root else (0, b"", None)
-    (size,) = _host.broadcast_kernel(root, (name or "object") + ".sz", set_id)(
-        [np.asarray([n], np.int64)])
-    n = int(size[0])
-    payload = np.frombuffer(data, np.uint8) if is_root else np.zeros(abs(n), np.uint8)
-    (payload,) = _host.broadcast_kernel(root, (name or "object") + ".t", set_id)([payload])
-    if is_root:
-        if error is not None:
-            raise error
-        return obj
-    return _objects.decode(n, payload.tobytes(), "broadcast_object", int(root_rank))
+    return _objects.broadcast_object(obj, root_rank, name or "object", process_set)
 
 
 def join():
     """This rank has no more data: until every rank has joined, it takes part in the
     others' allreduces with zeros. Returns the global rank that joined last."""
     _after_dispatched_collectives()
-    return int(_engine.wait(_engine.join_async()).value)
+    return _host.COLLECTIVES.join()
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     _after_dispatched_collectives()
-    _engine.wait(_engine.barrier_async(_set_id(process_set)))
-
+    _host.COLLECTIVES.barrier(process_set)

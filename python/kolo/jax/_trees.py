@@ -22,7 +22,8 @@ def _path_name(path):
 def _flatten(tree, what):
     """The tree's leaves (JAX arrays as they are, NumPy arrays and numbers as NumPy
     arrays), its structure, and the leaves' paths. None is an empty subtree, not a leaf:
-    it stays None."""
+    it stays None. A tracer's dtype is checked here; a concrete leaf's after the tree
+    check (``_structured``), so that a rank whose dtype differs fails every rank."""
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves, paths = [], []
     for path, leaf in with_paths:
@@ -31,13 +32,19 @@ def _flatten(tree, what):
                             % (what, _path_name(path), type(leaf).__name__))
         if not isinstance(leaf, jax.Array):
             leaf = np.asarray(leaf)  # host data stays on the host (no copy to a device)
-        if np.dtype(leaf.dtype) not in _host.NP_CODES:
-            raise TypeError("%s: the leaf at %s has dtype %s, which kolo does not support; "
-                            "supported: %s" % (what, _path_name(path), leaf.dtype, ", ".join(
-                                sorted(str(d) for d in _host.NP_CODES))))
+        if _traced([leaf]):
+            _check_dtype(what, _path_name(path), leaf.dtype)
         leaves.append(leaf)
         paths.append(_path_name(path))
     return leaves, treedef, paths
+
+
+def _check_dtype(what, path, dtype):
+    """TypeError naming the leaf at ``path`` when kolo does not move its ``dtype``."""
+    if np.dtype(dtype) not in _host.NP_CODES:
+        raise TypeError("%s: the leaf at %s has dtype %s, which kolo does not support; "
+                        "supported: %s" % (what, path, dtype, ", ".join(
+                            sorted(str(d) for d in _host.NP_CODES))))
 
 
 def _traced(leaves):
@@ -90,7 +97,8 @@ def _structured(kernel, signature, what, set_id, name):
     shapes, which the coordinator refuses on every rank at once. (Sent inside the group
     instead, a rank with one leaf more would wait for a member the others never send.)
     The ranks then exchange their signatures, and the error names the first leaf that is
-    not the same everywhere."""
+    not the same everywhere. A dtype kolo does not move is refused after the check: by then
+    every rank has it."""
     sentinel = _sentinel(signature)
     check = _host.allreduce_kernel([1], name and name + ".tree", Sum, 1.0, 1.0, set_id)
 
@@ -106,6 +114,8 @@ def _structured(kernel, signature, what, set_id, name):
                 raise
             raise KoloInternalError("%s: mismatched trees across the ranks: %s" % (
                 what, difference)) from None
+        for (path, _, _), array in zip(signature, arrays):
+            _check_dtype(what, path, array.dtype)  # the same on every rank, after the check
         return kernel(arrays)
     return run
 

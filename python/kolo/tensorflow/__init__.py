@@ -5,6 +5,7 @@ Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the tabl
 docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
 (``kolo.common.engine``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
+from kolo.common.ops import predivided
 from kolo.tensorflow import elastic, util  # noqa: F401
 from kolo.tensorflow import legacy_optimizer as _legacy
 from kolo.tensorflow.compression import Compression  # noqa: F401
@@ -47,8 +48,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             return _legacy.DistributedAdasumOptimizer(
                 optimizer, name, use_locking, compression, backward_passes_per_step,
                 process_set)
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
         _reduce_op(op, None)
         groups = _groups_setting(num_groups, groups)
         if groups is not None and not (isinstance(groups, list) or groups > 0):

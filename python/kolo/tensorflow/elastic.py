@@ -3,9 +3,11 @@
 of variables). kolo.common.elastic has how commits, restarts and the resume work
 (docs/elastic.md). Eager execution (TensorFlow 2) only: kolo has no TF1-session
 variant."""
+import functools
+
 import tensorflow as tf
 
-from kolo.common.elastic import ObjectState, run_fn
+from kolo.common.elastic import HandlerState, StateHandler, run_fn
 from kolo.common.exceptions import KoloInternalError
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.functions import broadcast_object
@@ -17,6 +19,7 @@ def run(func):
     ``tf.function`` reaches Python as TensorFlow's UnknownError; it is raised as
     KoloInternalError (Horovod's HorovodInternalError) so that elastic kolorun restarts
     the job."""
+    @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
@@ -24,8 +27,6 @@ def run(func):
             if any(word in (e.message or "") for word in _KOLO_ERRORS):
                 raise KoloInternalError(e.message) from e
             raise
-    wrapper.__name__ = getattr(func, "__name__", "wrapper")
-    wrapper.__doc__ = getattr(func, "__doc__", None)
     return run_fn(wrapper)
 
 
@@ -40,35 +41,40 @@ def _require_eager(what):
             "Horovod's elastic states" % what)
 
 
-class _VariablesState(ObjectState):
-    """What both states share: a list of variables (``self._variables()``), committed
-    as NumPy arrays and synced by one broadcast of all of them."""
+class _Variables(StateHandler):
+    """TensorFlow variables as a state's object: committed as NumPy arrays, loaded by
+    ``assign``, synced by one broadcast of all of them (named ``elastic.sync.<name>``).
+    ``variables(value)``: the variables of ``value`` (a list, a model, an optimizer)."""
 
-    def _variables(self):
-        raise NotImplementedError()
+    def __init__(self, value, name, variables=list):
+        super().__init__(value)
+        self.name, self._variables_of = name, variables
 
-    def sync(self):
-        _ops.broadcast_(list(self._variables()), self._sync_root,
-                        name="elastic.%s.sync" % type(self).__name__)
-        super().sync()
+    def variables(self):
+        return list(self._variables_of(self.value))
 
-    def _snapshot(self):
-        tree = super()._snapshot()
-        tree["variables"] = [v.numpy() for v in self._variables()]
-        return tree
+    def snapshot(self):
+        return [v.numpy() for v in self.variables()]
 
-    def _load_snapshot(self, tree):
-        variables = list(self._variables())
-        if len(variables) != len(tree["variables"]):
-            raise ValueError("the commit has %d variables, this state %d: the model or "
-                             "optimizer is not the one that was committed"
-                             % (len(tree["variables"]), len(variables)))
-        for var, value in zip(variables, tree["variables"]):
+    def load(self, snapshot):
+        variables = self.variables()
+        if len(variables) != len(snapshot):
+            raise ValueError("the commit's %s has %d variables, this state's %d: it is not "
+                             "the one that was committed" % (self.name, len(snapshot),
+                                                             len(variables)))
+        for var, value in zip(variables, snapshot):
             var.assign(value)
-        super()._load_snapshot(tree)
+
+    def sync(self, root_rank):
+        _ops.broadcast_(self.variables(), root_rank, name="elastic.sync." + self.name)
 
 
-class TensorFlowKerasState(_VariablesState):
+def _optimizer_variables(optimizer):
+    variables = optimizer.variables  # Keras 3: a list; tf.keras 2: a method
+    return variables() if callable(variables) else variables
+
+
+class TensorFlowKerasState(HandlerState):
     """State of a Keras model and its optimizer (Horovod's ``TensorFlowKerasState``).
 
     Args:
@@ -81,26 +87,21 @@ class TensorFlowKerasState(_VariablesState):
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         _require_eager(type(self).__name__)
-        self.model = model
         if not getattr(model, "built", True):
             raise ValueError("Model must be built first. Run `model.build(input_shape)`.")
-        self.optimizer = optimizer or model.optimizer
+        optimizer = optimizer or model.optimizer
         self.backend = backend
-        if self.optimizer is not None and not getattr(self.optimizer, "built", True):
-            self.optimizer.build(model.trainable_variables)
-        super().__init__(bcast_object=broadcast_object, get_rank=_ops.rank, **kwargs)
-        self._write_commit(-1)  # what restore() returns to before a commit
-
-    def _variables(self):
-        variables = list(self.model.variables)
-        if self.optimizer is not None:
-            optimizer_variables = self.optimizer.variables
-            variables += list(optimizer_variables() if callable(optimizer_variables)
-                              else optimizer_variables)
-        return variables
+        handlers = {"model": _Variables(model, "model", lambda m: m.variables)}
+        if optimizer is None:
+            self.optimizer = None
+        else:
+            if not getattr(optimizer, "built", True):
+                optimizer.build(model.trainable_variables)
+            handlers["optimizer"] = _Variables(optimizer, "optimizer", _optimizer_variables)
+        super().__init__(handlers, bcast_object=broadcast_object, get_rank=_ops.rank, **kwargs)
 
 
-class TensorFlowState(_VariablesState):
+class TensorFlowState(HandlerState):
     """State of a list of TensorFlow variables (Horovod's ``TensorFlowState``).
 
     Args:
@@ -114,13 +115,9 @@ class TensorFlowState(_VariablesState):
         if variables is None or session is not None:
             raise ValueError("TensorFlowState(variables=[...]) with TensorFlow 2: kolo has "
                              "no TF1 global variables or sessions here")
-        self.variables = list(variables)
         self.session = None
-        super().__init__(bcast_object=broadcast_object, get_rank=_ops.rank, **kwargs)
-        self._write_commit(-1)
-
-    def _variables(self):
-        return self.variables
+        super().__init__({"variables": _Variables(list(variables), "variables")},
+                         bcast_object=broadcast_object, get_rank=_ops.rank, **kwargs)
 
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "run"]

@@ -1,13 +1,13 @@
 """Broadcasting variables and Python objects (Horovod's ``horovod.tensorflow.functions``).
 
-In a TF1 graph (``tf.compat.v1``) these build ops, as Horovod's do: the variables'
-broadcast is an op to run, and the object functions run their collectives with
-``session`` (by default the default session)."""
-import numpy as np
+The object functions are kolo.common.objects'. In a TF1 graph (``tf.compat.v1``) these
+build ops, as Horovod's do: the variables' broadcast is an op to run, and the object
+functions run their collectives with ``session`` (by default the default session)."""
 import tensorflow as tf
 
 from kolo.common import objects as _objects
 from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
 from kolo.tensorflow.mpi_ops import global_process_set
 
 
@@ -33,14 +33,15 @@ def broadcast_global_variables(root_rank):
         "(%d)" % (root_rank, root_rank))
 
 
-def _runner(what, session):
-    """How the object functions get their collectives' values: eagerly ``.numpy()``; in a
-    TF1 graph ``session.run`` (Horovod's: ``session`` or the default session)."""
+def _session_run(what, session):
+    """How the object functions run their collectives: None eagerly (kolo.common.objects
+    runs them); in a TF1 graph ``session.run`` (Horovod's: ``session`` or the default
+    session) on the ops they build."""
     if tf.executing_eagerly():
         if session is not None:
             raise ValueError("%s(session=...) is for TF1 graphs; eagerly, pass no session"
                              % what)
-        return lambda t: t.numpy()
+        return None
     if tf.compat.v1.executing_eagerly_outside_functions():
         raise RuntimeError("%s() runs eagerly (or in a TF1 graph with a session), not inside "
                            "tf.function" % what)
@@ -57,26 +58,15 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     bytes). The root gets its own object back; when the root cannot pickle it, every rank
     raises (the others ``pickle.PicklingError`` with the root's error). ``session`` (a TF1
     graph's; default: the default session) runs the collectives there."""
-    run = _runner("broadcast_object", session)
+    run = _session_run("broadcast_object", session)
+    _ops._set_id(process_set)  # a removed set is refused in kolo.tensorflow's words
+    broadcast = None if run is None else lambda array, part: run(_ops.broadcast(
+        tf.constant(array), root_rank, name=part, process_set=process_set))
     # Not the type's name (Horovod's default): ranks may pass different types, e.g.
     # None where they have no object yet, and differing names would never pair.
-    name = "broadcast_object" if name is None else name
-    is_root = _ops.rank() == int(root_rank)
-    n, payload, error = 0, None, None
-    if is_root:
-        n, data, error = _objects.encode(obj)
-        payload = np.frombuffer(data, np.uint8)
-    n = int(run(_ops.broadcast(tf.constant([n], tf.int64), root_rank, name=name + ".sz",
-                               process_set=process_set))[0])
-    if not is_root:
-        payload = np.zeros(abs(n), np.uint8)
-    data = run(_ops.broadcast(tf.constant(payload), root_rank, name=name + ".t",
-                              process_set=process_set))
-    if is_root:
-        if error is not None:
-            raise error
-        return obj
-    return _objects.decode(n, data.tobytes(), "broadcast_object", int(root_rank))
+    return _raising_tf_errors(_objects.broadcast_object, obj, root_rank,
+                              "broadcast_object" if name is None else name, process_set,
+                              broadcast)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -87,15 +77,10 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
     the set. ``session``: as for broadcast_object."""
-    run = _runner("allgather_object", session)
-    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
-    # None where they have no object yet, and differing names would never pair.
-    name = "allgather_object" if name is None else name
-    n, data, error = _objects.encode(obj)
-    sizes = run(_ops.allgather(tf.constant([n], tf.int64), name=name + ".sz",
-                               process_set=process_set))
-    raw = run(_ops.allgather(tf.constant(np.frombuffer(data, np.uint8)), name=name + ".t",
-                             process_set=process_set)).tobytes()
-    ranks = (process_set.ranks if process_set not in (None, global_process_set)
-             else list(range(_ops.size())))
-    return _objects.decode_all(sizes.tolist(), raw, "allgather_object", ranks, error)
+    run = _session_run("allgather_object", session)
+    _ops._set_id(process_set)
+    allgather = None if run is None else lambda array, part: run(_ops.allgather(
+        tf.constant(array), name=part, process_set=process_set))
+    return _raising_tf_errors(_objects.allgather_object, obj,
+                              "allgather_object" if name is None else name, process_set,
+                              allgather)

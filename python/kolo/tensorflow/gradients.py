@@ -6,7 +6,7 @@ import warnings
 
 import tensorflow as tf
 
-from kolo.common.ops import reducescatter_op
+from kolo.common.ops import predivided, reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.mpi_ops import Adasum, Average, Sum, global_process_set
@@ -40,10 +40,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_slices(tensor, name, op, prescale_factor, postscale_factor,
                                  process_set)
-    compressed, ctx = compression.compress(_ops._check(tensor, "allreduce input"))
-    reduced = _ops._allreduce(compressed, name, op, prescale_factor, postscale_factor,
-                              process_set)
-    return compression.decompress(reduced, ctx)
+    return _reduce_dense([tensor], name, op, compression, prescale_factor, postscale_factor,
+                         process_set)[0]
 
 
 def _reduce_dense(tensors, name, op, compression, prescale_factor, postscale_factor,
@@ -83,11 +81,8 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """This rank's block of rows of the reduction over the set (Average or Sum; the first
     ``rows % size`` ranks get one row more)."""
-    op = reducescatter_op(op, "kolo.tensorflow")
-    compressed, ctx = compression.compress(_ops._check(tensor, "reducescatter input"))
-    out = _ops._reducescatter(compressed, name, op, process_set, prescale_factor,
-                              postscale_factor)
-    return compression.decompress(out, ctx)
+    return grouped_reducescatter([tensor], device_dense, compression, op, process_set,
+                                 prescale_factor, postscale_factor, name=name)[0]
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
@@ -136,15 +131,11 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
     ``sparse_as_dense``). ``gradient_predivide_factor`` f splits the average: divided by f
     before the sum and multiplied by f/size after it. A rank outside ``process_set`` gets
     its own gradients back."""
-    prescale, postscale = 1.0, 1.0
-    if gradient_predivide_factor != 1.0:
-        if op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
-        prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    prescale, postscale = predivided(op, gradient_predivide_factor)
     grads = list(grads)
     _ops._set_id(process_set)  # an unregistered set fails on every rank, members or not
-    if not _ops._included(process_set):  # as Horovod: a rank outside the set keeps its own
-        return grads
+    if process_set is not None and process_set.included() is False:
+        return grads  # as Horovod: a rank outside the set keeps its own
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]

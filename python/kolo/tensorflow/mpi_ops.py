@@ -25,7 +25,7 @@ import tensorflow as tf
 from kolo.common import engine as _engine
 from kolo.common import host as _host
 from kolo.common import ops as _common_ops
-from kolo.common.collectives import KoloInternalError
+from kolo.common.exceptions import HorovodInternalError, KoloInternalError  # noqa: F401
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from kolo.common.basics import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -39,15 +39,6 @@ from kolo.common.process_sets import _set_id as _registry_id
 from kolo.tensorflow import tf1_graph as _tf1
 from kolo.tensorflow.errors import CollectiveArgumentError as _CollectiveArgumentError
 from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
-
-
-def _included(process_set):
-    """Whether this rank belongs to ``process_set`` (the global set: always)."""
-    return process_set is None or process_set is global_process_set or \
-        bool(process_set.included())
-
-
-HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
 
 
 def _set_id(process_set):
@@ -101,7 +92,9 @@ def _on_host(tensor):
 
 def _check(tensor, what):
     """The tensor of a collective, converted and checked; a clear error for what kolo
-    cannot move."""
+    cannot move. The dtype is checked here and not only by the reader: inside tf.function
+    no array exists yet, and eagerly DLPack cannot hand over every dtype (TensorFlow's
+    DLPack export of a tf.string tensor aborts the process)."""
     if isinstance(tensor, tf.IndexedSlices):
         raise ValueError("%s is a tf.IndexedSlices; only allreduce takes them (or convert "
                          "with tf.convert_to_tensor)" % what)
@@ -392,9 +385,11 @@ def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
                                   postscale_factor)[0]
 
 
-def _scalar_kernel(start, value):
-    """The kernel of join and barrier in a graph (no inputs, an int32 scalar out)."""
-    return lambda name: _host.scalar_kernel(start, value)
+def _scalar_op(call, what):
+    """join or barrier in a graph: an op without inputs whose value is ``call()``'s, an
+    int32 scalar."""
+    return _graph_op(lambda name: _host.scalar_kernel(call), None, [], [tf.int32],
+                     [tf.TensorShape([])], what)[0]
 
 
 def join():
@@ -402,20 +397,16 @@ def join():
     others' allreduces with zeros. Returns the global rank that joined last, a tf.int32
     scalar (eagerly too, as Horovod's op)."""
     if tf.executing_eagerly():
-        last = _raising_tf_errors(lambda: _engine.wait(_engine.join_async()).value)
-        return tf.constant(last, tf.int32)
-    return _graph_op(_scalar_kernel(_engine.join_async, lambda out: out.value), None,
-                     [], [tf.int32], [tf.TensorShape([])], "join")[0]
+        return tf.constant(_raising_tf_errors(_host.COLLECTIVES.join), tf.int32)
+    return _scalar_op(_host.COLLECTIVES.join, "join")
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
-    set_id = _set_id(process_set)
+    _set_id(process_set)
     if tf.executing_eagerly():
-        _raising_tf_errors(lambda: _engine.wait(_engine.barrier_async(set_id)))
-        return None
-    return _graph_op(_scalar_kernel(lambda: _engine.barrier_async(set_id), lambda out: 0), None,
-                     [], [tf.int32], [tf.TensorShape([])], "barrier")[0]
+        return _raising_tf_errors(_host.COLLECTIVES.barrier, process_set)
+    return _scalar_op(lambda: _host.COLLECTIVES.barrier(process_set), "barrier")
 
 
 def _query_op(query, name):

@@ -3,7 +3,7 @@ together (Horovod's ``horovod.torch.elastic.state``, with the same handler regis
 import torch
 
 from kolo.common import elastic_store as store
-from kolo.common.elastic import ObjectState
+from kolo.common.elastic import HandlerState, StateHandler
 from kolo.torch.elastic.sampler import ElasticSampler
 from kolo.torch.functions import (
     broadcast_object, broadcast_optimizer_state, broadcast_parameters)
@@ -43,7 +43,7 @@ class TorchCodec(store.ArrayCodec):
         return tensor
 
 
-class TorchState(ObjectState):
+class TorchState(HandlerState):
     """State of a PyTorch training process (Horovod's ``TorchState``).
 
     Args:
@@ -59,63 +59,8 @@ class TorchState(ObjectState):
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(dict(model=model, optimizer=optimizer))
-        self._handlers, kwargs = _get_handlers(kwargs)
-        for name, handler in self._handlers.items():
-            setattr(self, name, handler.value)
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
-        self._write_commit(store.NO_COMMIT)  # what restore() returns to before a commit
-
-    def save(self):
-        for handler in self._handlers.values():
-            handler.before_save()
-        super().save()
-
-    def sync(self):
-        # Optimizers first: one without state yet steps once with zero gradients (as
-        # Horovod's broadcast_optimizer_state does), which weight decay turns into a
-        # change of the parameters; the model's broadcast then undoes it.
-        handlers = sorted(self._handlers.values(),
-                          key=lambda h: not isinstance(h, OptimizerStateHandler))
-        for handler in handlers:
-            handler.sync(self._sync_root)
-        super().sync()
-
-    def __setattr__(self, name, value):
-        handlers = self.__dict__.get("_handlers")
-        if handlers and name in handlers:
-            handlers[name].value = value  # committed by the next save()
-        super().__setattr__(name, value)
-
-    def _snapshot(self):
-        tree = super()._snapshot()
-        tree["handlers"] = {name: h.snapshot() for name, h in self._handlers.items()}
-        return tree
-
-    def _load_snapshot(self, tree):
-        for name, handler in self._handlers.items():
-            if name in tree["handlers"]:
-                handler.load(tree["handlers"][name])
-        super()._load_snapshot(tree)
-
-
-class StateHandler:
-    """How one kind of object is committed and synced: by default its ``state_dict()``
-    is the snapshot and ``load_state_dict()`` loads it (models, optimizers, samplers)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def before_save(self):
-        """Called on every rank before a save (may be collective)."""
-
-    def snapshot(self):
-        return self.value.state_dict()
-
-    def load(self, snapshot):
-        self.value.load_state_dict(snapshot)
-
-    def sync(self, root_rank):
-        raise NotImplementedError()
+        handlers, kwargs = _get_handlers(kwargs)
+        super().__init__(handlers, bcast_object=broadcast_object, get_rank=rank, **kwargs)
 
 
 class ModelStateHandler(StateHandler):
@@ -124,6 +69,11 @@ class ModelStateHandler(StateHandler):
 
 
 class OptimizerStateHandler(StateHandler):
+    # Synced before the model: an optimizer without state yet steps once with zero
+    # gradients (as Horovod's broadcast_optimizer_state does), which weight decay turns
+    # into a change of the parameters; the model's broadcast then undoes it.
+    sync_first = True
+
     def sync(self, root_rank):
         broadcast_optimizer_state(self.value, root_rank=root_rank)
 
