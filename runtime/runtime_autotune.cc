@@ -160,8 +160,7 @@ void RuntimeImpl::ApplyTuned(const TunedParams& params, bool final) {
   config_.cycle_time_ms = params.cycle_time_ms;
   {
     MutexLock lock(&queue_mutex_);
-    start_delay_ = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double, std::milli>(params.cycle_time_ms));
+    start_delay_ = FromMilliseconds(params.cycle_time_ms);
   }
   if (params.piece_bytes != piece_bytes_now_) {
     piece_bytes_now_ = params.piece_bytes;

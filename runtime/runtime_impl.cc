@@ -159,8 +159,7 @@ void RuntimeImpl::ScheduleNextCycle(CycleEnd end, bool wake) {
   bool queued;
   {
     MutexLock lock(&queue_mutex_);
-    next_cycle_at_ = now + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double, std::milli>(wait_ms));
+    next_cycle_at_ = now + FromMilliseconds(wait_ms);
     queued = !queue_.empty();
   }
   if (wake && (pending || queued || end != CycleEnd::kRan)) queue_cv_.Signal();

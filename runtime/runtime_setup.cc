@@ -181,11 +181,8 @@ Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) 
   caller_runs_ = config_.caller_runs;
   {
     MutexLock lock(&queue_mutex_);
-    next_cycle_at_ =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double, std::milli>(config_.idle_tick_ms));
-    start_delay_ = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+    next_cycle_at_ = Clock::now() + FromMilliseconds(config_.idle_tick_ms);
+    start_delay_ = FromMilliseconds(config_.cycle_time_ms);
   }
   running_ = true;
   thread_ = std::thread([this] { BackgroundLoop(); });

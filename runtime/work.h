@@ -16,6 +16,11 @@ namespace kolo {
 
 using Clock = std::chrono::steady_clock;
 
+// A setting's milliseconds as the clock's duration.
+inline Clock::duration FromMilliseconds(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
 // A name a named operation holds on this rank until its handle is waited for.
 struct HeldName {
   int process_set = 0;
