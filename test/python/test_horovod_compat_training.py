@@ -323,6 +323,11 @@ def test_distributed_optimizer_groups_give_the_same_gradients():
     w = model[0].weight
     with pytest.raises(ValueError, match="only appear once"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), groups=[[w, w]])
+    # The deprecated num_groups stands for groups only where groups is not given.
+    with pytest.warns(DeprecationWarning, match="num_groups"):
+        with pytest.raises(ValueError, match="only appear once"):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     num_groups=2, groups=[[w, w]])
     with pytest.raises(ValueError, match="non-negative integer or a list"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), groups=-1)
 

@@ -61,6 +61,15 @@ def test_distributed_gradient_tape_sum_and_groups_as_lists():
     assert np.allclose(gb.numpy(), [(N + 3) / 2.0] * 2)
 
 
+def test_num_groups_stands_for_groups_only_where_groups_is_not_given():
+    # Horovod's rule: the deprecated num_groups warns, and groups, when given, is kept
+    # (here an invalid one, so that which of the two was taken shows).
+    with pytest.warns(DeprecationWarning, match="num_groups"):
+        with pytest.raises(ValueError, match="groups should be a non-negative integer"):
+            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                     num_groups=2, groups=-1)
+
+
 def test_distributed_gradient_tape_keeps_persistence():
     tape, loss, srcs = _tape_grads({}, persistent=True, sources=1)
     g1 = tape.gradient(loss, srcs[:1])[0]

@@ -75,3 +75,15 @@ def reducescatter_op(op, binding):
             "%s.Sum%s" % (binding, binding, " (Adasum reduces with allreduce only)"
                           if op == Adasum else ""))
     return op
+
+
+def groups_setting(num_groups, groups):
+    """``groups`` of a DistributedOptimizer or tape given Horovod's deprecated
+    ``num_groups``: it warns, and stands for ``groups`` only where ``groups`` is not given
+    (Horovod's rule in every binding)."""
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
+                      "removed in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            return num_groups
+    return groups

@@ -5,7 +5,7 @@ Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the tabl
 docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
 (``kolo.common.engine``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
-from kolo.common.ops import predivided
+from kolo.common.ops import groups_setting, predivided
 from kolo.tensorflow import elastic, util  # noqa: F401
 from kolo.tensorflow import legacy_optimizer as _legacy
 from kolo.tensorflow.compression import Compression  # noqa: F401
@@ -15,7 +15,6 @@ from kolo.tensorflow.functions import (  # noqa: F401
 from kolo.tensorflow.gradients import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape, allreduce, grouped_allreduce,
     grouped_reducescatter, reducescatter)
-from kolo.tensorflow.gradients import _groups_setting
 from kolo.tensorflow.mpi_ops import _reduce_op
 from kolo.tensorflow.mpi_ops import (  # noqa: F401
     Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
@@ -50,7 +49,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                 process_set)
         predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
         _reduce_op(op, None)
-        groups = _groups_setting(num_groups, groups)
+        groups = groups_setting(num_groups, groups)
         if groups is not None and not (isinstance(groups, list) or groups > 0):
             raise ValueError("groups should be a non-negative integer or a list of list of "
                              "tf.Variable.")

@@ -2,11 +2,10 @@
 ``grouped_allreduce``, ``reducescatter``) and the gradient averaging that
 ``DistributedGradientTape`` and the Keras ``DistributedOptimizer`` share, local variables
 (model parallelism: gradients that stay on their rank) included."""
-import warnings
 
 import tensorflow as tf
 
-from kolo.common.ops import predivided, reducescatter_op
+from kolo.common.ops import groups_setting, predivided, reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.mpi_ops import Adasum, Average, Sum, global_process_set
@@ -222,15 +221,6 @@ def _local_layer_variables(local_layers):
     return [v for layer in local_layers for v in layer.trainable_weights]
 
 
-def _groups_setting(num_groups, groups):
-    """Horovod's deprecated ``num_groups`` becomes ``groups``."""
-    if num_groups:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed in v0.23.0.", DeprecationWarning)
-        return num_groups
-    return groups
-
-
 class _DistributedGradientTape(tf.GradientTape):
     """A tf.GradientTape whose gradient() averages the gradients over the ranks, but those
     of the sources registered as local."""
@@ -285,7 +275,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     tape.__dict__.update(gradtape.__dict__)  # the same recording, as Horovod's wrapper
     tape._kolo_settings = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                                gradient_predivide_factor=gradient_predivide_factor,
-                               groups=_groups_setting(num_groups, groups),
+                               groups=groups_setting(num_groups, groups),
                                process_set=process_set)
     tape._kolo_local = LocalVariables()
     tape.process_set = process_set

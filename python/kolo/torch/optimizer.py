@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from kolo.common.ops import check_op, predivided
+from kolo.common.ops import check_op, groups_setting, predivided
 from kolo.torch import mpi_ops as _ops
 from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer, zero_grad_when_idle
 from kolo.torch._optimizer_names import named as _named
@@ -292,11 +292,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     process_set = global_process_set if process_set is None else process_set
     check_op(op, "kolo.torch")
     predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
-    if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed in v0.23.0.", DeprecationWarning)
-        if groups is None:
-            groups = num_groups
+    groups = groups_setting(num_groups, groups)
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     adasum = op == _ops.Adasum and _ops.size() > 1

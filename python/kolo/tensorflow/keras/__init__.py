@@ -9,6 +9,7 @@ name, docs/moving-from-horovod.md what Keras 3 changes.
 import keras
 import tensorflow as tf
 
+from kolo.common.ops import groups_setting
 from kolo.tensorflow.compression import Compression  # noqa: F401
 from kolo.tensorflow.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_variables)
@@ -142,7 +143,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._kolo_settings = dict(
         op=op, compression=compression, sparse_as_dense=sparse_as_dense,
         gradient_predivide_factor=gradient_predivide_factor,
-        groups=_gradients._groups_setting(num_groups, groups), process_set=process_set)
+        groups=groups_setting(num_groups, groups), process_set=process_set)
     wrapped._kolo_passes_per_step = int(backward_passes_per_step)
     wrapped._kolo_average_passes = bool(average_aggregated_gradients)
     wrapped._kolo_sums = None
