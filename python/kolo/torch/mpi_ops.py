@@ -13,7 +13,8 @@ an int) for :func:`poll` and :func:`synchronize`.
 # kolo._core, as Horovod's mpi_ops has its library object: tests reach the core's
 # functions through it (the engine looks them up on the module at every call).
 from kolo import _core  # noqa: F401
-from kolo.common.collectives import KoloInternalError
+from kolo.common.collectives import KoloInternalError  # noqa: F401
+from kolo.common.exceptions import HorovodInternalError  # noqa: F401  (is KoloInternalError)
 from kolo.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from kolo.torch._async import (  # noqa: F401
     _release, allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async,
@@ -34,4 +35,3 @@ from kolo.torch.compression import Compression  # noqa: F401
 from kolo.torch.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 
-HorovodInternalError = KoloInternalError  # one class: except either name catches kolo's errors
