@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kolo.common.gradient_groups import LocalVariables
 from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.keras import momentum_correction as _momentum_correction
@@ -22,7 +23,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
-        self._local = _gradients.LocalVariables()
+        self._local = LocalVariables()
         if local_variables is None:
             local_variables = []
         elif _is_variable(local_variables):
