@@ -10,7 +10,7 @@ allreduce of the dense gradients, tf.IndexedSlices gathered, local variables kep
 """
 import tensorflow as tf
 
-from kolo.common.ops import Adasum
+from kolo.common.ops import Adasum, groups_setting, predivided, reduce_op
 from kolo.tensorflow import gradients as _gradients
 
 
@@ -139,20 +139,22 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
-def DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
-                               backward_passes_per_step, process_set):
-    """Horovod's wrapper of a tf.compat.v1 optimizer for op=Adasum."""
-    if process_set.process_set_id != 0:
-        raise NotImplementedError("Adasum does not support process sets yet")
-    return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
-                                       backward_passes_per_step)
-
-
 def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                         backward_passes_per_step, op, gradient_predivide_factor, groups,
-                         process_set, scale_local_gradients):
-    """Horovod's wrapper of a tf.compat.v1 optimizer (kolo.tensorflow.DistributedOptimizer
-    checks the common arguments first)."""
+                         backward_passes_per_step, op, gradient_predivide_factor, num_groups,
+                         groups, process_set, scale_local_gradients):
+    """Horovod's wrapper of a tf.compat.v1 optimizer, with Horovod's refusals
+    (kolo.tensorflow.DistributedOptimizer checks the arguments every optimizer shares)."""
+    if op == Adasum:
+        if process_set.process_set_id != 0:
+            raise NotImplementedError("Adasum does not support process sets yet")
+        return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                                           backward_passes_per_step)
+    predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
+    reduce_op(op, None, "kolo.tensorflow")
+    groups = groups_setting(num_groups, groups)
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "tf.Variable.")
     if int(backward_passes_per_step) > 1:
         if tf.executing_eagerly():
             raise ValueError("backward_passes_per_step > 1 is not yet supported for "
@@ -167,8 +169,3 @@ def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_de
                                  compression=compression, sparse_as_dense=sparse_as_dense,
                                  gradient_predivide_factor=gradient_predivide_factor,
                                  groups=groups, process_set=process_set)
-
-
-def is_legacy_optimizer(optimizer):
-    return isinstance(optimizer, tf.compat.v1.train.Optimizer)
-

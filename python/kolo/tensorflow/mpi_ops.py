@@ -194,6 +194,12 @@ def _with_gradient(forward, tensors):
     return tf.custom_gradient(forward)(*tensors)
 
 
+# --- differentiable collectives ---------------------------------------------------------
+
+def _reduce_op(op, average):
+    return _common_ops.reduce_op(op, average, "kolo.tensorflow")
+
+
 def _differentiable(what, make_kernel, name, tensors, shape_of, grad):
     """The collective ``make_kernel(name)`` on ``tensors`` (a result per tensor, shaped
     ``shape_of(tensor)``) whose gradient is ``grad(tensors, incoming gradients)``."""
@@ -206,12 +212,6 @@ def _differentiable(what, make_kernel, name, tensors, shape_of, grad):
 
 def _same_shape(tensor):
     return tensor.shape
-
-
-# --- differentiable collectives ---------------------------------------------------------
-
-def _reduce_op(op, average):
-    return _common_ops.reduce_op(op, average, "kolo.tensorflow")
 
 
 def _rows_shape(tensor):
@@ -374,12 +374,6 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
         lambda name: _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor,
                                                 set_id),
         name, tensors, _rows_shape, grad)
-
-
-def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
-                   prescale_factor=1.0, postscale_factor=1.0):
-    return _grouped_reducescatter([tensor], name, op, process_set, prescale_factor,
-                                  postscale_factor)[0]
 
 
 def _scalar_op(call, what):

@@ -39,13 +39,6 @@ __all__ = [
 ]
 
 
-def _check_backend():
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("kolo.tensorflow.keras needs Keras' TensorFlow backend "
-                           "(KERAS_BACKEND=tensorflow); this Keras runs on %r"
-                           % keras.backend.backend())
-
-
 class _DistributedOptimizer(_gradients.SharedGradients):
     """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
     the ranks first (but those of variables registered as local); with
@@ -116,7 +109,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     averages and applies them on every N-th call. Variables registered with the result's
     ``register_local_var`` keep their own gradients (divided by the set's size with
     ``scale_local_gradients``)."""
-    _check_backend()
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("kolo.tensorflow.keras needs Keras' TensorFlow backend "
+                           "(KERAS_BACKEND=tensorflow); this Keras runs on %r"
+                           % keras.backend.backend())
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
                          % type(optimizer).__name__)
