@@ -15,8 +15,8 @@ from kolo.common.ops import Adasum, Average, Sum, check_adasum, check_op, reduce
 from kolo.common.process_sets import _set_id, _set_size, global_process_set, root_in_set
 from kolo.jax import _xla
 from kolo.jax._trees import (
-    _adopt, _after_dispatched_collectives, _flatten, _host_view, _run, _sentinel, _shape,
-    _signature, _signature_text, _structured, _traced)
+    _adopt, _after_dispatched_collectives, _flatten, _host_view, _run, _shape, _structured,
+    _traced)
 
 
 def _differentiable(forward, backward, residuals=lambda cfg, leaves: None):
@@ -38,10 +38,7 @@ def _allreduce_forward(cfg, *leaves):
     if _traced(leaves) and _xla.available and jax.default_backend() == "cpu":
         # In place on XLA's buffers, no copies: XLA's FFI handler checks the trees (the
         # same sentinel as _structured) and then reduces the leaves.
-        signature = _signature(leaves, paths, False)
-        return tuple(_xla.allreduce(leaves, name, op, pre, post, set_id,
-                                    _sentinel(signature).shape[1],
-                                    _signature_text(signature)))
+        return tuple(_xla.allreduce(leaves, paths, name, op, pre, post, set_id))
     return _run(_structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
                             leaves, paths, "allreduce", set_id, name), leaves)
 
