@@ -1,13 +1,9 @@
 """The collectives of ``kolo.torch`` that start an operation and return a handle
 (Horovod's ``*_async``), the in-place forms, ``poll`` and ``synchronize``, ``join`` and
 ``barrier``: everything of ``horovod.torch.mpi_ops`` that autograd does not see, with
-Horovod's signatures. What they do is kolo.common.collectives' (written once for every
-binding) over the torch adapter (kolo.torch._tensors); the differentiable forms are in
-kolo.torch.autograd, and kolo.torch.mpi_ops has them all.
-
-Every ``*_async`` form returns a handle (the core's, an int) for :func:`poll` and
-:func:`synchronize`. A blocking call (``allreduce_``, ``broadcast_``, ...) tells the core
-that it waits at once: the waiting thread runs the round itself (KOLO_CALLER_RUNS).
+Horovod's signatures, and the blocking forms that kolo.torch.autograd runs. Most are
+kolo.common.collectives' ``Collectives.form`` of its ``start_*`` methods (written once for
+every binding) over the torch adapter (kolo.torch._tensors).
 """
 import torch
 

@@ -17,7 +17,7 @@ import torch
 
 from kolo.common.ops import Average, Sum, reduce_op, reducescatter_op
 from kolo.torch import _async as _ops
-from kolo.torch._tensors import check_tensor
+from kolo.torch._tensors import READER
 from kolo.torch._tensors import differentiable as _differentiable
 from kolo.torch.basics import rank
 from kolo.torch.compression import Compression
@@ -147,7 +147,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
                            process_set)
         return reduced if rank() == root_rank else [r * 0 for r in reduced]  # a global rank
     if _differentiable(tensor):
-        check_tensor(tensor, "broadcast tensor")
+        READER.check(tensor, "broadcast tensor")
     return _collective([tensor], lambda ts: [_ops.broadcast_blocking(ts[0], root_rank, name,
                                                                      process_set)],
                        backward)[0]
