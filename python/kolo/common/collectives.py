@@ -112,9 +112,10 @@ class Collectives:
         signature = inspect.signature(start)
         call.__signature__ = signature.replace(parameters=[
             p for p in signature.parameters.values() if p.name not in ("in_place", "caller_waits")])
+        call.__module__ = self.binding
         call.__name__ = call.__qualname__ = "%s%s%s" % (
             start.__name__[len("start_"):], "" if waits else "_async", "_" if in_place else "")
-        call.__doc__ = "%s\n\n%s" % (start.__doc__, _FORMS[in_place, waits])
+        call.__doc__ = "%s\n\n%s" % (inspect.cleandoc(start.__doc__), _FORMS[in_place, waits])
         return call
 
     # --- allreduce ------------------------------------------------------------------------
