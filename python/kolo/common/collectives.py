@@ -21,15 +21,29 @@ alltoall) and keeping the tensors the core reads alive. ``Collectives.later`` pu
 the handle table and returns the handle (Horovod's ``*_async``: ``poll`` and
 ``synchronize`` take it); :meth:`Collectives.now` waits and returns the result (a blocking
 call, which passes ``caller_waits=True``: the waiting thread runs the round itself,
-KOLO_CALLER_RUNS).
+KOLO_CALLER_RUNS). :meth:`Collectives.form` makes a binding's public ``*_async``, in-place
+and blocking functions of a ``start_*`` method, with its signature and docstring.
 """
+import inspect
+
 from kolo.common import basics
 from kolo.common import engine
 from kolo.common.engine import KoloInternalError  # noqa: F401  (re-exported for the bindings)
 from kolo.common.handles import Handles
-from kolo.common.ops import reduce_op, reducescatter_op
-from kolo.common.process_sets import _set_id, root_in_set
+from kolo.common.ops import Average, reduce_op, reducescatter_op
+from kolo.common.process_sets import _set_id, global_process_set, root_in_set
 from kolo.common.refusals import announces_refusals
+
+# What each of Collectives.form's functions does, after the operation's own docstring.
+_FORMS = {
+    (False, False): "Starts it into new tensors and returns its handle for poll() and "
+                    "synchronize(), which return them.",
+    (True, False): "Starts it in place and returns its handle for poll() and synchronize(), "
+                   "which return the input.",
+    (True, True): "Runs it in place, the calling thread running the round, and returns the "
+                  "input.",
+    (False, True): "Runs it, the calling thread running the round, and returns new tensors.",
+}
 
 
 class Collectives:
@@ -79,11 +93,36 @@ class Collectives:
             raise
         return finish(out)
 
+    def form(self, start, in_place=False, waits=False):
+        """Horovod's public function for the ``start_*`` method ``start``: its parameters
+        (less ``in_place`` and ``caller_waits``, which the form sets) and docstring, and the
+        name Horovod's convention gives the form (for ``start_allreduce``):
+        ``allreduce_async`` returns the handle of the operation started into new tensors,
+        ``allreduce_async_`` (``in_place``) that of the operation in place, and
+        ``allreduce_`` (``in_place``, ``waits``) waits, the caller running the round, and
+        returns the input. ``waits`` alone returns new tensors (Horovod's ``allreduce``
+        without autograd)."""
+        flags = {"in_place": True} if in_place else {}
+        if waits:
+            def call(*args, **kwargs):
+                return self.now(start(*args, caller_waits=True, **flags, **kwargs))
+        else:
+            def call(*args, **kwargs):
+                return self.later(start(*args, **flags, **kwargs))
+        signature = inspect.signature(start)
+        call.__signature__ = signature.replace(parameters=[
+            p for p in signature.parameters.values() if p.name not in ("in_place", "caller_waits")])
+        call.__module__ = self.binding
+        call.__name__ = call.__qualname__ = "%s%s%s" % (
+            start.__name__[len("start_"):], "" if waits else "_async", "_" if in_place else "")
+        call.__doc__ = "%s\n\n%s" % (inspect.cleandoc(start.__doc__), _FORMS[in_place, waits])
+        return call
+
     # --- allreduce ------------------------------------------------------------------------
 
     @announces_refusals("allreduce")
     def start_allreduce(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=None, in_place=False,
+                        postscale_factor=1.0, process_set=global_process_set, in_place=False,
                         caller_waits=False):
         """An allreduce of ``tensor`` in place, or into a new tensor like it."""
         op = reduce_op(op, average, self.binding)
@@ -100,8 +139,9 @@ class Collectives:
 
     @announces_refusals("allreduce", tensors="tensors")
     def start_grouped_allreduce(self, tensors, average=None, name=None, op=None,
-                                prescale_factor=1.0, postscale_factor=1.0, process_set=None,
-                                in_place=False, caller_waits=False):
+                                prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=global_process_set, in_place=False,
+                                caller_waits=False):
         """One allreduce of a list, negotiated and fused as a unit; the result is the tuple
         reduced into (the inputs themselves in place)."""
         op = reduce_op(op, average, self.binding)
@@ -125,7 +165,8 @@ class Collectives:
     # --- allgather ------------------------------------------------------------------------
 
     @announces_refusals("allgather")
-    def start_allgather(self, tensor, name=None, process_set=None, caller_waits=False):
+    def start_allgather(self, tensor, name=None, process_set=global_process_set,
+                        caller_waits=False):
         """Every rank's ``tensor`` concatenated along dimension 0 (its size may differ
         between ranks; the other dimensions may not)."""
         h = engine.allgather_async(self._reader, tensor, "allgather input", name,
@@ -133,7 +174,8 @@ class Collectives:
         return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("allgather", tensors="tensors")
-    def start_grouped_allgather(self, tensors, name=None, process_set=None, caller_waits=False):
+    def start_grouped_allgather(self, tensors, name=None, process_set=global_process_set,
+                                caller_waits=False):
         """An allgather of every tensor of a list, negotiated as one unit; a tuple."""
         tensors = tuple(tensors)
         h = engine.grouped_allgather_async(self._reader, tensors, "grouped_allgather", name,
@@ -143,8 +185,8 @@ class Collectives:
     # --- broadcast ------------------------------------------------------------------------
 
     @announces_refusals("broadcast")
-    def start_broadcast(self, tensor, root_rank, name=None, process_set=None, in_place=False,
-                        caller_waits=False):
+    def start_broadcast(self, tensor, root_rank, name=None, process_set=global_process_set,
+                        in_place=False, caller_waits=False):
         """Global rank ``root_rank``'s ``tensor``, in place or into a new tensor."""
         if not in_place:
             self._reader.check(tensor, "broadcast tensor")
@@ -157,7 +199,7 @@ class Collectives:
     # --- alltoall -------------------------------------------------------------------------
 
     @announces_refusals("alltoall")
-    def start_alltoall(self, tensor, splits=None, name=None, process_set=None,
+    def start_alltoall(self, tensor, splits=None, name=None, process_set=global_process_set,
                        caller_waits=False):
         """``splits[i]`` rows of ``tensor`` to rank i of the set (None: an even split); the
         result is ``(output, received_splits)``."""
@@ -170,7 +212,7 @@ class Collectives:
     # --- reducescatter --------------------------------------------------------------------
 
     @announces_refusals("reducescatter")
-    def start_reducescatter(self, tensor, name=None, op=None, process_set=None,
+    def start_reducescatter(self, tensor, name=None, op=Average, process_set=global_process_set,
                             prescale_factor=1.0, postscale_factor=1.0, caller_waits=False):
         """``tensor`` reduced over the set; rank i keeps the i-th block of rows (the first
         ``rows % size`` ranks one row more)."""
@@ -181,9 +223,9 @@ class Collectives:
         return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("reducescatter", tensors="tensors")
-    def start_grouped_reducescatter(self, tensors, name=None, op=None, process_set=None,
-                                    prescale_factor=1.0, postscale_factor=1.0,
-                                    caller_waits=False):
+    def start_grouped_reducescatter(self, tensors, name=None, op=Average,
+                                    process_set=global_process_set, prescale_factor=1.0,
+                                    postscale_factor=1.0, caller_waits=False):
         """A reducescatter of every tensor of a list, negotiated as one unit; a tuple."""
         op = reducescatter_op(op, self.binding)
         tensors = tuple(tensors)
@@ -199,6 +241,6 @@ class Collectives:
         allreduces with zeros); the global rank that joined last."""
         return self.now((engine.join_async(), lambda out: int(out.value)))
 
-    def barrier(self, process_set=None):
+    def barrier(self, process_set=global_process_set):
         """Returns (None) once every rank of the set has called it."""
         self.now((engine.barrier_async(_set_id(process_set)), lambda out: None))

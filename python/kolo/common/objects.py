@@ -20,7 +20,7 @@ import numpy as np
 from kolo.common import engine
 from kolo.common.host import COLLECTIVES
 from kolo.common.names import part_name
-from kolo.common.process_sets import _set_id
+from kolo.common.process_sets import _set_id, global_process_set
 
 
 def _cloudpickle():
@@ -97,13 +97,18 @@ def _host_allgather(process_set):
         array, name, process_set, caller_waits=True))
 
 
-def broadcast_object(obj, root_rank, name, process_set=None, broadcast=None):
-    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set: its size is
-    broadcast first (``name.sz``), then its bytes (``name.t``). The root gets its own object
-    back. When the root cannot pickle its object, every rank raises (the others
-    ``pickle.PicklingError`` with the root's error). ``broadcast(array, name)``, where a
-    binding moves the arrays itself (a TF1 graph's session), returns the root's NumPy
-    array; by default kolo.common.host broadcasts it."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set,
+                     broadcast=None):
+    """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (Horovod's
+    defaults): its size is broadcast first (``name.sz``), then its bytes (``name.t``). The
+    root gets its own object back. When the root cannot pickle its object, every rank
+    raises (the others ``pickle.PicklingError`` with the root's error). ``name`` defaults
+    to "broadcast_object", not to the type's name (Horovod's default):
+    ranks may pass different types, e.g. None where they have no object yet, and differing
+    names would never pair. ``broadcast(array, name)``, where a binding moves the arrays
+    itself (a TF1 graph's session), returns the root's NumPy array; by default
+    kolo.common.host broadcasts it."""
+    name = "broadcast_object" if name is None else name
     _set_id(process_set)  # an unregistered set is refused before anything is sent
     broadcast = broadcast or _host_broadcast(root_rank, process_set)
     is_root = engine.rank() == int(root_rank)
@@ -118,10 +123,12 @@ def broadcast_object(obj, root_rank, name, process_set=None, broadcast=None):
     return decode(n, payload.tobytes(), "broadcast_object", int(root_rank))
 
 
-def allgather_object(obj, name, process_set=None, allgather=None):
+def allgather_object(obj, name=None, process_set=global_process_set, allgather=None):
     """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
-    the set: the sizes are gathered first (``name.sz``), then the bytes (``name.t``).
+    the set (Horovod's defaults): the sizes are gathered first (``name.sz``, ``name`` by
+    default "allgather_object"), then the bytes (``name.t``).
     ``allgather(array, name)``: as broadcast_object's ``broadcast``."""
+    name = "allgather_object" if name is None else name
     set_id = _set_id(process_set)
     allgather = allgather or _host_allgather(process_set)
     n, data, error = encode(obj)

@@ -87,3 +87,10 @@ def groups_setting(num_groups, groups):
         if groups is None:
             return num_groups
     return groups
+
+
+def split_list(items, n):
+    """``items`` in ``n`` contiguous chunks of near-equal length, the first ``len(items) %
+    n`` one longer (Horovod's split_list: its ``groups=n``)."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]

@@ -13,52 +13,23 @@ import contextlib
 import torch
 
 from kolo.torch import mpi_ops as _ops
-from kolo.torch._optimizer_names import named as _named
-
-_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
+from kolo.torch._hooked_optimizer import HookedOptimizer
 
 
-def zero_grad_when_idle(optimizer, *args, **kwargs):
-    """Both DistributedOptimizers' zero_grad(): Horovod's refusal while reductions of this
-    step are pending, else the wrapped optimizer's."""
-    if optimizer._handles:
-        raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                             "before optimizer.step() or optimizer.synchronize(). This is "
-                             "prohibited as it can cause a race condition.")
-    return super(optimizer._kolo_wrapper, optimizer).zero_grad(*args, **kwargs)
-
-
-class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+class _DistributedAdasumOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
-        super(self._kolo_wrapper, self).__init__(params)
-        self._compression = compression
-        self._parameter_names = _named(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
-        self._handles = {}  # parameter -> (handle or None, compression context)
-        self._grad_accs = []
+        HookedOptimizer.__init__(self, params, named_parameters, compression,
+                                 backward_passes_per_step)
         self._requires_update = set()
         # Each parameter's value before its local step (Horovod's "starting model").
         self._starting_models = {p: torch.zeros_like(p, requires_grad=False)
                                  for p in self._parameter_names}
-        self._register_hooks()
-
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
-    def _register_hooks(self):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
                     p.grad = p.data.new(p.size()).zero_()
                     self._requires_update.add(p)
-                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)  # keeps the hook alive
+                    self._hook(p, self._on_pass)
 
     def _allreduce_grad_async(self, p):
         """Steps the wrapped optimizer on ``p`` alone and starts the Adasum allreduce of the
@@ -79,16 +50,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
                                        op=_ops.Adasum)
         return handle, ctx
 
-    def _make_hook(self, p):
-        def hook(*ignore):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(_TOO_MANY_PASSES)
-            handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
-        return hook
+    def _on_pass(self, p, ready):
+        self._handles[p] = self._allreduce_grad_async(p) if ready else (None, None)
 
     def synchronize(self):
         """Nothing to wait for here: step() does it (as Horovod's)."""
@@ -119,6 +82,3 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     # with its hooks; the wrapped optimizer's step() is wrapped already, so this one is
     # marked and left alone.
     step.hooked = True
-
-    def zero_grad(self, *args, **kwargs):
-        return zero_grad_when_idle(self, *args, **kwargs)

@@ -58,12 +58,6 @@ def stream(tensor):
 READER = _engine.tensor_reader("attributes", torch.Tensor, DTYPES, refuse, stream)
 
 
-def check_tensor(tensor, what, index=None):
-    """The reader's checks (in C++): a dense, contiguous tensor of a dtype kolo moves, on
-    the CPU or a CUDA device; else the error of :func:`refuse`."""
-    READER.check(tensor, what, index)
-
-
 class TorchAdapter(Adapter):
     binding = "kolo.torch"
     reader = READER

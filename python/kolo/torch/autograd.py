@@ -10,119 +10,93 @@ ones that return a new tensor) and their autograd, with Horovod 0.28's backward 
   Sum, times prescale_factor and postscale_factor;
 - the grouped forms: the same, per tensor, with the grouped collectives.
 
-A call records its gradient when an input needs one; otherwise it is the ``*_async``
-form of kolo.torch._async, synchronized. ``compression`` casts around the collective.
+A call runs the blocking form of kolo.torch._async, and records its gradient when an
+input needs one. ``compression`` casts around the collective.
 """
 import torch
 
-from kolo.common.ops import Average, Sum
+from kolo.common.ops import Average, Sum, reduce_op, reducescatter_op
 from kolo.torch import _async as _ops
-from kolo.torch._tensors import check_tensor
+from kolo.torch._tensors import READER
 from kolo.torch._tensors import differentiable as _differentiable
 from kolo.torch.basics import rank
 from kolo.torch.compression import Compression
 from kolo.torch.process_sets import _set_rank, _set_size, global_process_set
 
 
-def _dense(grad):
-    return grad.contiguous()
-
-
-def _my_rows(reduced, dims, my_dim, process_set):
-    """This rank's rows of ``reduced``, given every rank's first dimension."""
-    r = _set_rank(process_set)
-    offset = int(dims[:r].sum()) if r else 0
-    return reduced.narrow(0, offset, my_dim)
-
-
-def _scaled_for_reducescatter(grad, op, pre, post, process_set):
-    if op == Sum:
-        grad = grad * _set_size(process_set)
-    if pre != 1.0:
-        grad = grad * pre
-    if post != 1.0:
-        grad = grad * post
-    return _dense(grad)
-
-
-class Allreduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, op, pre, post, process_set):
-        ctx.args = (op, pre, post, process_set)
-        return _ops.allreduce_blocking(tensor, None, name, op, pre, post, process_set)
+class _Recorded(torch.autograd.Function):
+    """A collective that autograd records: ``run(tensors)`` gives its outputs,
+    ``backward(grads)`` the gradients of its inputs (Horovod's rule)."""
 
     @staticmethod
-    def backward(ctx, grad):
-        op, pre, post, process_set = ctx.args
-        return (allreduce(_dense(grad), op=op, prescale_factor=pre, postscale_factor=post,
-                               process_set=process_set),
-                None, None, None, None, None)
-
-
-class GroupedAllreduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, op, pre, post, process_set, *tensors):
-        ctx.args = (op, pre, post, process_set)
-        return _ops.grouped_allreduce_blocking(list(tensors), None, name, op, pre, post,
-                                               process_set)
+    def forward(ctx, run, backward, *tensors):
+        ctx.rule = backward
+        return tuple(run(list(tensors)))
 
     @staticmethod
     def backward(ctx, *grads):
-        op, pre, post, process_set = ctx.args
-        reduced = grouped_allreduce([_dense(g) for g in grads], op=op, prescale_factor=pre,
-                                         postscale_factor=post, process_set=process_set)
-        return (None,) * 5 + tuple(reduced)
+        return (None, None) + tuple(ctx.rule([g.contiguous() for g in grads]))
 
 
-class Allgather(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, process_set):
-        ctx.dim, ctx.process_set = tensor.shape[0], process_set
-        return _ops.synchronize(_ops.allgather_async(tensor, name, process_set))
-
-    @staticmethod
-    def backward(ctx, grad):
-        ps = ctx.process_set
-        reduced = allreduce(_dense(grad), op=Average, process_set=ps)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int32), process_set=ps)
-        return _my_rows(reduced, dims, ctx.dim, ps), None, None
+def _collective(tensors, run, backward, compression=Compression.none):
+    """``run`` (a list of outputs) on the compressed ``tensors``, decompressed; recorded
+    with ``backward`` when any of them needs a gradient."""
+    pairs = [compression.compress(t) for t in tensors]
+    compressed = [c for c, _ in pairs]
+    if any(_differentiable(t) for t in compressed):
+        outs = _Recorded.apply(run, backward, *compressed)
+    else:
+        outs = run(compressed)
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(outs, pairs)]
 
 
-class GroupedAllgather(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, process_set, *tensors):
-        ctx.dims, ctx.process_set = [t.shape[0] for t in tensors], process_set
-        return _ops.synchronize(_ops.grouped_allgather_async(list(tensors), name, process_set))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        ps = ctx.process_set
-        reduced = grouped_allreduce([_dense(g) for g in grads], op=Average,
-                                         process_set=ps)
-        dims = grouped_allgather([torch.tensor([d], dtype=torch.int32) for d in ctx.dims],
-                                      process_set=ps)
-        return (None, None) + tuple(_my_rows(r, d, my, ps)
-                                    for r, d, my in zip(reduced, dims, ctx.dims))
+def _one_or_all(grouped, single, group, tensors, *args):
+    """The outputs of the grouped collective ``group`` on ``tensors``, or of ``single`` on
+    the one tensor, as a list."""
+    return list(group(tensors, *args)) if grouped else [single(tensors[0], *args)]
 
 
-class Broadcast(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.root_rank, ctx.process_set = root_rank, process_set
-        return _ops.synchronize(_ops.broadcast_async(tensor, root_rank, name, process_set))
-
-    @staticmethod
-    def backward(ctx, grad):
-        reduced = allreduce(_dense(grad), op=Average, process_set=ctx.process_set)
-        if rank() != ctx.root_rank:  # a global rank, as root_rank
-            reduced = reduced * 0
-        return reduced, None, None, None
+def _reduced(tensors, grouped, name, compression, op, pre, post, process_set):
+    return _collective(
+        tensors, lambda ts: _one_or_all(grouped, _ops.allreduce_blocking,
+                                        _ops.grouped_allreduce_blocking, ts, None, name, op,
+                                        pre, post, process_set),
+        lambda grads: _reduced(grads, grouped, None, Compression.none, op, pre, post,
+                               process_set),
+        compression)
 
 
-class Alltoall(torch.autograd.Function):
+def _gathered(tensors, grouped, name, process_set):
+    rows = [t.shape[0] for t in tensors]
+
+    def backward(grads):
+        reduced = _reduced(grads, grouped, None, Compression.none, Average, 1.0, 1.0,
+                           process_set)
+        dims = _gathered([torch.tensor([n], dtype=torch.int32) for n in rows], grouped, None,
+                         process_set)
+        r = _set_rank(process_set)
+        return [g.narrow(0, int(d[:r].sum()) if r else 0, n)
+                for g, d, n in zip(reduced, dims, rows)]
+    return _collective(tensors, lambda ts: _one_or_all(
+        grouped, _ops.allgather_blocking, _ops.grouped_allgather_blocking, ts, name,
+        process_set), backward)
+
+
+def _scattered(tensors, grouped, name, compression, op, process_set, pre, post):
+    def backward(grads):
+        for factor in (_set_size(process_set) if op == Sum else 1, pre, post):
+            if factor != 1:
+                grads = [g * factor for g in grads]
+        return _gathered(grads, grouped, None, process_set)
+    return _collective(tensors, lambda ts: _one_or_all(
+        grouped, _ops.reducescatter_blocking, _ops.grouped_reducescatter_blocking, ts, name,
+        op, process_set, pre, post), backward, compression)
+
+
+class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        out, received = _ops.synchronize(_ops.alltoall_async(tensor, splits, name, process_set))
+        out, received = _ops.alltoall_blocking(tensor, splits, name, process_set)
         ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return out
@@ -131,114 +105,60 @@ class Alltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *unused):
-        back, _ = alltoall(_dense(grad), splits=ctx.received, process_set=ctx.process_set)
+        back, _ = alltoall(grad.contiguous(), splits=ctx.received, process_set=ctx.process_set)
         return back, None, None, None
 
 
-class Reducescatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, op, process_set, pre, post):
-        ctx.args = (op, pre, post, process_set)
-        return _ops.synchronize(_ops.reducescatter_async(tensor, name, op, process_set, pre,
-                                                         post))
-
-    @staticmethod
-    def backward(ctx, grad):
-        op, pre, post, process_set = ctx.args
-        scaled = _scaled_for_reducescatter(grad, op, pre, post, process_set)
-        return (allgather(scaled, process_set=process_set),
-                None, None, None, None, None)
-
-
-class GroupedReducescatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, op, process_set, pre, post, *tensors):
-        ctx.args = (op, pre, post, process_set)
-        return _ops.synchronize(_ops.grouped_reducescatter_async(list(tensors), name, op,
-                                                                 process_set, pre, post))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        op, pre, post, process_set = ctx.args
-        scaled = [_scaled_for_reducescatter(g, op, pre, post, process_set) for g in grads]
-        return (None,) * 5 + tuple(grouped_allgather(scaled, process_set=process_set))
-
-
 # --- the differentiable collectives ------------------------------------------------------
-
-def _compress_all(tensors, compression):
-    pairs = [compression.compress(t) for t in tensors]
-    return [c for c, _ in pairs], [ctx for _, ctx in pairs]
-
-
-def _grouped(tensors, compression, recorded, start):
-    """A grouped collective on compressed tensors, decompressed: through autograd
-    (`recorded(tensors)`) when any needs a gradient, else `start(tensors)`'s handle."""
-    compressed, ctxs = _compress_all(tensors, compression)
-    if any(_differentiable(t) for t in compressed):
-        outs = recorded(compressed)
-    else:
-        outs = _ops.synchronize(start(compressed))
-    return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]
-
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """A new tensor with the reduction (default: the average over ranks). Differentiable:
     the gradient is the same allreduce of the incoming gradient."""
-    op = _ops.reduce_op(op, average)
-    compressed, ctx = compression.compress(tensor)
-    if _differentiable(compressed):
-        out = Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
-                              process_set)
-    else:
-        out = _ops.allreduce_blocking(compressed, None, name, op, prescale_factor,
-                                      postscale_factor, process_set)
-    return compression.decompress(out, ctx)
+    return _reduced([tensor], False, name, compression, reduce_op(op, average, "kolo.torch"),
+                    prescale_factor, postscale_factor, process_set)[0]
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set):
     """A list of new tensors with the reductions; differentiable."""
-    op = _ops.reduce_op(op, average)
-    return _grouped(tensors, compression,
-                    lambda ts: GroupedAllreduce.apply(
-                        name, op, prescale_factor, postscale_factor, process_set, *ts),
-                    lambda ts: _ops.grouped_allreduce_async(ts, None, name, op, prescale_factor,
-                                                            postscale_factor, process_set))
+    return _reduced(list(tensors), True, name, compression,
+                    reduce_op(op, average, "kolo.torch"), prescale_factor, postscale_factor,
+                    process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """The concatenation, in rank order of the set. Differentiable: the gradient is this
     rank's slice of the average over ranks of the incoming gradients."""
-    if _differentiable(tensor):
-        return Allgather.apply(tensor, name, process_set)
-    return _ops.synchronize(_ops.allgather_async(tensor, name, process_set))
+    return _gathered([tensor], False, name, process_set)[0]
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """A tuple with the allgather of every tensor of the list; differentiable."""
-    if any(_differentiable(t) for t in tensors):
-        return GroupedAllgather.apply(name, process_set, *tensors)
-    return _ops.synchronize(_ops.grouped_allgather_async(tensors, name, process_set))
+    return tuple(_gathered(list(tensors), True, name, process_set))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor with ``root_rank``'s values. Differentiable: the root's gradient is the
     average over ranks of the incoming gradients, the others' zero."""
+    def backward(grads):
+        reduced = _reduced(grads, False, None, Compression.none, Average, 1.0, 1.0,
+                           process_set)
+        return reduced if rank() == root_rank else [r * 0 for r in reduced]  # a global rank
     if _differentiable(tensor):
-        check_tensor(tensor, "broadcast tensor")
-        return Broadcast.apply(tensor, root_rank, name, process_set)
-    return _ops.synchronize(_ops.broadcast_async(tensor, root_rank, name, process_set))
+        READER.check(tensor, "broadcast tensor")
+    return _collective([tensor], lambda ts: [_ops.broadcast_blocking(ts[0], root_rank, name,
+                                                                     process_set)],
+                       backward)[0]
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """The received rows; ``(output, received_splits)`` when ``splits`` is given.
     Differentiable: the gradient goes back with the reverse alltoall."""
     if _differentiable(tensor):
-        return Alltoall.apply(tensor, splits, name, process_set)
-    out, received = _ops.synchronize(_ops.alltoall_async(tensor, splits, name, process_set))
+        return _Alltoall.apply(tensor, splits, name, process_set)
+    out, received = _ops.alltoall_blocking(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
 
@@ -246,25 +166,14 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """This rank's block of the reduction. Differentiable with Horovod's rule: the allgather
     of the incoming gradients, times the set's size for Sum, times the scale factors."""
-    op = _ops.reducescatter_op(op)
-    compressed, ctx = compression.compress(tensor)
-    if _differentiable(compressed):
-        out = Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
-                                  postscale_factor)
-    else:
-        out = _ops.synchronize(_ops.reducescatter_async(compressed, name, op, process_set,
-                                                        prescale_factor, postscale_factor))
-    return compression.decompress(out, ctx)
+    return _scattered([tensor], False, name, compression, reducescatter_op(op, "kolo.torch"),
+                      process_set, prescale_factor, postscale_factor)[0]
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """A list with the reducescatter of every tensor of the list; differentiable."""
-    op = _ops.reducescatter_op(op)
-    return _grouped(tensors, compression,
-                    lambda ts: GroupedReducescatter.apply(
-                        name, op, process_set, prescale_factor, postscale_factor, *ts),
-                    lambda ts: _ops.grouped_reducescatter_async(ts, name, op, process_set,
-                                                                prescale_factor,
-                                                                postscale_factor))
+    return _scattered(list(tensors), True, name, compression,
+                      reducescatter_op(op, "kolo.torch"), process_set, prescale_factor,
+                      postscale_factor)

@@ -72,15 +72,12 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Returns ``obj`` of global rank ``root_rank`` on every rank of the set (pickled with
     cloudpickle where it is installed, else pickle: the size is broadcast first, then the
     bytes). The root gets its own object back. When the root cannot pickle its object,
-    every rank raises (the others ``pickle.PicklingError`` with the root's error)."""
-    # Not the type's name (Horovod's default): ranks may pass different types, e.g.
-    # None where they have no object yet, and differing names would never pair.
-    return _objects.broadcast_object(
-        obj, root_rank, "broadcast_object" if name is None else name, process_set)
+    every rank raises (the others ``pickle.PicklingError`` with the root's error).
+    ``name`` defaults to "broadcast_object" (kolo.common.objects says why)."""
+    return _objects.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's ``obj`` (pickled as by broadcast_object), in rank order of
     the set."""
-    return _objects.allgather_object(
-        obj, "allgather_object" if name is None else name, process_set)
+    return _objects.allgather_object(obj, name, process_set)

@@ -7,8 +7,7 @@ This module is the namespace Horovod's users import; the code is in
 kolo.torch._async (the ``*_async`` and in-place forms, ``poll``,
 ``synchronize``, ``join``, ``barrier``) and kolo.torch.autograd (the forms that
 return a new tensor, differentiable), both over Horovod's collectives written
-once in kolo.common.collectives. Every ``*_async`` form returns a handle (the core's,
-an int) for :func:`poll` and :func:`synchronize`.
+once in kolo.common.collectives.
 """
 # kolo._core, as Horovod's mpi_ops has its library object: tests reach the core's
 # functions through it (the engine looks them up on the module at every call).

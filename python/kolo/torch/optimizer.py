@@ -14,28 +14,19 @@ import warnings
 
 import torch
 
-from kolo.common.ops import check_op, groups_setting, predivided
+from kolo.common.ops import check_op, groups_setting, predivided, split_list
 from kolo.torch import mpi_ops as _ops
-from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer, zero_grad_when_idle
-from kolo.torch._optimizer_names import named as _named
+from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer
+from kolo.torch._hooked_optimizer import HookedOptimizer, wrap
 from kolo.torch.compression import Compression
 from kolo.torch.functions import broadcast_object
 from kolo.torch.process_sets import global_process_set
 
-_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
 _STEP_AFTER_SYNCHRONIZE = (
     "optimizer.step() called without optimizer.skip_synchronize() context after "
     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
     "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
     "code.")
-
-
-def _split_list(items, n):
-    """``items`` in ``n`` contiguous chunks of near-equal length (Horovod's split_list)."""
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
 def _check_groups(groups):
@@ -55,22 +46,16 @@ def _check_groups(groups):
                 seen.add(id(p))
 
 
-class _DistributedOptimizer(torch.optim.Optimizer):
+class _DistributedOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=_ops.Average, gradient_predivide_factor=1.0, groups=None,
                  sparse_as_dense=False, process_set=global_process_set):
-        super(self._kolo_wrapper, self).__init__(params)
-        self._compression = compression
-        self._parameter_names = _named(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
+        HookedOptimizer.__init__(self, params, named_parameters, compression,
+                                 backward_passes_per_step)
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        # parameter (or tuple of a group's parameters) -> (handle or None, context)
-        self._handles = {}
-        self._grad_accs = []
         self._requires_update = []
         self._synchronized = False
         self._should_synchronize = True
@@ -89,9 +74,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._form_groups(params)
         for p in params:
             self._requires_update.append(p)
-            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            grad_acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(grad_acc)  # keeps the hook alive
+            self._hook(p, self._on_pass)
 
     def _form_groups(self, params):
         # Rank 0's parameter order decides the groups on every rank.
@@ -105,33 +88,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grouped = {id(p) for g in groups for p in g}
             groups += [[p] for p in params if id(p) not in grouped]
         else:
-            groups = _split_list(params, self._groups)
+            groups = split_list(params, self._groups)
         for group in (tuple(g) for g in groups if g):
             for p in group:
                 self._p_to_group[p] = group
             self._group_counts[group] = 0
 
-    def _make_hook(self, p):
-        def hook(*ignore):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(_TOO_MANY_PASSES)
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                self._handles[p] = (None, None)
-                return
-            if self._groups is None:
-                self._handles[p] = self._allreduce_grad_async(p)
-                return
-            group = self._p_to_group[p]
-            self._group_counts[group] += 1
-            if self._group_counts[group] < len(group):
-                self._handles[p] = (None, None)
-                return
-            self._handles[group] = self._grouped_allreduce_grad_async(group)
-            for member in group:
-                self._handles.pop(member, None)
-            self._group_counts[group] = 0
-        return hook
+    def _on_pass(self, p, ready):
+        if not ready:
+            self._handles[p] = (None, None)
+            return
+        if self._groups is None:
+            self._handles[p] = self._allreduce_grad_async(p)
+            return
+        group = self._p_to_group[p]
+        self._group_counts[group] += 1
+        if self._group_counts[group] < len(group):
+            self._handles[p] = (None, None)
+            return
+        self._handles[group] = self._grouped_allreduce_grad_async(group)
+        for member in group:
+            self._handles.pop(member, None)
+        self._group_counts[group] = 0
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
@@ -258,14 +236,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # (unmarked, torch 2.x ran each hook twice).
     step.hooked = True
 
-    def zero_grad(self, *args, **kwargs):
-        return zero_grad_when_idle(self, *args, **kwargs)
-
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
         self._synchronized = False
@@ -300,14 +270,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     # As Horovod: Adasum on several ranks combines each parameter's update
     # (kolo.torch._adasum_optimizer); otherwise the gradients are reduced.
-    wrapper = _DistributedAdasumOptimizer if adasum else _DistributedOptimizer
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(wrapper.__dict__))
-    # The methods reach the user's optimizer class through super(cls): not through
-    # self.__class__, which is a subclass when something subclasses the wrapped optimizer
-    # (Lightning's LightningOptimizer does), and would call these methods again forever.
-    cls._kolo_wrapper = cls
     if adasum:
-        return cls(optimizer.param_groups, named_parameters, compression,
-                   backward_passes_per_step)
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
+        return wrap(_DistributedAdasumOptimizer, optimizer, named_parameters, compression,
+                    backward_passes_per_step)
+    return wrap(_DistributedOptimizer, optimizer, named_parameters, compression,
+                backward_passes_per_step, op, gradient_predivide_factor, groups,
+                sparse_as_dense, process_set)

@@ -103,17 +103,13 @@ def set_handler_registry(registry):
     _handler_registry = registry
 
 
-def _get_handler(value):
-    for handler_type, handler_class in _handler_registry:
-        if isinstance(value, handler_type):
-            return handler_class(value)
-    return None
-
-
 def _get_handlers(kwargs):
+    """The handlers of the registry's types among ``kwargs``' values (the first type that
+    matches), and the other values."""
     handlers, remainder = {}, {}
     for key, value in kwargs.items():
-        handler = _get_handler(value)
+        handler = next((handler_class(value) for handler_type, handler_class
+                        in _handler_registry if isinstance(value, handler_type)), None)
         if handler:
             handlers[key] = handler
         else:
