@@ -127,7 +127,7 @@ class P2PWork(_Work):
         except Exception as e:  # noqa: B902  (the future carries it)
             self._future.set_exception(e)
         else:
-            self._future.set_result([])
+            self._future.set_result(self._result)
 
     def __del__(self):
         keep = getattr(self, "_keep", None)

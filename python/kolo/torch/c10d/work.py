@@ -142,9 +142,10 @@ class KoloWork(_Work):
         self._cpp_future = None
 
     def start(self, caller_waits=False):
-        """Hands the Work to a completion thread, unless its caller waits for it at once."""
-        if not caller_waits:
-            self._hand_over()
+        """Hands the Work to a completion thread, unless its caller waits for it at once (or
+        a thread has claimed it already)."""
+        if not caller_waits and self._claim():
+            _pool.submit(self._wait_handle, True)
         return self
 
     def _claim(self):
@@ -152,10 +153,6 @@ class KoloWork(_Work):
         with self._lock:
             claimed, self._claimed = self._claimed, True
         return not claimed
-
-    def _hand_over(self):
-        if self._claim():
-            _pool.submit(self._wait_handle, True)
 
     def _wait_handle(self, in_pool):
         """Waits on kolo's handle and marks the Work done with the result made of kolo's
@@ -210,7 +207,7 @@ class KoloWork(_Work):
         return True
 
     def get_future(self):
-        self._hand_over()  # the future's callbacks run when kolo is done, waited for or not
+        self.start()  # the future's callbacks run when kolo is done, waited for or not
         with self._lock:
             if self._future is None:
                 self._future = _KoloFuture(self)
