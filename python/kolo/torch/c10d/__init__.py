@@ -7,32 +7,8 @@ Python-level only: a ``torch.distributed.ProcessGroup`` subclass whose methods h
 tensors to kolo's engine (``kolo.common.engine``) with the torch adapter's reader, which
 reads them in C++, with no link against libtorch, so one kolo build serves every PyTorch
 that has the extension points used here (``_MIN_TORCH``; checked at import).
-docs/api-torch-distributed.md has what is supported.
-
-The modules of this package: this one (the version check, registration, creating groups),
-group.py (the process group: names, barrier, point-to-point, kolo process sets for new
-groups), collectives.py (what each collective becomes on kolo), work.py (Work objects,
-futures, the threads that complete them, and the blocking fast path), p2p.py
-(point-to-point messages and monitored_barrier, on MPI outside kolo's negotiation).
-
-How it fits together:
- - every operation is enqueued at once and returns a ``Work``; a pool of threads waits on
-   kolo's handles, marks each Work done and completes its future (DDP's reducer and its
-   comm hooks wait on futures, never on the Work), see _Completer in work.py. A blocking
-   call (``async_op=False``, which PyTorch tells the backend in ``opts.asyncOp``) takes
-   kolo.torch's blocking path instead: the core does not wake its background thread, and
-   the caller's ``wait()`` waits on kolo's handle itself, running kolo's round on its own
-   thread (work.caller_waits);
- - names: kolo pairs operations across ranks by name. The k-th allreduce of a backward
-   pass is ``ddp.bucket<k>.<dtype>x<numel>`` (DDP launches its buckets in bucket order, on
-   every rank the same), stable from step to step so that kolo's response cache serves
-   it, and what the stall inspector and the timeline show; an operation started in a
-   future's callback is named after that future's operation (``<name>.then<j>``),
-   whichever thread runs the callback; everything else is left to kolo's own numbering
-   of unnamed operations, which records the user's line for its errors;
- - ``dist.new_group(ranks)`` becomes a kolo process set. kolo registers a set with every
-   rank taking part, and PyTorch (where it has the hook) asks the default process group
-   for new groups on every rank, members or not; there the set is registered.
+docs/api-torch-distributed.md has what is supported, how DDP meets kolo and the names
+that pair operations across ranks ("DDP"); docs/architecture.md what each module holds.
 """
 import os
 
@@ -43,22 +19,14 @@ from kolo.common import basics as _basics
 from kolo.common import join as _join
 
 # The oldest PyTorch this backend runs on; see _check_torch() for what it needs.
-_MIN_TORCH = (2, 1)
-
-
-def _torch_version():
-    parts = []
-    for p in torch.__version__.split("+")[0].split(".")[:2]:
-        digits = "".join(c for c in p if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
+_MIN_TORCH = "2.1"
 
 
 def _check_torch():
     """What the backend needs from PyTorch, each missing piece named."""
     missing = []
-    if _torch_version() < _MIN_TORCH:
-        missing.append("PyTorch >= %d.%d" % _MIN_TORCH)
+    if torch.__version__ < _MIN_TORCH:  # a TorchVersion: compared as a version
+        missing.append("PyTorch >= " + _MIN_TORCH)
     if not dist.is_available():
         missing.append("torch.distributed (this PyTorch was built without it)")
     else:
@@ -130,12 +98,8 @@ def _create(opts, backend_options=None):
                 "script.py), which sets both." % (rank, size, opts.group_rank,
                                                  opts.group_size))
         ranks = list(range(size))
-    group_name = str(opts.group_id)
-    if ranks == list(range(size)):
-        set_id = 0
-    elif tuple(ranks) in _sets:
-        set_id = _sets[tuple(ranks)]
-    else:
+    set_id = 0 if ranks == list(range(size)) else _sets.get(tuple(ranks))
+    if set_id is None:
         why = ("this PyTorch (%s) creates groups on their members only; use a PyTorch whose "
                "new_group() asks the default group on every rank (2.15 does)"
                % torch.__version__ if not _HAS_NEW_GROUP_HOOK else
@@ -145,18 +109,13 @@ def _create(opts, backend_options=None):
             "kolo's torch.distributed backend: dist.new_group(%s) needs every rank to take "
             "part in registering the group with kolo, but %s; or use backend=\"gloo\" for "
             "this group" % (ranks, why))
-    return KoloProcessGroup(opts.group_rank, opts.group_size, set_id, group_name, ranks,
-                            opts.timeout)
+    return KoloProcessGroup(opts.group_rank, opts.group_size, set_id, str(opts.group_id),
+                            ranks, opts.timeout)
 
 
-def _register():
-    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
-        return
+if BACKEND_NAME.upper() not in getattr(dist.Backend, "_plugins", {}):
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
                                   devices=_device_types())
-
-
-_register()
 
 
 def autoload():

@@ -2,14 +2,14 @@
 the collective methods of KoloProcessGroup, as a mixin over its naming (``_name``), its
 start of a Work (``_start``) and its kolo process set (``_set_id``). Tensors reach the
 engine with the torch adapter's reader (kolo.torch._tensors), which reads and checks them
-in C++; a blocking call (``async_op=False``) tells the core that its caller waits at once
-(work.py, ``caller_waits``)."""
+in C++, and results come back through the adapter."""
 import torch
 import torch.distributed as dist
 
 from kolo.common import engine as _engine
-from kolo.torch._tensors import READER as _READER
-from kolo.torch.c10d.work import KoloWork, _PREFIX, _check, _copy_result, _flat, caller_waits
+from kolo.torch import _tensors
+from kolo.torch._tensors import ADAPTER as _ADAPTER, READER as _READER
+from kolo.torch.c10d.work import KoloWork, _PREFIX, caller_waits
 
 _R = _engine.REDUCE_OPS
 _OPS = {
@@ -21,31 +21,58 @@ _OPS = {
 }
 
 
-def _op_code(reduce_op, what):
-    op = getattr(reduce_op, "op", reduce_op)  # a ReduceOp object, or its RedOpType
+def _op_code(opts, what):
+    """The kolo reduce op of the call's options (SUM without them)."""
+    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+    op = getattr(op, "op", op)  # a ReduceOp object, or its RedOpType
     for known, code in _OPS.items():
         if op == known:
             return code
     raise NotImplementedError(
-        "kolo's torch.distributed backend: %s with %s is not supported; kolo reduces with "
-        "SUM, AVG, MIN, MAX and PRODUCT" % (what, op))
+        _PREFIX + "%s with %s is not supported; kolo reduces with SUM, AVG, MIN, MAX and "
+        "PRODUCT" % (what, op))
+
+
+def _root(opts):
+    return int(getattr(opts, "rootRank", 0))
+
+
+def _check(tensor, what):
+    """The reader's checks, for a tensor used before the collective that reads it."""
+    _READER.check(tensor, _PREFIX + what)
+
+
+def _flat(tensor):
+    """kolo has no 0-d tensors here: one element (a view)."""
+    return tensor if tensor.dim() > 0 else tensor.view(1)
+
+
+def _copy_result(out, dest):
+    """Copies a finished kolo operation's output into ``dest`` (any layout)."""
+    _tensors.copy_into(out, dest, "kolo's torch.distributed backend")
 
 
 class ProcessGroupCollectives:
     """The data collectives of a KoloProcessGroup."""
 
+    def _enqueue(self, start, opts, *args):
+        """Starts the engine's ``start`` on the group's kolo set, with the torch reader."""
+        return start(_READER, *args, self._set_id, caller_waits=caller_waits(opts))
+
+    def _allreduce(self, t, what, name, op, opts):
+        """An allreduce of ``t`` in place, started."""
+        return self._enqueue(_engine.allreduce_async, opts, _flat(t), None, _PREFIX + what,
+                             self._name(name, t), op, 1.0, 1.0)
+
     # allreduce ------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        op = _op_code(opts, "allreduce")
         if len(tensors) == 1 and tensors[0].is_sparse:
             return self._sparse_allreduce(tensors[0], op, opts)
         if len(tensors) != 1:
-            return self.allreduce_coalesced(tensors, opts, op)
-        t = tensors[0]
-        h = _engine.allreduce_async(_READER, _flat(t), None, _PREFIX + "allreduce tensor 0",
-                                    self._name("allreduce", t), op, 1.0, 1.0, self._set_id,
-                                    caller_waits=caller_waits(opts))
+            return self.allreduce_coalesced(tensors, opts)
+        h = self._allreduce(tensors[0], "allreduce tensor 0", "allreduce", op, opts)
         return self._start("allreduce", h, lambda out: tensors, opts)
 
     def _sparse_allreduce(self, t, op, opts):
@@ -53,51 +80,41 @@ class ProcessGroupCollectives:
         are gathered (one grouped kolo allgather; ranks may hold different numbers of
         entries) and added up locally."""
         if op != _R["sum"]:
-            raise NotImplementedError("kolo's torch.distributed backend: a sparse all_reduce "
-                                      "sums (ReduceOp.SUM), as gloo's")
+            raise NotImplementedError(_PREFIX + "a sparse all_reduce sums (ReduceOp.SUM), as "
+                                      "gloo's")
         c = t.coalesce()
         indices = c.indices().t().contiguous()  # [nnz, sparse dims]
         values = c.values().contiguous()  # [nnz, dense shape...]
         _check(values, "sparse all_reduce values")
 
-        def finish(out, _keep=(indices, values)):
-            parts = []
-            for part, like in zip(out.take_parts(), (indices, values)):
-                whole = torch.empty(part.shape, dtype=like.dtype, device=like.device)
-                _copy_result(part, whole)
-                parts.append(whole)
-            total = torch.sparse_coo_tensor(parts[0].t(), parts[1], t.shape).coalesce()
+        def finish(out):
+            all_indices, all_values = _ADAPTER.results(out, (indices, values))
+            total = torch.sparse_coo_tensor(all_indices.t(), all_values, t.shape).coalesce()
             with torch.no_grad():
                 t.copy_(total)
             return [t]
-        h = _engine.grouped_allgather_async(_READER, (indices, values),
-                                            _PREFIX + "sparse all_reduce",
-                                            self._name("grouped_allgather"), self._set_id,
-                                            caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.grouped_allgather_async, opts, (indices, values),
+                          _PREFIX + "sparse all_reduce", self._name("grouped_allgather"))
         return self._start("sparse all_reduce", h, finish, opts)
 
-    def allreduce_coalesced(self, tensors, opts=None, op=None):
-        if op is None:
-            op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                          "allreduce_coalesced")
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op_code(opts, "allreduce_coalesced")
         for i, t in enumerate(tensors):
             _check(t, "allreduce_coalesced tensor %d" % i)
-        h = _engine.grouped_allreduce_async(_READER, [_flat(t) for t in tensors], None,
-                                            _PREFIX + "allreduce_coalesced",
-                                            self._name("grouped_allreduce"), op, 1.0, 1.0,
-                                            self._set_id, caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.grouped_allreduce_async, opts, [_flat(t) for t in tensors],
+                          None, _PREFIX + "allreduce_coalesced",
+                          self._name("grouped_allreduce"), op, 1.0, 1.0)
         return self._start("allreduce_coalesced", h, lambda out: tensors, opts)
 
     # broadcast ------------------------------------------------------------------------
 
     def broadcast(self, tensors, opts=None):
-        root = opts.rootRank if opts is not None else 0
         started = []
         for i, t in enumerate(tensors):
             _check(t, "broadcast tensor %d" % i)
-            h = _engine.broadcast_async(_READER, _flat(t), _PREFIX + "broadcast tensor %d" % i,
-                                        int(root), self._name("broadcast"), self._set_id,
-                                        caller_waits=caller_waits(opts))
+            h = self._enqueue(_engine.broadcast_async, opts, _flat(t),
+                              _PREFIX + "broadcast tensor %d" % i, _root(opts),
+                              self._name("broadcast"))
             started.append(("broadcast", h, lambda out: None))
         return self._all_of("broadcast", started, tensors, opts)
 
@@ -115,34 +132,37 @@ class ProcessGroupCollectives:
             return result
         return self._start(what, handle, finish_all, opts)
 
-    # allgather ------------------------------------------------------------------------
+    # allgather and gather -------------------------------------------------------------
 
     def _allgather_handle(self, t, opts):
         _check(t, "allgather input")
-        return _engine.allgather_async(_READER, t.reshape(1, t.numel()),
-                                       _PREFIX + "allgather input", self._name("allgather"),
-                                       self._set_id, caller_waits=caller_waits(opts))
+        return self._enqueue(_engine.allgather_async, opts, t.reshape(1, t.numel()),
+                             _PREFIX + "allgather input", self._name("allgather"))
 
-    def allgather(self, output_tensors, input_tensors, opts=None):
-        if len(input_tensors) != 1:
-            raise NotImplementedError("kolo's torch.distributed backend: allgather takes one "
-                                      "input tensor per process")
-        t, outs = input_tensors[0], output_tensors[0]
-        if len(outs) != self.size():
-            raise ValueError("allgather: %d output tensors for a group of %d"
-                             % (len(outs), self.size()))
-
+    def _gather(self, what, output_tensors, t, opts, root=None):
+        """Every rank's ``t`` into ``output_tensors[0]`` (one per rank): on every rank, or
+        on ``root`` only."""
         def finish(out):
-            self._scatter_rows(out, t, outs)
+            if root is None or self.rank() == root:
+                self._scatter_rows(out, t, output_tensors[0])
             return output_tensors
-        return self._start("allgather", self._allgather_handle(t, opts), finish, opts)
+        return self._start(what, self._allgather_handle(t, opts), finish, opts)
 
     def _scatter_rows(self, out, like, outs):
         """Copies a gathered result (one row of ``like``'s size per rank) into ``outs``."""
-        rows = torch.empty((self.size(), like.numel()), dtype=like.dtype, device=like.device)
-        _copy_result(out, rows)
-        for row, o in zip(rows, outs):
+        for row, o in zip(_ADAPTER.result(out, like), outs):
             o.copy_(row.view(o.shape))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if len(input_tensors) != 1:
+            raise NotImplementedError(_PREFIX + "allgather takes one input tensor per process")
+        if len(output_tensors[0]) != self.size():
+            raise ValueError("allgather: %d output tensors for a group of %d"
+                             % (len(output_tensors[0]), self.size()))
+        return self._gather("allgather", output_tensors, input_tensors[0], opts)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        return self._gather("gather", output_tensors, input_tensors[0], opts, _root(opts))
 
     def all_gather_single(self, output, input, opts=None):
         h = self._allgather_handle(input, opts)
@@ -177,16 +197,11 @@ class ProcessGroupCollectives:
 
         def finish(out):
             for i, part in zip(full, out.take_parts()):
-                t = inputs[i]
-                rows = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
-                _copy_result(part, rows)
-                for row, outs in zip(rows, output_lists):
-                    outs[i].copy_(row.view(outs[i].shape))
+                self._scatter_rows(part, inputs[i], [outs[i] for outs in output_lists])
             return [o for outs in output_lists for o in outs]
-        h = _engine.grouped_allgather_async(
-            _READER, [inputs[i].reshape(1, inputs[i].numel()) for i in full],
-            _PREFIX + "all_gather_coalesced", self._name("grouped_allgather"), self._set_id,
-            caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.grouped_allgather_async, opts,
+                          [inputs[i].reshape(1, inputs[i].numel()) for i in full],
+                          _PREFIX + "all_gather_coalesced", self._name("grouped_allgather"))
         return self._start("all_gather_coalesced", h, finish, opts)
 
     # reduce_scatter -------------------------------------------------------------------
@@ -195,13 +210,11 @@ class ProcessGroupCollectives:
         """Rank i of the group gets row i of the reduction of ``rows`` (size × numel):
         started, ``(what, handle, finish)``."""
         if op in (_R["sum"], _R["average"]):
-            h = _engine.reducescatter_async(_READER, rows, _PREFIX + what, self._name(what), op,
-                                            1.0, 1.0, self._set_id,
-                                            caller_waits=caller_waits(opts))
+            h = self._enqueue(_engine.reducescatter_async, opts, rows, _PREFIX + what,
+                              self._name(what), op, 1.0, 1.0)
             return what, h, lambda out, _keep=rows: [_copy_result(out, output), [output]][1]
         # MIN, MAX, PRODUCT: kolo's reducescatter sums; reduce everything, keep our row.
-        h = _engine.allreduce_async(_READER, rows, None, _PREFIX + what, self._name(what), op,
-                                    1.0, 1.0, self._set_id, caller_waits=caller_waits(opts))
+        h = self._allreduce(rows, what, what, op, opts)
 
         def finish(out):
             output.copy_(rows[self.rank()].view(output.shape))
@@ -209,11 +222,10 @@ class ProcessGroupCollectives:
         return what, h, finish
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                      "reduce_scatter")
+        op = _op_code(opts, "reduce_scatter")
         if len(output_tensors) != 1:
-            raise NotImplementedError("kolo's torch.distributed backend: reduce_scatter takes "
-                                      "one output tensor per process")
+            raise NotImplementedError(_PREFIX + "reduce_scatter takes one output tensor per "
+                                      "process")
         output, inputs = output_tensors[0], input_tensors[0]
         _check(output, "reduce_scatter output")
         if len(inputs) != self.size() or any(i.numel() != output.numel() for i in inputs):
@@ -228,8 +240,7 @@ class ProcessGroupCollectives:
     _reduce_scatter_base = reduce_scatter_single
 
     def _reduce_scatter_tensor(self, output, input, opts):
-        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                      "reduce_scatter_tensor")
+        op = _op_code(opts, "reduce_scatter_tensor")
         _check(input, "reduce_scatter_tensor input")
         if input.numel() != output.numel() * self.size():
             raise ValueError("reduce_scatter_tensor: the input has %d elements, it needs the "
@@ -251,11 +262,9 @@ class ProcessGroupCollectives:
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):
         _check(input, "all_to_all_single input")
-        t = input if input.dim() > 0 else input.reshape(1)
-        splits = [int(s) for s in input_split_sizes]
-        h = _engine.alltoall_async(_READER, t, _PREFIX + "all_to_all_single input", splits,
-                                   self._name("alltoall"), self._set_id,
-                                   caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.alltoall_async, opts, _flat(input),
+                          _PREFIX + "all_to_all_single input",
+                          [int(s) for s in input_split_sizes], self._name("alltoall"))
         want = [int(s) for s in output_split_sizes]
 
         def finish(out):
@@ -272,20 +281,16 @@ class ProcessGroupCollectives:
         for i, t in enumerate(input_tensors):
             _check(t, "all_to_all input %d" % i)
         flat = torch.cat([t.reshape(-1) for t in input_tensors])
-        splits = [t.numel() for t in input_tensors]
-        h = _engine.alltoall_async(_READER, flat, _PREFIX + "all_to_all input", splits,
-                                   self._name("alltoall"), self._set_id,
-                                   caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.alltoall_async, opts, flat, _PREFIX + "all_to_all input",
+                          [t.numel() for t in input_tensors], self._name("alltoall"))
 
-        def finish(out, _keep=flat):
+        def finish(out):
             got = list(out.received_splits)
             want = [o.numel() for o in output_tensors]
             if got != want:
                 raise RuntimeError("all_to_all: the output tensors hold %s elements, the "
                                    "ranks sent %s" % (want, got))
-            recv = torch.empty(sum(got), dtype=flat.dtype, device=flat.device)
-            _copy_result(out, recv)
-            for o, part in zip(output_tensors, recv.split(got)):
+            for o, part in zip(output_tensors, _ADAPTER.result(out, flat).split(got)):
                 o.copy_(part.view(o.shape))
             return output_tensors
         return self._start("all_to_all", h, finish, opts)
@@ -293,43 +298,27 @@ class ProcessGroupCollectives:
     # rooted collectives over the above ------------------------------------------------
 
     def reduce(self, tensors, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        op = _op_code(opts, "reduce")
         t = tensors[0]
         _check(t, "reduce tensor")
         tmp = t.clone()
-        h = _engine.allreduce_async(_READER, _flat(tmp), None, _PREFIX + "reduce tensor",
-                                    self._name("reduce"), op, 1.0, 1.0, self._set_id,
-                                    caller_waits=caller_waits(opts))
-        root = opts.rootRank if opts is not None else 0
+        h = self._allreduce(tmp, "reduce tensor", "reduce", op, opts)
 
         def finish(out):
-            if self.rank() == root:
+            if self.rank() == _root(opts):
                 t.copy_(tmp)
             return tensors
         return self._start("reduce", h, finish, opts)
 
-    def gather(self, output_tensors, input_tensors, opts=None):
-        t = input_tensors[0]
-        root = opts.rootRank if opts is not None else 0
-        outs = output_tensors[0] if output_tensors else []
-
-        def finish(out):
-            if self.rank() == root:
-                self._scatter_rows(out, t, outs)
-            return output_tensors
-        return self._start("gather", self._allgather_handle(t, opts), finish, opts)
-
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = output_tensors[0]
         _check(out, "scatter output")
-        root = opts.rootRank if opts is not None else 0
-        if self.rank() == root:
+        if self.rank() == _root(opts):
             rows = torch.stack([i.reshape(-1) for i in input_tensors[0]])
         else:
             rows = torch.empty((self.size(), out.numel()), dtype=out.dtype, device=out.device)
-        h = _engine.broadcast_async(_READER, rows, _PREFIX + "scatter input", int(root),
-                                    self._name("scatter"), self._set_id,
-                                    caller_waits=caller_waits(opts))
+        h = self._enqueue(_engine.broadcast_async, opts, rows, _PREFIX + "scatter input",
+                          _root(opts), self._name("scatter"))
 
         def finish(_):
             out.copy_(rows[self.rank()].view(out.shape))

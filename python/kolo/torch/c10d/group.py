@@ -46,12 +46,6 @@ _basics._on_new_run(_forget_sets)
 
 # --- the process group -------------------------------------------------------------------
 
-def _stall_shutdown_seconds():
-    """kolo's stall shutdown time, read through its settings table as the runtime reads it
-    (docs/configuration.md); 0: never."""
-    return _engine.stall_shutdown_seconds()
-
-
 def _device_types():
     return ["cpu", "cuda"] if _cuda_built() else ["cpu"]
 
@@ -108,30 +102,26 @@ class KoloProcessGroup(ProcessGroupCollectives, dist.ProcessGroup):
     # names ----------------------------------------------------------------------------
 
     def _name(self, op, tensor=None):
-        """The kolo name of the next operation (see the module's docstring); an empty name
-        leaves the numbering to kolo. Its label, for the operations that its future's
-        callbacks start, is kept for _start() (per thread)."""
-        name, _context.label = self._name_and_label(op, tensor)
-        return name
-
-    def _name_and_label(self, op, tensor):
+        """The kolo name of the next operation (docs/api-torch-distributed.md, "DDP"); an
+        empty name leaves the numbering to kolo, which records the caller's line for its
+        errors. Its label, for the operations that its future's callbacks start, is kept
+        for _start() (per thread)."""
         parent = _parent()
+        task = torch._C._current_graph_task_id() if op == "allreduce" else -1
         if parent is not None:
-            name = "%s.then%d" % (parent.label, parent.children)
+            name = label = "%s.then%d" % (parent.label, parent.children)
             parent.children += 1
-            return name, name
-        task = torch._C._current_graph_task_id()
-        if task != -1 and op == "allreduce":
+        elif task != -1:
             if task != self._graph_task:
                 self._graph_task, self._in_backward = task, 0
-            k = self._in_backward
-            self._in_backward += 1
             size = "" if tensor is None else ".%sx%d" % (str(tensor.dtype)[6:], tensor.numel())
-            name = "%sbucket%d%s" % (self._bucket_prefix, k, size)
-            return name, name
-        # kolo numbers it and records the caller's line for its errors
-        self._unnamed += 1
-        return "", "%s%s.%d" % (self._label_prefix, op, self._unnamed)
+            name = label = "%sbucket%d%s" % (self._bucket_prefix, self._in_backward, size)
+            self._in_backward += 1
+        else:
+            self._unnamed += 1
+            name, label = "", "%s%s.%d" % (self._label_prefix, op, self._unnamed)
+        _context.label = label
+        return name
 
     def _start(self, what, handle, finish, opts=None, timeout=None):
         """The Work of kolo's ``handle``; ``finish(output)`` makes its result. ``opts``: the
@@ -145,13 +135,12 @@ class KoloProcessGroup(ProcessGroupCollectives, dist.ProcessGroup):
 
     def barrier(self, opts=None):
         """Bounded by ``dist.barrier(timeout=...)``, else by the group's timeout, as gloo's.
-        A barrier carries no data: one that a rank left on a timeout stays pending in kolo,
-        and that rank's next barrier on the set is the same one (the other ranks' next
-        barrier completes it, and every rank numbers its unnamed collectives afresh)."""
+        One that a rank left on a timeout stays pending in kolo and is that rank's next
+        barrier on the set (docs/api-torch-distributed.md, "Timeouts")."""
         timeout = getattr(opts, "timeout", None)
         if timeout is None or timeout.total_seconds() <= 0:
             timeout = self._p2p.timeout
-        if 0 < _stall_shutdown_seconds() <= timeout.total_seconds():
+        if 0 < _engine.stall_shutdown_seconds() <= timeout.total_seconds():
             timeout = None  # kolo's stall shutdown ends it first, naming the missing ranks
         left = _barriers.get(self._set_id)
         if left is not None and not left.is_completed():

@@ -2,16 +2,9 @@
 __init__.py): send, recv (from one rank or from any), isend/irecv (and so
 batch_isend_irecv, PyTorch's loop over them) and monitored_barrier.
 
-They go straight to MPI (the engine's p2p_comm: ops/p2p.h), outside kolo's negotiation:
-a message between two ranks needs no agreement of the others. Every process group has two
-communicators of its own, made with the group (collective over its members): one for the
-user's messages, one for monitored_barrier, so that neither meets the other's messages,
-kolo's negotiation or another group's.
-
-Waiting never holds the GIL and is bounded: by wait(timeout), else by the process group's
-timeout. A receive that times out is withdrawn; a send that times out stays with MPI (its
-tensor is kept alive until MPI is done with it)."""
-import datetime
+They go straight to MPI (the engine's p2p_comm: ops/p2p.h), outside kolo's negotiation,
+on two communicators of each group's own (the user's messages, monitored_barrier's); how
+they wait, time out and fail: docs/api-torch-distributed.md, "Point-to-point"."""
 import threading
 import time
 
@@ -19,14 +12,7 @@ import torch
 import torch.distributed as dist
 
 from kolo.common import engine as _engine
-
-_PREFIX = "kolo's torch.distributed backend: "
-
-
-def _seconds(timeout):
-    if isinstance(timeout, datetime.timedelta):
-        return timeout.total_seconds()
-    return float(timeout)
+from kolo.torch.c10d.work import _PREFIX, _Work, _seconds
 
 
 def _describe(tensor):
@@ -65,7 +51,7 @@ def _sweep_orphans():
         _orphans[:] = [(r, keep) for r, keep in _orphans if not r.test()]
 
 
-class P2PWork(dist._Work):
+class P2PWork(_Work):
     """One send or receive. ``wait()`` is bounded by its ``timeout`` argument, else by the
     process group's timeout; a receive from any rank tells its sender (``_source_rank()``,
     a rank of the group)."""
@@ -79,7 +65,7 @@ class P2PWork(dist._Work):
         self._timeout = timeout
         self._lock = threading.Lock()
         self._settled = False
-        self._error = None
+        self._result = []
         self._future = None
 
     def _settle(self):
@@ -96,7 +82,7 @@ class P2PWork(dist._Work):
             self._keep = None
 
     def wait(self, timeout=None):
-        limit = _seconds(timeout) if timeout else _seconds(self._timeout)
+        limit = _seconds(timeout or self._timeout)
         if not self._settled and not self._request.wait(limit):
             if self._request.is_recv and self._request.cancel():
                 self._error = RuntimeError(
@@ -120,22 +106,11 @@ class P2PWork(dist._Work):
             return True
         return False
 
-    def is_success(self):
-        return self.is_completed() and self._error is None
-
-    def exception(self):
-        return self._error
-
     def _source_rank(self):
         self.wait()
         return self._request.source if self._request.is_recv else self._request.peer
 
-    def source_rank(self):
-        return self._source_rank()
-
-    def result(self):
-        self.wait()
-        return []
+    source_rank = _source_rank
 
     def get_future(self):
         """Completed (with the tensor) by a thread that waits, as for kolo's collectives."""
@@ -152,7 +127,7 @@ class P2PWork(dist._Work):
         except Exception as e:  # noqa: B902  (the future carries it)
             self._future.set_exception(e)
         else:
-            self._future.set_result([])
+            self._future.set_result(self._result)
 
     def __del__(self):
         keep = getattr(self, "_keep", None)
@@ -220,11 +195,9 @@ class P2PChannels:
     # monitored_barrier ----------------------------------------------------------------------
 
     def monitored_barrier(self, rank, size, timeout, wait_all_ranks):
-        """As gloo's: every rank but 0 tells rank 0 it arrived and waits for rank 0's answer;
-        rank 0 waits for every rank within ``timeout``, raising with the ranks that did not
-        arrive (the first in rank order, or all of them with ``wait_all_ranks``), and
-        answers them all when they did. Calls are told apart by their number on this group
-        (the message tag), as gloo's are."""
+        """As gloo's (docs/api-torch-distributed.md, "monitored_barrier"): every rank but 0
+        tells rank 0 it arrived and waits for its answer; a call's number on this group is
+        its message tag."""
         comm = self.comm("monitored_barrier", monitor=True)
         seconds = max(_seconds(timeout if timeout is not None else self.timeout), 0.0)
         self._monitor_calls += 1

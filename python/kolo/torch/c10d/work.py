@@ -1,7 +1,6 @@
 """The Work objects and their completion for kolo's torch.distributed backend (see the
 package's __init__.py): a pool of threads waits on kolo's handles, marks each Work done and
-completes its future, except where the caller waits first (the blocking fast path below).
-Tensors reach the engine (kolo.common.engine) through the reader of kolo.torch._tensors."""
+completes its future, except where the caller waits first (the blocking fast path below)."""
 import concurrent.futures
 import datetime
 import os
@@ -13,40 +12,19 @@ import torch
 import torch.distributed as dist
 
 from kolo.common import engine as _engine
-from kolo.torch import _tensors
 
+_PREFIX = "kolo's torch.distributed backend: "
 _TORCH_DISTRIBUTED_DIR = os.path.dirname(dist.distributed_c10d.__file__) + os.sep
 # This package's modules: frames to skip when looking for the backend's caller.
 _HERE = os.path.dirname(__file__) + os.sep
 
 
-def _is_backend_file(path):
-    return path.startswith(_HERE)
+def _seconds(timeout):
+    """A timeout given as a timedelta or in seconds, in seconds."""
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
 
-
-# --- tensors ---------------------------------------------------------------------------
-
-_PREFIX = "kolo's torch.distributed backend: "
-
-
-def _check(tensor, what):
-    """The reader's checks (kolo.torch._tensors), for a tensor used before the collective
-    that reads it."""
-    _tensors.READER.check(tensor, _PREFIX + what)
-
-
-def _flat(tensor):
-    """A tensor as the backend hands it to kolo: kolo has no 0-d tensors here, one
-    element (a view)."""
-    return tensor if tensor.dim() > 0 else tensor.view(1)
-
-
-def _copy_result(out, dest):
-    """Copies a finished kolo operation's output into ``dest`` (any layout)."""
-    _tensors.copy_into(out, dest, "kolo's torch.distributed backend")
-
-
-# --- Work and completion -----------------------------------------------------------------
 
 # Names of operations started inside a future's callbacks come from the operation whose
 # future it is (its `label`, then ".then<j>"): the same on every rank whichever thread runs
@@ -72,11 +50,10 @@ def _in_context(work, callback):
 
 class _KoloFuture(torch.futures.Future):
     """The future of a KoloWork, and of every then() chained on it. Callbacks run with the
-    work as the parent of the operations they start, whichever thread runs them (the
-    futures thread, or the caller's when the future is already done), so those operations
-    get the same names on every rank. wait() completes the work's future in the waiting
-    thread when kolo has finished but the futures thread is busy (e.g. in a callback
-    that waits)."""
+    work as the parent of the operations they start, whichever thread runs them, so those
+    operations get the same names on every rank. wait() completes the work's future in the
+    waiting thread when kolo has finished but the completion thread is busy (e.g. in a
+    callback that waits)."""
 
     def __init__(self, work):
         super().__init__()
@@ -104,16 +81,12 @@ class _KoloFuture(torch.futures.Future):
         return super().wait()
 
 
-def _value(fut):
-    return fut.value()  # raises the operation's error
-
-
 def _called_from_cpp():
-    """Whether this module's collective method was called by PyTorch's C++ (DDP's reducer,
+    """Whether this package's collective method was called by PyTorch's C++ (DDP's reducer,
     through the ProcessGroup trampoline) rather than by torch.distributed's Python
     functions, which hand our Work to Python code."""
     frame = sys._getframe(1)
-    while frame is not None and _is_backend_file(frame.f_code.co_filename):
+    while frame is not None and frame.f_code.co_filename.startswith(_HERE):
         frame = frame.f_back
     return frame is None or not frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED_DIR)
 
@@ -121,14 +94,27 @@ def _called_from_cpp():
 def caller_waits(opts):
     """Whether the caller waits for the Work as soon as it has it: torch.distributed's
     functions say ``opts.asyncOp = async_op`` (PyTorch >= 2.7; the options' default, and
-    what DDP's reducer passes, is True). Such a call is kolo.torch's blocking call: the core
-    does not wake its background thread, and the caller's thread runs the round
-    (``caller_waits``) and waits on kolo's handle itself (KoloWork.wait), with no hand-off
-    to a completion thread."""
+    what DDP's reducer passes, is True). Such a call takes kolo's blocking fast path."""
     return getattr(opts, "asyncOp", True) is False
 
 
-class KoloWork(dist._Work):
+class _Work(dist._Work):
+    """What the backend's Works share: ``_error`` once one failed, ``_result`` once done."""
+    _error = None
+    _result = None
+
+    def is_success(self):
+        return self.is_completed() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._result
+
+
+class KoloWork(_Work):
     """One operation: ``wait()`` blocks until kolo finished it (and raises its error, the
     coordinator's text naming ranks); ``get_future()`` is completed with its output tensors
     by the thread that waited on kolo's handle, or by the first thread that waits for it.
@@ -152,15 +138,14 @@ class KoloWork(dist._Work):
         self._lock = threading.Lock()
         self._claimed = False
         self._future_claimed = False
-        self._error = None
-        self._result = None
         self.from_cpp = False
         self._cpp_future = None
 
     def start(self, caller_waits=False):
-        """Hands the Work to a completion thread, unless its caller waits for it at once."""
-        if not caller_waits:
-            self._hand_over()
+        """Hands the Work to a completion thread, unless its caller waits for it at once (or
+        a thread has claimed it already)."""
+        if not caller_waits and self._claim():
+            _pool.submit(self._wait_handle, True)
         return self
 
     def _claim(self):
@@ -169,34 +154,24 @@ class KoloWork(dist._Work):
             claimed, self._claimed = self._claimed, True
         return not claimed
 
-    def _hand_over(self):
-        if self._claim():
-            _completer.submit(self)
-
-    def _settle(self, out, error):
-        """Marks the Work done with the result made of kolo's Output, or the error; the
-        future is completed afterwards, by whichever thread comes first."""
-        if error is None:
-            try:
-                self._result = self._make_result(out)
-            except Exception as e:  # noqa: B902  (a result that cannot be made is the error)
-                error = e
-        self._error = error
-        self._kolo_done.set()
-
-    def _wait_here(self):
-        """The blocking fast path: this thread waits on kolo's handle (and runs kolo's round,
-        KOLO_CALLER_RUNS). A signal that interrupts it hands the Work to a completion
-        thread, so that a later wait() finds it done."""
+    def _wait_handle(self, in_pool):
+        """Waits on kolo's handle and marks the Work done with the result made of kolo's
+        Output, or the error; a completion thread then completes the future. In the
+        caller's thread (the blocking fast path, which runs kolo's round: KOLO_CALLER_RUNS)
+        a signal that interrupts the wait hands the Work to a completion thread, so that a
+        later wait() finds it done."""
         try:
-            out = _engine.wait(self._handle)
+            self._result = self._make_result(_engine.wait(self._handle))
         except Exception as e:  # noqa: B902  (the operation's error belongs to the Work)
-            self._settle(None, e)
-            return
-        except BaseException:
-            _completer.submit(self)
-            raise
-        self._settle(out, None)
+            self._error = e
+        except BaseException as e:
+            if not in_pool:
+                _pool.submit(self._wait_handle, True)
+                raise
+            self._error = RuntimeError(str(e))
+        self._kolo_done.set()
+        if in_pool:
+            self._complete_future()
 
     def _complete_future(self):
         """Completes the future once, in whichever thread comes first; returns once it is
@@ -218,12 +193,12 @@ class KoloWork(dist._Work):
     def wait(self, timeout=None):
         limit = timeout if timeout else self._timeout
         if not limit and self._claim():
-            self._wait_here()
-        seconds = limit.total_seconds() if isinstance(limit, datetime.timedelta) else 0
+            self._wait_handle(False)
+        seconds = _seconds(limit) if limit else 0
         if not self._kolo_done.wait(seconds if seconds > 0 else None):
             raise RuntimeError(
-                "kolo's torch.distributed backend: Timed out after %g s waiting for %s (%s); it "
-                "stays pending in kolo, whose stall inspector names the ranks that are missing"
+                _PREFIX + "Timed out after %g s waiting for %s (%s); it stays pending in kolo, "
+                "whose stall inspector names the ranks that are missing"
                 % (seconds, self._what, "wait(timeout=...)" if timeout else
                    "the process group's timeout"))
         self._complete_future()
@@ -232,7 +207,7 @@ class KoloWork(dist._Work):
         return True
 
     def get_future(self):
-        self._hand_over()  # the future's callbacks run when kolo is done, waited for or not
+        self.start()  # the future's callbacks run when kolo is done, waited for or not
         with self._lock:
             if self._future is None:
                 self._future = _KoloFuture(self)
@@ -243,22 +218,13 @@ class KoloWork(dist._Work):
             # error set from Python is only a value there: a future chained by then() holds
             # a real error (its callback raises it).
             if self._cpp_future is None:
-                self._cpp_future = torch.futures.Future.then(self._future, _value)
+                self._cpp_future = torch.futures.Future.then(self._future,
+                                                             lambda fut: fut.value())
             return self._cpp_future
         return self._future
 
     def is_completed(self):
         return self._kolo_done.is_set()
-
-    def is_success(self):
-        return self._kolo_done.is_set() and self._error is None
-
-    def exception(self):
-        return self._error
-
-    def result(self):
-        self.wait()
-        return self._result
 
     def __del__(self):
         # Dropped before anyone waited on kolo's handle (the earlier Works of a coalesced
@@ -272,39 +238,9 @@ class KoloWork(dist._Work):
             pass
 
 
-class _Completer:
-    """A pool of threads, each waiting on one kolo handle, then marking its Work done and
-    completing its future (running the future's callbacks). Not one thread in the order
-    the handles were started: operations started from callbacks (PowerSGD's) reach kolo in
-    different orders on different ranks, and a callback may block until another
-    collective finishes, so no handle may wait behind another. A thread is made only when
-    all are busy."""
-
-    # Handles waited on at once; past it, new ones wait for a free thread.
-    MAX_THREADS = 64
-
-    def __init__(self):
-        self._pool = None
-        self._lock = threading.Lock()
-
-    def submit(self, work):
-        """Waits on ``work``'s handle in a pool thread (the caller has claimed it)."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.MAX_THREADS, thread_name_prefix="kolo-c10d")
-        self._pool.submit(self._run, work)
-
-    @staticmethod
-    def _run(work):
-        try:
-            out = _engine.wait(work._handle)
-        except BaseException as e:  # noqa: B902  (every error belongs to the Work)
-            work._settle(None, e if isinstance(e, Exception) else RuntimeError(str(e)))
-        else:
-            work._settle(out, None)
-        work._complete_future()
-
-
-_completer = _Completer()
-
+# The completion threads, each waiting on one kolo handle. Not one thread in the order the
+# handles were started: operations started from callbacks (PowerSGD's) reach kolo in
+# different orders on different ranks, and a callback may block until another collective
+# finishes, so no handle may wait behind another. The executor makes a thread only when
+# all are busy; past 64 handles waited on at once, new ones wait for a free thread.
+_pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="kolo-c10d")
