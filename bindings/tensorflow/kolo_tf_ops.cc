@@ -67,10 +67,10 @@ int32_t KoloType(DataType t) {
 // kolo's error as the class Horovod's ops raise: a bad argument on this rank
 // is InvalidArgument, a collective that failed (ranks disagreed, kolo shut
 // down, a peer was lost) FailedPrecondition.
-::tensorflow::Status ToTf(const KoloTfOutcome& o) {
-  if (o.code == KOLO_TF_OK) return ::tensorflow::Status();
-  if (o.code == KOLO_TF_INVALID_ARGUMENT) return ::tensorflow::errors::InvalidArgument(o.message);
-  return ::tensorflow::errors::FailedPrecondition(o.message);
+absl::Status ToTf(const KoloTfOutcome& o) {
+  if (o.code == KOLO_TF_OK) return absl::OkStatus();
+  if (o.code == KOLO_TF_INVALID_ARGUMENT) return absl::InvalidArgumentError(o.message);
+  return absl::FailedPreconditionError(o.message);
 }
 
 // One kernel class for every op; `kind` says which collective it starts.
@@ -109,7 +109,7 @@ struct Pending {
   std::vector<KoloTfTensor> inputs, outputs;
 
   void Finish(const KoloTfOutcome& o) {
-    ::tensorflow::Status status = ToTf(o);
+    absl::Status status = ToTf(o);
     for (int32_t i = 0; status.ok() && i < o.num_results; ++i) {
       const KoloTfResult& r = o.results[i];
       TensorShape shape;
@@ -140,11 +140,10 @@ struct Pending {
 // thread never runs the kernels that TensorFlow would start inline next.
 void OnDone(void* context, const KoloTfOutcome* outcome) {
   auto* pending = static_cast<Pending*>(context);
-  pending->ctx->device()->tensorflow_cpu_worker_threads()->workers->Schedule(
-      [pending, outcome] {
-        pending->Finish(*outcome);
-        delete pending;
-      });
+  pending->ctx->device()->tensorflow_cpu_worker_threads()->workers->Schedule([pending, outcome] {
+    pending->Finish(*outcome);
+    delete pending;
+  });
 }
 
 KoloTfTensor View(const Tensor& t, Pending& p) {
@@ -157,10 +156,10 @@ KoloTfTensor View(const Tensor& t, Pending& p) {
 
 void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
   const KoloTfAbi* abi = abi_table.load();
-  OP_REQUIRES_ASYNC(ctx, abi != nullptr,
-                    ::tensorflow::errors::FailedPrecondition(
-                        "kolo's TensorFlow ops run once kolo.tensorflow is imported"),
-                    done);
+  OP_REQUIRES_ASYNC(
+      ctx, abi != nullptr,
+      absl::FailedPreconditionError("kolo's TensorFlow ops run once kolo.tensorflow is imported"),
+      done);
   auto* p = new Pending{ctx, std::move(done), kind_, {}, {}, {}};
   const bool gathers = kind_ == KOLO_TF_ALLGATHER || kind_ == KOLO_TF_REDUCESCATTER;
   const int count = kind_ == KOLO_TF_ALLTOALL ? 1 : ctx->num_inputs();
@@ -172,7 +171,7 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
     // allreduce and broadcast write into the output, in place where TensorFlow
     // lets the input's buffer go.
     Tensor* out = nullptr;
-    ::tensorflow::Status s = ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out);
+    absl::Status s = ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out);
     if (!s.ok()) {
       ctx->SetStatus(s);
       p->done();
@@ -210,9 +209,9 @@ class Kernel : public CollectiveKernel {
 };
 
 // Shape functions.
-::tensorflow::Status SameShapes(InferenceContext* c) {
+absl::Status SameShapes(InferenceContext* c) {
   for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
-  return ::tensorflow::Status();
+  return absl::OkStatus();
 }
 
 ShapeHandle RowsUnknown(InferenceContext* c, ShapeHandle s) {
@@ -222,9 +221,9 @@ ShapeHandle RowsUnknown(InferenceContext* c, ShapeHandle s) {
   return out;
 }
 
-::tensorflow::Status RowsShapes(InferenceContext* c) {
+absl::Status RowsShapes(InferenceContext* c) {
   for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, RowsUnknown(c, c->input(i)));
-  return ::tensorflow::Status();
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -236,16 +235,15 @@ extern "C" __attribute__((visibility("default"))) int32_t kolo_tf_set_abi(const 
   return 0;
 }
 
-#define KOLO_TF_TYPES "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
-#define KOLO_TF_NAMING                 \
-  Attr("tensor_name: string = ''")     \
-      .Attr("call_site: string = ''")  \
-      .Attr("process_set: int = 0")    \
+#define KOLO_TF_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
+#define KOLO_TF_NAMING                \
+  Attr("tensor_name: string = ''")    \
+      .Attr("call_site: string = ''") \
+      .Attr("process_set: int = 0")   \
       .SetIsStateful()
-#define KOLO_TF_SCALING                        \
-  Attr("reduce_op: int")                       \
-      .Attr("prescale_factor: float = 1.0")    \
-      .Attr("postscale_factor: float = 1.0")
+#define KOLO_TF_SCALING \
+  Attr("reduce_op: int").Attr("prescale_factor: float = 1.0").Attr("postscale_factor: float = 1.0")
 
 REGISTER_OP("KoloAllreduce")
     .Input("tensor: T")
@@ -298,7 +296,7 @@ REGISTER_OP("KoloAlltoall")
     .KOLO_TF_NAMING.SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, kolo_tf::RowsUnknown(c, c->input(0)));
       c->set_output(1, c->Vector(c->UnknownDim()));
-      return ::tensorflow::Status();
+      return absl::OkStatus();
     });
 REGISTER_OP("KoloJoin")
     .Output("last_joined: int32")
