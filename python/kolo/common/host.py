@@ -80,6 +80,13 @@ def empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def unsupported_dtype(what, dtype):
+    """The TypeError for ``what``, whose ``dtype`` the core does not move: it names those
+    that it does."""
+    return TypeError("%s has dtype %s, which kolo does not support; supported: %s"
+                     % (what, dtype, ", ".join(sorted(str(d) for d in NP_CODES))))
+
+
 def _refuse(array, what, index, check):
     """The NumPy words for an array that failed the reader's ``check``."""
     if index is not None:
@@ -87,8 +94,7 @@ def _refuse(array, what, index, check):
     if check == "type":
         raise TypeError("%s must be a numpy.ndarray, got %s" % (what, type(array).__name__))
     if check == "dtype":
-        raise TypeError("%s has dtype %s, which kolo does not support; supported: %s"
-                        % (what, array.dtype, ", ".join(sorted(str(d) for d in NP_CODES))))
+        raise unsupported_dtype(what, array.dtype)
     if check == "contiguous":
         raise ValueError("%s is not C-contiguous; use numpy.ascontiguousarray()" % what)
 

@@ -6,19 +6,11 @@ with gradients, and an Optax transformation that averages gradients over the ran
     params = kj.broadcast_parameters(params, root_rank=0)
     tx = kj.DistributedOptimizer(optax.adam(1e-3))
 
-Python over ``kolo._core``; nothing is linked against jaxlib.
-- Eagerly, a leaf reaches the runtime as a NumPy view of its host buffer, and a result is
-  written into a 64-byte-aligned NumPy buffer that JAX adopts through DLPack.
-- Inside ``jax.jit`` (any tracing: jit, grad) allreduce is an XLA FFI call to kolo._core's
-  handler (``_xla.py``), in place on XLA's buffers, after a data-free ordered
-  ``jax.experimental.io_callback`` that checks the trees. The other collectives are one
-  ordered io_callback each, which hands them host copies of the leaves and copies their
-  results back (and so is allreduce where kolo was built without XLA's FFI headers). All
-  carry the same ordered effect: XLA runs them in program order on every rank.
-- All leaves of one call form one grouped operation: one negotiation, fused.
-The modules: this one (names, compression, Optax), _collectives.py (the collectives on
-trees, with their gradients), _trees.py (leaves, the tree check, running a kernel),
-_xla.py (allreduce as an XLA FFI call). docs/api-jax.md documents every name.
+All leaves of one call form one grouped operation: one negotiation, fused. The modules:
+this one (names, compression, Optax), _collectives.py (the collectives on trees, with
+their gradients), _trees.py (leaves, the tree check, running a kernel eagerly or as an
+ordered io_callback), _xla.py (allreduce inside jit as an XLA FFI call).
+docs/api-jax.md documents every name and how arrays reach the runtime.
 """
 import jax.numpy as jnp
 
@@ -75,14 +67,11 @@ def DistributedOptimizer(tx, op=Average, backward_passes_per_step=1,
         raise ValueError("backward_passes_per_step must be >= 1, got %r"
                          % backward_passes_per_step)
 
-    def init_fn(params):
-        return tx.init(params)
-
     def update_fn(updates, state, params=None):
         reduced = allreduce(updates, op=op, compression=compression, process_set=process_set)
         return tx.update(reduced, state, params)
 
-    distributed_tx = optax.GradientTransformation(init_fn, update_fn)
+    distributed_tx = optax.GradientTransformation(tx.init, update_fn)
     if int(backward_passes_per_step) == 1:
         return distributed_tx
     return optax.MultiSteps(distributed_tx, every_k_schedule=int(backward_passes_per_step))

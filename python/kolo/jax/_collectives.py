@@ -12,44 +12,40 @@ from kolo.common import objects as _objects
 from kolo.common.collectives import KoloInternalError
 from kolo.common.compression import NoneCompressor
 from kolo.common.ops import Adasum, Average, Sum, check_adasum, check_op, reducescatter_op
-from kolo.common.process_sets import _root_in_set, _set_id, _set_size, global_process_set
+from kolo.common.process_sets import _set_id, _set_size, global_process_set, root_in_set
 from kolo.jax import _xla
 from kolo.jax._trees import (
-    _adopt, _after_dispatched_collectives, _flatten, _host_view, _run, _sentinel, _shape,
-    _signature, _signature_text, _structured, _traced)
+    _adopt, _after_dispatched_collectives, _flatten, _host_view, _run, _shape, _structured,
+    _traced)
 
 
-def _in_place_in_jit(leaves):
-    """Whether traced leaves go to XLA's FFI handler (in place, no copies) rather than an
-    io_callback: on the CPU, when kolo was built with XLA's FFI headers."""
-    return _traced(leaves) and _xla.available and jax.default_backend() == "cpu"
+def _differentiable(forward, backward, residuals=lambda cfg, leaves: None):
+    """``forward(cfg, *leaves)`` as a ``jax.custom_vjp`` of the leaves (``cfg``, hashable,
+    is not differentiated), whose cotangents are ``backward(cfg, residuals, cotangents)``
+    with ``residuals(cfg, leaves)`` kept from the forward call."""
+    collective = jax.custom_vjp(forward, nondiff_argnums=(0,))
+    collective.defvjp(
+        lambda cfg, *leaves: (collective(cfg, *leaves), residuals(cfg, leaves)), backward)
+    return collective
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _allreduce_leaves(cfg, *leaves):
+def _first_dims(cfg, leaves):
+    return tuple(x.shape[0] for x in leaves)
+
+
+def _allreduce_forward(cfg, *leaves):
     name, op, pre, post, set_id, paths = cfg
-    signature = _signature(leaves, paths, False)
-    if _in_place_in_jit(leaves):
-        # XLA's FFI handler checks the trees (the same sentinel as _structured) and then
-        # reduces the leaves in place.
-        return tuple(_xla.allreduce(leaves, name, op, pre, post, set_id,
-                                    _sentinel(signature).shape[1],
-                                    _signature_text(signature)))
-    kernel = _structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
-                         signature, "allreduce", set_id, name)
-    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+    if _traced(leaves) and _xla.available and jax.default_backend() == "cpu":
+        # In place on XLA's buffers, no copies: XLA's FFI handler checks the trees (the
+        # same sentinel as _structured) and then reduces the leaves.
+        return tuple(_xla.allreduce(leaves, paths, name, op, pre, post, set_id))
+    return _run(_structured(_host.allreduce_kernel([len(leaves)], name, op, pre, post, set_id),
+                            leaves, paths, "allreduce", set_id, name), leaves)
 
 
-def _allreduce_fwd(cfg, *leaves):
-    return _allreduce_leaves(cfg, *leaves), None
-
-
-def _allreduce_bwd(cfg, _, cotangents):
-    name, op, pre, post, set_id, paths = cfg
-    return _allreduce_leaves((None, op, pre, post, set_id, paths), *cotangents)
-
-
-_allreduce_leaves.defvjp(_allreduce_fwd, _allreduce_bwd)
+_allreduce_leaves = _differentiable(
+    _allreduce_forward,  # the cotangents reduced the same way, unnamed: the name is the call's
+    lambda cfg, _, cotangents: _allreduce_leaves((None,) + cfg[1:], *cotangents))
 
 
 def allreduce(tree, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
@@ -71,51 +67,35 @@ def allreduce(tree, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=
         treedef, [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)])
 
 
-def _gathered_shape(x, set_size, stack):
-    if stack:
-        return (set_size,) + tuple(x.shape)
-    return (x.shape[0] * set_size,) + tuple(x.shape[1:])
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _allgather_leaves(cfg, *leaves):
+def _allgather_forward(cfg, *leaves):
     name, set_id, set_size, paths = cfg
     if not _traced(leaves):
-        kernel = _structured(_host.allgather_kernel(name, set_id),
-                             _signature(leaves, paths, True), "allgather", set_id, name)
-        return tuple(_run(kernel, leaves, None))
+        return _run(_structured(_host.allgather_kernel(name, set_id), leaves, paths,
+                                "allgather", set_id, name, gathered=True), leaves)
     # Inside jit the result's shape is fixed when tracing: every rank must send the same
     # first dimensions. Each rank sends its row counts along (one more array in the
     # group) and every rank checks all of them, so all raise or none does.
     rows = np.asarray([[x.shape[0] for x in leaves]], np.int32)
-    gathered = _structured(_host.allgather_kernel(name, set_id),
-                           _signature((rows,) + tuple(leaves), ("<rows>",) + paths, True),
-                           "allgather", set_id, name)
+    gathered = _structured(_host.allgather_kernel(name, set_id), (rows,) + leaves,
+                           ("<rows>",) + paths, "allgather", set_id, name, gathered=True)
 
     def kernel(arrays):
         out = gathered(arrays)
-        _check_same_rows(out[0].reshape(set_size, len(leaves)), paths)
+        every = out[0].reshape(set_size, len(leaves))
+        for i, p in enumerate(paths):
+            if len(set(every[:, i].tolist())) > 1:
+                raise KoloInternalError(
+                    "allgather inside jax.jit needs the same first dimension on every rank "
+                    "(the result's shape is fixed when tracing); the leaf at %s has %s rows "
+                    "on the set's ranks in order; call it outside jit for differing sizes"
+                    % (p, every[:, i].tolist()))
         return out
     shapes = [_shape(rows, (set_size, len(leaves)))] + [
-        _shape(x, _gathered_shape(x, set_size, False)) for x in leaves]
-    return tuple(_run(kernel, (rows,) + tuple(leaves), shapes)[1:])
+        _shape(x, (x.shape[0] * set_size,) + x.shape[1:]) for x in leaves]
+    return _run(kernel, (rows,) + leaves, shapes)[1:]
 
 
-def _check_same_rows(every, paths):
-    for i, p in enumerate(paths):
-        if len(set(every[:, i].tolist())) > 1:
-            raise KoloInternalError(
-                "allgather inside jax.jit needs the same first dimension on every rank (the "
-                "result's shape is fixed when tracing); the leaf at %s has %s rows on the "
-                "set's ranks in order; call it outside jit for differing sizes"
-                % (p, every[:, i].tolist()))
-
-
-def _allgather_fwd(cfg, *leaves):
-    return _allgather_leaves(cfg, *leaves), tuple(x.shape[0] for x in leaves)
-
-
-def _allgather_bwd(cfg, rows, cotangents):
+def _allgather_backward(cfg, rows, cotangents):
     name, set_id, set_size, paths = cfg
     averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
     counts = _allgather_leaves((None, set_id, set_size, paths),
@@ -129,7 +109,7 @@ def _allgather_bwd(cfg, rows, cotangents):
     return tuple(out)
 
 
-_allgather_leaves.defvjp(_allgather_fwd, _allgather_bwd)
+_allgather_leaves = _differentiable(_allgather_forward, _allgather_backward, _first_dims)
 
 
 def allgather(tree, name=None, process_set=global_process_set, stack=False):
@@ -145,26 +125,19 @@ def allgather(tree, name=None, process_set=global_process_set, stack=False):
         if x.ndim == 0 and not stack:
             raise ValueError("allgather: the leaf at %s is a scalar; it needs at least one "
                              "dimension to concatenate (or pass stack=True)" % p)
-    n = _set_size(process_set)
     if stack:
         leaves = [x[None] for x in leaves]
-    out = _allgather_leaves((name, _set_id(process_set), n, tuple(paths)), *leaves)
-    return jax.tree_util.tree_unflatten(treedef, list(out))
+    cfg = (name, _set_id(process_set), _set_size(process_set), tuple(paths))
+    return jax.tree_util.tree_unflatten(treedef, list(_allgather_leaves(cfg, *leaves)))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _broadcast_leaves(cfg, *leaves):
+def _broadcast_forward(cfg, *leaves):
     name, root_in_set, root_rank, set_id, paths = cfg
-    kernel = _structured(_host.broadcast_kernel(root_in_set, name, set_id),
-                         _signature(leaves, paths, False), "broadcast", set_id, name)
-    return tuple(_run(kernel, leaves, [_shape(x) for x in leaves]))
+    return _run(_structured(_host.broadcast_kernel(root_in_set, name, set_id), leaves, paths,
+                            "broadcast", set_id, name), leaves)
 
 
-def _broadcast_fwd(cfg, *leaves):
-    return _broadcast_leaves(cfg, *leaves), None
-
-
-def _broadcast_bwd(cfg, _, cotangents):
+def _broadcast_backward(cfg, _, cotangents):
     name, root_in_set, root_rank, set_id, paths = cfg
     averaged = _allreduce_leaves((None, Average, 1.0, 1.0, set_id, paths), *cotangents)
     if _engine.rank() != root_rank:
@@ -172,7 +145,7 @@ def _broadcast_bwd(cfg, _, cotangents):
     return averaged
 
 
-_broadcast_leaves.defvjp(_broadcast_fwd, _broadcast_bwd)
+_broadcast_leaves = _differentiable(_broadcast_forward, _broadcast_backward)
 
 
 def broadcast(tree, root_rank=0, name=None, process_set=global_process_set):
@@ -183,7 +156,7 @@ def broadcast(tree, root_rank=0, name=None, process_set=global_process_set):
     if not leaves:
         return tree
     set_id = _set_id(process_set)
-    cfg = (name, _root_in_set(root_rank, set_id), int(root_rank), set_id, tuple(paths))
+    cfg = (name, root_in_set(root_rank, set_id), int(root_rank), set_id, tuple(paths))
     return jax.tree_util.tree_unflatten(treedef, list(_broadcast_leaves(cfg, *leaves)))
 
 
@@ -197,22 +170,17 @@ def _rows_here(rows, set_size, rank_in_set):
     return rows // set_size + (1 if rank_in_set < rows % set_size else 0)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _reducescatter_leaves(cfg, *leaves):
-    name, op, pre, post, set_id, set_size, rank_in_set, paths, _ = cfg
-    kernel = _structured(_host.reducescatter_kernel(name, op, pre, post, set_id),
-                         _signature(leaves, paths, False), "reducescatter", set_id, name)
-    shapes = [_shape(x, (_rows_here(x.shape[0], set_size, rank_in_set),) + tuple(x.shape[1:]))
+def _reducescatter_forward(cfg, *leaves):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
+    kernel = _structured(_host.reducescatter_kernel(name, op, pre, post, set_id), leaves,
+                         paths, "reducescatter", set_id, name)
+    shapes = [_shape(x, (_rows_here(x.shape[0], set_size, rank_in_set),) + x.shape[1:])
               for x in leaves]
-    return tuple(_run(kernel, leaves, shapes))
+    return _run(kernel, leaves, shapes)
 
 
-def _reducescatter_fwd(cfg, *leaves):
-    return _reducescatter_leaves(cfg, *leaves), None
-
-
-def _reducescatter_bwd(cfg, _, cotangents):
-    name, op, pre, post, set_id, set_size, rank_in_set, paths, rows = cfg
+def _reducescatter_backward(cfg, rows, cotangents):
+    name, op, pre, post, set_id, set_size, rank_in_set, paths = cfg
     factor = pre * post * (set_size if op == Sum else 1)
     scaled = [g * factor if factor != 1 else g for g in cotangents]
     # Blocks differ by a row when rows % size != 0, and inside jit an allgather needs equal
@@ -229,7 +197,8 @@ def _reducescatter_bwd(cfg, _, cotangents):
     return tuple(out)
 
 
-_reducescatter_leaves.defvjp(_reducescatter_fwd, _reducescatter_bwd)
+_reducescatter_leaves = _differentiable(_reducescatter_forward, _reducescatter_backward,
+                                        _first_dims)
 
 
 def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
@@ -247,8 +216,7 @@ def reducescatter(tree, op=Average, name=None, process_set=global_process_set,
                              "dimension to scatter" % p)
     set_id = _set_id(process_set)
     cfg = (name, op, float(prescale_factor), float(postscale_factor), set_id,
-           _set_size(process_set), _engine.set_rank(set_id), tuple(paths),
-           tuple(x.shape[0] for x in leaves))
+           _set_size(process_set), _engine.set_rank(set_id), tuple(paths))
     return jax.tree_util.tree_unflatten(treedef, list(_reducescatter_leaves(cfg, *leaves)))
 
 
@@ -269,7 +237,7 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
                 "split, works inside jit)")
         exchange = _host.alltoall_kernel(name, _set_id(process_set))
         kernel = lambda arrays: exchange([arrays[0], np.zeros(0, np.int32)])[:1]  # noqa: E731
-        return _run(kernel, [x], [_shape(x)])[0]
+        return _run(kernel, [x])[0]
     _after_dispatched_collectives()
     out, received = _host.COLLECTIVES.now(_host.COLLECTIVES.start_alltoall(
         _host_view(x), splits, name, process_set, caller_waits=True))
@@ -296,14 +264,15 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return _objects.broadcast_object(obj, root_rank, name or "object", process_set)
 
 
-def join():
-    """This rank has no more data: until every rank has joined, it takes part in the
-    others' allreduces with zeros. Returns the global rank that joined last."""
-    _after_dispatched_collectives()
-    return _host.COLLECTIVES.join()
+def _after_dispatched(call):
+    """kolo.common's ``call``, made once the jitted computations dispatched so far have run
+    their collectives (``_after_dispatched_collectives``)."""
+    @functools.wraps(call)
+    def run(*args, **kwargs):
+        _after_dispatched_collectives()
+        return call(*args, **kwargs)
+    return run
 
 
-def barrier(process_set=global_process_set):
-    """Returns once every rank of the set has called it."""
-    _after_dispatched_collectives()
-    _host.COLLECTIVES.barrier(process_set)
+join = _after_dispatched(_host.COLLECTIVES.join)
+barrier = _after_dispatched(_host.COLLECTIVES.barrier)

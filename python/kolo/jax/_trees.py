@@ -27,24 +27,17 @@ def _flatten(tree, what):
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves, paths = [], []
     for path, leaf in with_paths:
+        path = _path_name(path)
         if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool)):
             raise TypeError("%s: the leaf at %s is a %s, not an array or a number"
-                            % (what, _path_name(path), type(leaf).__name__))
+                            % (what, path, type(leaf).__name__))
         if not isinstance(leaf, jax.Array):
             leaf = np.asarray(leaf)  # host data stays on the host (no copy to a device)
-        if _traced([leaf]):
-            _check_dtype(what, _path_name(path), leaf.dtype)
+        if _traced([leaf]) and np.dtype(leaf.dtype) not in _host.NP_CODES:
+            raise _host.unsupported_dtype("%s: the leaf at %s" % (what, path), leaf.dtype)
         leaves.append(leaf)
-        paths.append(_path_name(path))
+        paths.append(path)
     return leaves, treedef, paths
-
-
-def _check_dtype(what, path, dtype):
-    """TypeError naming the leaf at ``path`` when kolo does not move its ``dtype``."""
-    if np.dtype(dtype) not in _host.NP_CODES:
-        raise TypeError("%s: the leaf at %s has dtype %s, which kolo does not support; "
-                        "supported: %s" % (what, path, dtype, ", ".join(
-                            sorted(str(d) for d in _host.NP_CODES))))
 
 
 def _traced(leaves):
@@ -90,15 +83,16 @@ def _sentinel(signature):
     return np.zeros((0, digest), np.uint8)
 
 
-def _structured(kernel, signature, what, set_id, name):
-    """``kernel``, after the ranks have checked that their trees agree: a zero-size
-    allreduce whose shape carries a digest of the signature goes first, on its own, and
-    ranks whose trees differ (other paths, shapes, dtypes or leaf counts) send different
-    shapes, which the coordinator refuses on every rank at once. (Sent inside the group
-    instead, a rank with one leaf more would wait for a member the others never send.)
-    The ranks then exchange their signatures, and the error names the first leaf that is
-    not the same everywhere. A dtype kolo does not move is refused after the check: by then
-    every rank has it."""
+def _structured(kernel, leaves, paths, what, set_id, name, gathered=False):
+    """``kernel``, after the ranks have checked that their trees (``_signature`` of the
+    leaves) agree: a zero-size allreduce whose shape carries a digest of the signature goes
+    first, on its own, and ranks whose trees differ (other paths, shapes, dtypes or leaf
+    counts) send different shapes, which the coordinator refuses on every rank at once.
+    (Sent inside the group instead, a rank with one leaf more would wait for a member the
+    others never send.) The ranks then exchange their signatures, and the error names the
+    first leaf that is not the same everywhere. A dtype kolo does not move is refused after
+    the check: by then every rank has it."""
+    signature = _signature(leaves, paths, gathered)
     sentinel = _sentinel(signature)
     check = _host.allreduce_kernel([1], name and name + ".tree", Sum, 1.0, 1.0, set_id)
 
@@ -115,7 +109,8 @@ def _structured(kernel, signature, what, set_id, name):
             raise KoloInternalError("%s: mismatched trees across the ranks: %s" % (
                 what, difference)) from None
         for (path, _, _), array in zip(signature, arrays):
-            _check_dtype(what, path, array.dtype)  # the same on every rank, after the check
+            if array.dtype not in _host.NP_CODES:  # the same on every rank, after the check
+                raise _host.unsupported_dtype("%s: the leaf at %s" % (what, path), array.dtype)
         return kernel(arrays)
     return run
 
@@ -128,16 +123,18 @@ def _after_dispatched_collectives():
     jax.effects_barrier()
 
 
-def _run(kernel, leaves, result_shapes):
-    """``kernel(list of NumPy arrays) -> list of aligned arrays`` on the leaves: directly
-    when they are concrete, else as one ordered io_callback with the results' shapes."""
+def _run(kernel, leaves, result_shapes=None):
+    """``kernel(list of NumPy arrays) -> list of aligned arrays`` on the leaves, as a tuple:
+    directly when they are concrete, else as one ordered io_callback with the results'
+    shapes (by default the leaves')."""
     if not _traced(leaves):
         _after_dispatched_collectives()
-        return [_adopt(a) for a in kernel([_host_view(x) for x in leaves])]
+        return tuple(_adopt(a) for a in kernel([_host_view(x) for x in leaves]))
 
     def callback(*arrays):
         return kernel([np.asarray(a) for a in arrays])
-    return list(io_callback(callback, result_shapes, *leaves, ordered=True))
+    return tuple(io_callback(callback, result_shapes or [_shape(x) for x in leaves],
+                             *leaves, ordered=True))
 
 
 def _shape(x, shape=None):

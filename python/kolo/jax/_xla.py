@@ -20,6 +20,7 @@ import functools
 import numpy as np
 
 from kolo.common import engine as _engine
+from kolo.jax._trees import _sentinel, _signature, _signature_text
 
 available = False
 try:
@@ -68,12 +69,14 @@ if available:
     _mlir.register_lowering(allreduce_p, _lowering, platform="cpu")
 
 
-def allreduce(leaves, name, op, prescale, postscale, set_id, tree_digest, tree):
+def allreduce(leaves, paths, name, op, prescale, postscale, set_id):
     """The allreduce of traced leaves on the CPU, in place on XLA's buffers. First the
-    handler checks that the ranks' trees agree: ``tree_digest`` (1..65521) goes out as the
-    shape of a zero-size allreduce, and on a mismatch ``tree``, one line per leaf ("path
-    dtype shape"), names the first leaf that differs."""
+    handler checks that the ranks' trees agree: the signature's digest (``_sentinel``)
+    goes out as the shape of a zero-size allreduce, and on a mismatch its text
+    (``_signature_text``) names the first leaf that differs."""
+    signature = _signature(leaves, paths, False)
     call_site = "" if name else _engine.call_site()
     return allreduce_p.bind(*leaves, name=name or "", call_site=call_site,
                             op=int(op), prescale=float(prescale), postscale=float(postscale),
-                            process_set=int(set_id), tree_digest=int(tree_digest), tree=tree)
+                            process_set=int(set_id), tree_digest=_sentinel(signature).shape[1],
+                            tree=_signature_text(signature))

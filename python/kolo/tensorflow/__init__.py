@@ -5,7 +5,8 @@ Horovod's signature, defaults and gradients; docs/api-tensorflow.md has the tabl
 docs/moving-from-horovod.md the differences. Pure Python over kolo's engine
 (``kolo.common.engine``): one kolo build serves every TensorFlow 2.x. Keras users: ``import kolo.tensorflow.keras as hvd``.
 """
-from kolo.common.ops import groups_setting, predivided
+import tensorflow as tf
+
 from kolo.tensorflow import elastic, util  # noqa: F401
 from kolo.tensorflow import legacy_optimizer as _legacy
 from kolo.tensorflow.compression import Compression  # noqa: F401
@@ -15,7 +16,6 @@ from kolo.tensorflow.functions import (  # noqa: F401
 from kolo.tensorflow.gradients import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape, allreduce, grouped_allreduce,
     grouped_reducescatter, reducescatter)
-from kolo.tensorflow.mpi_ops import _reduce_op
 from kolo.tensorflow.mpi_ops import (  # noqa: F401
     Adasum, Average, HorovodInternalError, KoloInternalError, Max, Min, Product, ProcessSet,
     Sum, add_process_set, allgather, alltoall, barrier, broadcast, broadcast_, ccl_built,
@@ -42,21 +42,11 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     import keras
     if op == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
-    if _legacy.is_legacy_optimizer(optimizer):
-        if op == Adasum:
-            return _legacy.DistributedAdasumOptimizer(
-                optimizer, name, use_locking, compression, backward_passes_per_step,
-                process_set)
-        predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
-        _reduce_op(op, None)
-        groups = groups_setting(num_groups, groups)
-        if groups is not None and not (isinstance(groups, list) or groups > 0):
-            raise ValueError("groups should be a non-negative integer or a list of list of "
-                             "tf.Variable.")
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return _legacy.DistributedOptimizer(
             optimizer, name, use_locking, compression, sparse_as_dense,
-            backward_passes_per_step, op, gradient_predivide_factor, groups, process_set,
-            scale_local_gradients)
+            backward_passes_per_step, op, gradient_predivide_factor, num_groups, groups,
+            process_set, scale_local_gradients)
     if isinstance(optimizer, keras.optimizers.Optimizer):
         if op == Adasum:  # Horovod's Adasum optimizer is a tf.compat.v1 one
             raise ValueError("op == Adasum is not supported yet with Keras")

@@ -5,6 +5,7 @@
 
 import tensorflow as tf
 
+from kolo.common.gradient_groups import LocalVariables, group_order, replace_at
 from kolo.common.ops import groups_setting, predivided, reducescatter_op
 from kolo.tensorflow import mpi_ops as _ops
 from kolo.tensorflow.compression import Compression
@@ -60,19 +61,11 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     if not tensors:
         return tensors
     op = _ops._reduce_op(op, average)
-    tensors = list(tensors)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
-    out = list(tensors)
-    if dense:
-        reduced = _reduce_dense([tensors[i] for i in dense], name, op, compression,
-                                prescale_factor, postscale_factor, process_set)
-        for i, r in zip(dense, reduced):
-            out[i] = r
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            out[i] = _allreduce_slices(t, None, op, prescale_factor, postscale_factor,
-                                       process_set)
-    return out
+    out = replace_at(tensors, dense, lambda some: _reduce_dense(
+        some, name, op, compression, prescale_factor, postscale_factor, process_set))
+    return [_allreduce_slices(t, None, op, prescale_factor, postscale_factor, process_set)
+            if isinstance(t, tf.IndexedSlices) else t for t in out]
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
@@ -95,33 +88,6 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(out, compressed)]
 
 
-def _group_sizes(count, groups, variables):
-    """The order in which ``count`` dense gradients travel and the sizes of the consecutive
-    groups that are negotiated as units (Horovod's ``groups``: a number of groups, or lists
-    of variables whose gradients go together; the others travel in one more group)."""
-    order = list(range(count))
-    if groups is None or groups == 0:
-        return order, [count]
-    if isinstance(groups, int):
-        if groups < 0:
-            raise ValueError("groups must be a positive number or a list of variable lists")
-        n = min(groups, count)
-        sizes = [count // n + (1 if i < count % n else 0) for i in range(n)]
-        return order, sizes
-    if variables is None:
-        raise ValueError("groups given as lists of variables need the variables")
-    position = {id(v): i for i, v in enumerate(variables)}
-    order, sizes = [], []
-    for group in groups:
-        members = [position[id(v)] for v in group if id(v) in position]
-        order.extend(members)
-        sizes.append(len(members))
-    rest = [i for i in range(count) if i not in set(order)]
-    order.extend(rest)
-    sizes.append(len(rest))
-    return order, [s for s in sizes if s]
-
-
 def _reduce_gradients(grads, variables=None, op=Average, compression=Compression.none,
                       sparse_as_dense=False, gradient_predivide_factor=1.0, groups=None,
                       process_set=global_process_set, name=None):
@@ -140,15 +106,13 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
                  for g in grads]
     dense = [i for i, g in enumerate(grads) if g is not None and
              not isinstance(g, tf.IndexedSlices)]
-    out = list(grads)
-    if dense:
-        dense_vars = None if variables is None else [variables[i] for i in dense]
-        order, sizes = _group_sizes(len(dense), groups, dense_vars)
-        tensors = [grads[dense[i]] for i in order]
-        reduced = _reduce_dense(tensors, name, op, compression, prescale, postscale,
-                                process_set, sizes)
-        for i, r in zip(order, reduced):
-            out[dense[i]] = r
+    dense_vars = None if variables is None else [variables[i] for i in dense]
+
+    def reduce_dense(tensors):
+        order, sizes = group_order(len(tensors), groups, dense_vars)
+        return replace_at(tensors, order, lambda ordered: _reduce_dense(
+            ordered, name, op, compression, prescale, postscale, process_set, sizes))
+    out = replace_at(grads, dense, reduce_dense)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
             out[i] = _allreduce_slices(g, None if name is None else "%s_%d" % (name, i), op,
@@ -160,24 +124,6 @@ def _reduce_gradients(grads, variables=None, op=Average, compression=Compression
 # gradient i "grad_<i>"): the dense ones travel as one group "grad" (members "grad.<i>"),
 # a tf.IndexedSlices gradient i as "grad_<i>".
 GENERIC_NAME = "grad"
-
-
-class LocalVariables:
-    """Variables registered as local to this rank (Horovod's ``register_local_source`` and
-    ``register_local_var``, for model-parallel layers): their gradients are not reduced.
-    Kept by identity, since Keras 3 variables have no ``ref()``."""
-
-    def __init__(self):
-        self._by_id = {}  # id -> the variable, kept alive so that its id stays its own
-
-    def add(self, variable):
-        self._by_id[id(variable)] = variable
-
-    def __contains__(self, variable):
-        return id(variable) in self._by_id
-
-    def __len__(self):
-        return len(self._by_id)
 
 
 def _divided(grad, n):
@@ -221,7 +167,24 @@ def _local_layer_variables(local_layers):
     return [v for layer in local_layers for v in layer.trainable_weights]
 
 
-class _DistributedGradientTape(tf.GradientTape):
+class SharedGradients:
+    """Mixed into DistributedGradientTape and both DistributedOptimizers: the settings of
+    their gradients' reduction (Horovod's arguments, made once), and the variables whose
+    gradients stay this rank's (divided by the set's size with scale_local_gradients)."""
+
+    def _kolo_setup(self, scale_local_gradients, num_groups=0, groups=None, **settings):
+        self._kolo_settings = dict(settings, groups=groups_setting(num_groups, groups))
+        self._kolo_local = LocalVariables()
+        self.process_set = settings["process_set"]
+        self.scale_local_gradients = scale_local_gradients
+
+    def _kolo_reduce(self, grads, variables, name=None):
+        return _reduce_shared_gradients(grads, variables, self._kolo_local,
+                                        self.scale_local_gradients,
+                                        dict(self._kolo_settings, name=name))
+
+
+class _DistributedGradientTape(SharedGradients, tf.GradientTape):
     """A tf.GradientTape whose gradient() averages the gradients over the ranks, but those
     of the sources registered as local."""
 
@@ -240,11 +203,8 @@ class _DistributedGradientTape(tf.GradientTape):
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         flat_sources = tf.nest.flatten(sources, expand_composites=False)
         variables = flat_sources if len(flat_sources) == len(flat_grads) else None
-        settings = self._kolo_settings
-        if use_generic_names:
-            settings = dict(settings, name=GENERIC_NAME)
-        reduced = _reduce_shared_gradients(flat_grads, variables, self._kolo_local,
-                                           self.scale_local_gradients, settings)
+        reduced = self._kolo_reduce(flat_grads, variables,
+                                    GENERIC_NAME if use_generic_names else None)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
@@ -273,13 +233,10 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)  # the same recording, as Horovod's wrapper
-    tape._kolo_settings = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-                               gradient_predivide_factor=gradient_predivide_factor,
-                               groups=groups_setting(num_groups, groups),
-                               process_set=process_set)
-    tape._kolo_local = LocalVariables()
-    tape.process_set = process_set
-    tape.scale_local_gradients = scale_local_gradients
+    tape._kolo_setup(scale_local_gradients, num_groups, groups, op=op, compression=compression,
+                     sparse_as_dense=sparse_as_dense,
+                     gradient_predivide_factor=gradient_predivide_factor,
+                     process_set=process_set)
     return tape
 
 

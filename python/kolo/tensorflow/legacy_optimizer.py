@@ -10,23 +10,20 @@ allreduce of the dense gradients, tf.IndexedSlices gathered, local variables kep
 """
 import tensorflow as tf
 
-from kolo.common.ops import Adasum
+from kolo.common.ops import Adasum, groups_setting, predivided, reduce_op
 from kolo.tensorflow import gradients as _gradients
 
 
-class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
+class _DistributedOptimizer(_gradients.SharedGradients, tf.compat.v1.train.Optimizer):
     """Wraps ``optimizer``: its gradients are averaged (``settings['op']``) over the set's
     ranks in compute_gradients(), then applied by ``optimizer`` itself."""
 
-    def __init__(self, optimizer, name, use_locking, settings, scale_local_gradients):
+    def __init__(self, optimizer, name, use_locking, scale_local_gradients, **settings):
         if name is None:
             name = "Distributed%s" % type(optimizer).__name__
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
-        self._kolo_settings = settings
-        self._kolo_local = _gradients.LocalVariables()
-        self.process_set = settings["process_set"]
-        self.scale_local_gradients = scale_local_gradients
+        self._kolo_setup(scale_local_gradients, **settings)
 
     def register_local_var(self, var):
         """Horovod's: the gradient of ``var`` is not reduced; compute_gradients() returns
@@ -41,9 +38,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
             return pairs
         grads, variables = zip(*pairs)
         with tf.name_scope(self.get_name() + "_Allreduce"):
-            reduced = _gradients._reduce_shared_gradients(
-                list(grads), list(variables), self._kolo_local, self.scale_local_gradients,
-                self._kolo_settings)
+            reduced = self._kolo_reduce(list(grads), list(variables))
         return list(zip(reduced, variables))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
@@ -144,20 +139,22 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
-def DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
-                               backward_passes_per_step, process_set):
-    """Horovod's wrapper of a tf.compat.v1 optimizer for op=Adasum."""
-    if process_set.process_set_id != 0:
-        raise NotImplementedError("Adasum does not support process sets yet")
-    return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
-                                       backward_passes_per_step)
-
-
 def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                         backward_passes_per_step, op, gradient_predivide_factor, groups,
-                         process_set, scale_local_gradients):
-    """Horovod's wrapper of a tf.compat.v1 optimizer (kolo.tensorflow.DistributedOptimizer
-    checks the common arguments first)."""
+                         backward_passes_per_step, op, gradient_predivide_factor, num_groups,
+                         groups, process_set, scale_local_gradients):
+    """Horovod's wrapper of a tf.compat.v1 optimizer, with Horovod's refusals
+    (kolo.tensorflow.DistributedOptimizer checks the arguments every optimizer shares)."""
+    if op == Adasum:
+        if process_set.process_set_id != 0:
+            raise NotImplementedError("Adasum does not support process sets yet")
+        return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                                           backward_passes_per_step)
+    predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
+    reduce_op(op, None, "kolo.tensorflow")
+    groups = groups_setting(num_groups, groups)
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "tf.Variable.")
     if int(backward_passes_per_step) > 1:
         if tf.executing_eagerly():
             raise ValueError("backward_passes_per_step > 1 is not yet supported for "
@@ -168,13 +165,7 @@ def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_de
             "collectives cannot run inside control flow of a TF1 graph. Pass "
             "backward_passes_per_step=1, or use a keras.optimizers optimizer "
             "(kolo.tensorflow.keras.DistributedOptimizer takes backward_passes_per_step)")
-    settings = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-                    gradient_predivide_factor=gradient_predivide_factor, groups=groups,
-                    process_set=process_set)
-    return _DistributedOptimizer(optimizer, name, use_locking, settings,
-                                 scale_local_gradients)
-
-
-def is_legacy_optimizer(optimizer):
-    return isinstance(optimizer, tf.compat.v1.train.Optimizer)
-
+    return _DistributedOptimizer(optimizer, name, use_locking, scale_local_gradients, op=op,
+                                 compression=compression, sparse_as_dense=sparse_as_dense,
+                                 gradient_predivide_factor=gradient_predivide_factor,
+                                 groups=groups, process_set=process_set)

@@ -200,6 +200,20 @@ def _reduce_op(op, average):
     return _common_ops.reduce_op(op, average, "kolo.tensorflow")
 
 
+def _differentiable(what, make_kernel, name, tensors, shape_of, grad):
+    """The collective ``make_kernel(name)`` on ``tensors`` (a result per tensor, shaped
+    ``shape_of(tensor)``) whose gradient is ``grad(tensors, incoming gradients)``."""
+    def forward(*xs):
+        ys = _run(make_kernel, name, xs, [x.dtype for x in xs], [shape_of(x) for x in xs],
+                  what)
+        return ys, lambda *dys: grad(xs, list(dys))
+    return list(_with_gradient(forward, tensors))
+
+
+def _same_shape(tensor):
+    return tensor.shape
+
+
 def _rows_shape(tensor):
     """The static shape of a result whose first dimension is not known in advance."""
     return tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else \
@@ -219,15 +233,9 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     def kernel(name):
         return _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
                                       postscale_factor, set_id)
-
-    def reduce(*xs):
-        ys = _run(kernel, name, xs, [x.dtype for x in xs], [x.shape for x in xs], "allreduce")
-
-        def grad(*dys):
-            return _grouped_allreduce(list(dys), None, op, prescale_factor, postscale_factor,
-                                      process_set)
-        return ys, grad
-    return list(_with_gradient(reduce, tensors))
+    return _differentiable("allreduce", kernel, name, tensors, _same_shape, lambda _, dys:
+                           _grouped_allreduce(dys, None, op, prescale_factor,
+                                              postscale_factor, process_set))
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -244,15 +252,11 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     tensors = [_check(t, "allgather input") for t in tensors]
     set_id = _set_id(process_set)
 
-    def gather(*xs):
-        ys = _run(lambda name: _host.allgather_kernel(name, set_id), name, xs,
-                  [x.dtype for x in xs], [_rows_shape(x) for x in xs], "allgather")
-
-        def grad(*dys):
-            return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x,
-                              process_set) for dy, x in zip(dys, xs)]
-        return ys, grad
-    return list(_with_gradient(gather, tensors))
+    def grad(xs, dys):
+        return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x, process_set)
+                for dy, x in zip(dys, xs)]
+    return _differentiable("allgather", lambda name: _host.allgather_kernel(name, set_id),
+                           name, tensors, _rows_shape, grad)
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -277,17 +281,14 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
     set_id = _set_id(process_set)
     root_in_set = _root_in_set(root_rank, set_id)
 
-    def bcast(*xs):
-        ys = _run(lambda name: _host.broadcast_kernel(root_in_set, name, set_id), name, xs,
-                  [x.dtype for x in xs], [x.shape for x in xs], "broadcast")
-
-        def grad(*dys):
-            reduced = _grouped_allreduce(list(dys), op=Average, process_set=process_set)
-            if rank() != int(root_rank):
-                return [r * 0 for r in reduced]
-            return reduced
-        return ys, grad
-    return list(_with_gradient(bcast, tensors))
+    def grad(_, dys):
+        reduced = _grouped_allreduce(dys, op=Average, process_set=process_set)
+        if rank() != int(root_rank):
+            return [r * 0 for r in reduced]
+        return reduced
+    return _differentiable("broadcast",
+                           lambda name: _host.broadcast_kernel(root_in_set, name, set_id),
+                           name, tensors, _same_shape, grad)
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
@@ -362,27 +363,17 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
     tensors = [_check(t, "reducescatter input") for t in tensors]
     set_id = _set_id(process_set)
 
-    def kernel(name):
-        return _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor, set_id)
-
-    def scatter(*xs):
-        ys = _run(kernel, name, xs, [x.dtype for x in xs], [_rows_shape(x) for x in xs],
-                  "reducescatter")
-
-        def grad(*dys):
-            factor = prescale_factor * postscale_factor
-            if op == Sum:
-                factor *= _set_size(process_set)
-            scaled = [dy * tf.cast(factor, dy.dtype) if factor != 1 else dy for dy in dys]
-            return grouped_allgather(scaled, process_set=process_set)
-        return ys, grad
-    return list(_with_gradient(scatter, tensors))
-
-
-def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set,
-                   prescale_factor=1.0, postscale_factor=1.0):
-    return _grouped_reducescatter([tensor], name, op, process_set, prescale_factor,
-                                  postscale_factor)[0]
+    def grad(_, dys):
+        factor = prescale_factor * postscale_factor
+        if op == Sum:
+            factor *= _set_size(process_set)
+        scaled = [dy * tf.cast(factor, dy.dtype) if factor != 1 else dy for dy in dys]
+        return grouped_allgather(scaled, process_set=process_set)
+    return _differentiable(
+        "reducescatter",
+        lambda name: _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor,
+                                                set_id),
+        name, tensors, _rows_shape, grad)
 
 
 def _scalar_op(call, what):

@@ -9,7 +9,6 @@ name, docs/moving-from-horovod.md what Keras 3 changes.
 import keras
 import tensorflow as tf
 
-from kolo.common.ops import groups_setting
 from kolo.tensorflow.compression import Compression  # noqa: F401
 from kolo.tensorflow.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_variables)
@@ -40,14 +39,7 @@ __all__ = [
 ]
 
 
-def _check_backend():
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("kolo.tensorflow.keras needs Keras' TensorFlow backend "
-                           "(KERAS_BACKEND=tensorflow); this Keras runs on %r"
-                           % keras.backend.backend())
-
-
-class _DistributedOptimizer:
+class _DistributedOptimizer(_gradients.SharedGradients):
     """Mixed in before the user's optimizer class: ``apply`` averages the gradients over
     the ranks first (but those of variables registered as local); with
     ``backward_passes_per_step`` N > 1 it sums them locally and averages and applies every
@@ -58,10 +50,6 @@ class _DistributedOptimizer:
         """Horovod's: the gradient of ``var`` is not reduced; this rank's is applied
         (divided by the set's size with scale_local_gradients)."""
         self._kolo_local.add(var)
-
-    def _kolo_reduce(self, grads, variables):
-        return _gradients._reduce_shared_gradients(grads, variables, self._kolo_local,
-                                                   self._kolo_scale_local, self._kolo_settings)
 
     def build(self, variables):
         super().build(variables)
@@ -121,7 +109,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     averages and applies them on every N-th call. Variables registered with the result's
     ``register_local_var`` keep their own gradients (divided by the set's size with
     ``scale_local_gradients``)."""
-    _check_backend()
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("kolo.tensorflow.keras needs Keras' TensorFlow backend "
+                           "(KERAS_BACKEND=tensorflow); this Keras runs on %r"
+                           % keras.backend.backend())
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
                          % type(optimizer).__name__)
@@ -140,15 +131,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     config = optimizer.get_config()
     config["name"] = name or "Distributed%s" % base.__name__  # Horovod's default name
     wrapped = cls.from_config(config)
-    wrapped._kolo_settings = dict(
-        op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-        gradient_predivide_factor=gradient_predivide_factor,
-        groups=groups_setting(num_groups, groups), process_set=process_set)
+    wrapped._kolo_setup(scale_local_gradients, num_groups, groups, op=op,
+                        compression=compression, sparse_as_dense=sparse_as_dense,
+                        gradient_predivide_factor=gradient_predivide_factor,
+                        process_set=process_set)
     wrapped._kolo_passes_per_step = int(backward_passes_per_step)
     wrapped._kolo_average_passes = bool(average_aggregated_gradients)
     wrapped._kolo_sums = None
-    wrapped._kolo_local = _gradients.LocalVariables()
-    wrapped._kolo_scale_local = bool(scale_local_gradients)
     return wrapped
 
 

@@ -2,11 +2,13 @@
 import warnings
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from kolo.tensorflow import gradients as _gradients
+from kolo.common.gradient_groups import LocalVariables
+from kolo.common.lr_schedule import EpochSchedule, warmup_multiplier
+from kolo.common.metrics import average_metrics_in_place
 from kolo.tensorflow import mpi_ops as _ops
+from kolo.tensorflow.errors import raising_tf_errors
 from kolo.tensorflow.keras import momentum_correction as _momentum_correction
 
 
@@ -22,7 +24,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
-        self._local = _gradients.LocalVariables()
+        self._local = LocalVariables()
         if local_variables is None:
             local_variables = []
         elif _is_variable(local_variables):
@@ -63,37 +65,14 @@ def _is_variable(v):
 
 class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of every epoch, replaces each entry of the logs by its average over the
-    ranks, as Horovod's: scalars and arrays (per-class metrics) alike, in one grouped
-    allreduce in float64, by sorted name. Put it before the callbacks that read the
-    metrics (ReduceLROnPlateau, ModelCheckpoint, ...)."""
+    ranks (kolo.common.metrics.average_metrics_in_place, as Horovod's). Put it before the
+    callbacks that read the metrics (ReduceLROnPlateau, ModelCheckpoint, ...)."""
 
     def __init__(self, device=""):
         super().__init__()
 
-    def _average_metrics_in_place(self, logs):
-        if not logs:
-            return
-        names = sorted(k for k, v in logs.items() if _is_numeric(v))
-        values = [tf.constant(np.asarray(logs[k], np.float64)) for k in names]
-        if not values:
-            return
-        averaged = _gradients.grouped_allreduce(values, op=_ops.Average,
-                                                name="MetricAverageCallback")
-        for k, v in zip(names, averaged):
-            mean = v.numpy()
-            logs[k] = float(mean) if mean.ndim == 0 else mean
-
     def on_epoch_end(self, epoch, logs=None):
-        self._average_metrics_in_place(logs)
-
-
-def _is_numeric(value):
-    """Whether a log entry is a number or an array of numbers (Horovod averages every entry;
-    one that is not numeric, which Horovod's callback fails on, is left alone)."""
-    try:
-        return np.asarray(value).dtype.kind in "biuf"
-    except (TypeError, ValueError):
-        return False
+        raising_tf_errors(average_metrics_in_place, logs, "MetricAverageCallback")
 
 
 def _learning_rate(optimizer):
@@ -106,46 +85,30 @@ def _learning_rate(optimizer):
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
-    """Horovod's schedule: from ``start_epoch`` until ``end_epoch`` the learning rate is
-    ``initial_lr * multiplier(epoch)`` (a number ``m`` means ``m ** (epoch - start_epoch)``),
-    set at the start of each epoch (``staircase``) or each batch with fractional epochs.
-    ``momentum_correction``: for the batch whose learning rate changed, the step Horovod's
-    momentum ``momentum * new_lr / old_lr`` gives; on Keras 3's SGD and RMSprop, whose
-    compiled step reads momentum as a constant, through their momentum buffers
-    (kolo.tensorflow.keras.momentum_correction). Another optimizer that keeps momentum as
-    a number is not corrected, with a warning."""
+class LearningRateScheduleCallback(EpochSchedule, keras.callbacks.Callback):
+    """Horovod's schedule (kolo.common.lr_schedule.EpochSchedule): from ``start_epoch``
+    until ``end_epoch`` the learning rate is ``initial_lr * multiplier(epoch)`` (a number
+    ``m`` means ``m ** (epoch - start_epoch)``), set at the start of each epoch
+    (``staircase``) or each batch with fractional epochs. ``momentum_correction``: for the
+    batch whose learning rate changed, the step Horovod's momentum ``momentum * new_lr /
+    old_lr`` gives; on Keras 3's SGD and RMSprop, whose compiled step reads momentum as a
+    constant, through their momentum buffers (kolo.tensorflow.keras.momentum_correction).
+    Another optimizer that keeps momentum as a number is not corrected, with a warning."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
-        super().__init__()
-        if initial_lr is None:
-            raise ValueError("Parameter `initial_lr` is required")
-        self.initial_lr = initial_lr
-        self.multiplier = multiplier if callable(multiplier) else \
-            (lambda epoch: multiplier ** (epoch - start_epoch))
-        self.start_epoch = start_epoch
-        self.end_epoch = end_epoch
-        self.staircase = staircase
+        keras.callbacks.Callback.__init__(self)
+        EpochSchedule.__init__(self, initial_lr, multiplier, start_epoch, end_epoch, staircase,
+                               steps_per_epoch)
         self.momentum_correction = momentum_correction
-        self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
         self.restore_momentum = None
         self._warned_momentum = False
         self._buffers = None  # the momentum correction of the optimizer last seen
 
-    def _autodetect_steps_per_epoch(self):
-        if self.params.get("steps"):
-            return self.params["steps"]
-        if self.params.get("samples") and self.params.get("batch_size"):
-            return self.params["samples"] // self.params["batch_size"]
-        raise ValueError("Could not autodetect the number of steps per epoch. Please specify "
-                         "the steps_per_epoch parameter to the %s()" % type(self).__name__)
-
-    def _adjust_learning_rate(self, epoch):
+    def _adjust_learning_rate(self, new_lr):
         optimizer = self.model.optimizer
         old_lr = _learning_rate(optimizer)
-        new_lr = self.initial_lr * self.multiplier(epoch)
         optimizer.learning_rate = new_lr
         momentum = getattr(optimizer, "momentum", None)
         if not self.momentum_correction or not momentum or old_lr == 0:
@@ -167,20 +130,15 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                           % (type(self).__name__, type(optimizer).__name__))
 
     def on_train_begin(self, logs=None):
-        if not self.staircase and not self.steps_per_epoch:
-            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+        self.find_steps_per_epoch(self.params)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
 
     def on_batch_begin(self, batch, logs=None):
-        if (self.current_epoch < self.start_epoch or
-                (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
-            return
-        if self.staircase and batch == 0:
-            self._adjust_learning_rate(self.current_epoch)
-        elif not self.staircase:
-            self._adjust_learning_rate(self.current_epoch + float(batch) / self.steps_per_epoch)
+        new_lr = self.learning_rate(self.current_epoch, batch)
+        if new_lr is not None:
+            self._adjust_learning_rate(new_lr)
 
     def on_batch_end(self, batch, logs=None):
         if self.restore_momentum is not None:
@@ -195,18 +153,15 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
-    """Horovod's gradual warmup (Goyal et al.): over ``warmup_epochs`` the learning rate
-    grows from ``initial_lr / size`` to ``initial_lr``, batch by batch:
-    ``initial_lr / size * (epoch * (size - 1) / warmup_epochs + 1)`` with
-    ``epoch = current epoch + (batch + 1) / steps_per_epoch``."""
+    """Horovod's gradual warmup (Goyal et al.; kolo.common.lr_schedule.warmup_multiplier):
+    over ``warmup_epochs`` the learning rate grows from ``initial_lr / size`` to
+    ``initial_lr``, batch by batch."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
-        def multiplier(epoch):
-            epoch += 1.0 / self.steps_per_epoch
-            return 1.0 / _ops.size() * (epoch * (_ops.size() - 1) / warmup_epochs + 1)
-        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
-                         staircase=False, momentum_correction=momentum_correction,
+        super().__init__(initial_lr, warmup_multiplier(self, _ops.size, warmup_epochs),
+                         start_epoch=0, end_epoch=warmup_epochs, staircase=False,
+                         momentum_correction=momentum_correction,
                          steps_per_epoch=steps_per_epoch)
         self.verbose = verbose
 
