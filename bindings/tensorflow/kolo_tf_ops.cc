@@ -66,11 +66,14 @@ int32_t KoloType(DataType t) {
 
 // kolo's error as the class Horovod's ops raise: a bad argument on this rank
 // is InvalidArgument, a collective that failed (ranks disagreed, kolo shut
-// down, a peer was lost) FailedPrecondition.
-absl::Status ToTf(const KoloTfOutcome& o) {
+// down, a peer was lost) FailedPrecondition. The op's type ends the message:
+// out of a tf.function TensorFlow names no node, and elastic training tells a
+// failed collective from the user's own FailedPrecondition by it.
+absl::Status ToTf(const KoloTfOutcome& o, const std::string& op) {
   if (o.code == KOLO_TF_OK) return absl::OkStatus();
-  if (o.code == KOLO_TF_INVALID_ARGUMENT) return absl::InvalidArgumentError(o.message);
-  return absl::FailedPreconditionError(o.message);
+  const std::string message = std::string(o.message) + " (op " + op + ")";
+  if (o.code == KOLO_TF_INVALID_ARGUMENT) return absl::InvalidArgumentError(message);
+  return absl::FailedPreconditionError(message);
 }
 
 // One kernel class for every op; `kind` says which collective it starts.
@@ -109,7 +112,7 @@ struct Pending {
   std::vector<KoloTfTensor> inputs, outputs;
 
   void Finish(const KoloTfOutcome& o) {
-    absl::Status status = ToTf(o);
+    absl::Status status = ToTf(o, ctx->op_kernel().type_string());
     for (int32_t i = 0; status.ok() && i < o.num_results; ++i) {
       const KoloTfResult& r = o.results[i];
       TensorShape shape;
