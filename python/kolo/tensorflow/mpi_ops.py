@@ -40,7 +40,6 @@ from kolo.common.names import member_name as _member_name
 from kolo.tensorflow import op_library as _op_library
 from kolo.tensorflow import tf1_graph as _tf1
 from kolo.tensorflow.errors import CollectiveArgumentError as _CollectiveArgumentError
-from kolo.tensorflow.errors import CollectiveFailedError as _CollectiveFailedError
 from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
 
 
@@ -151,47 +150,11 @@ def _run(make_kernel, name, tensors, dtypes, shapes, what, op=None):
     outputs' dtypes and (static) shapes declared."""
     ops = _op_library.ops() if op is not None and not _in_xla_context() else None
     if ops is not None:
-        return _run_op(op, ops, name, tensors)
+        return _op_library.run(op, ops, name, tensors)
     if tf.executing_eagerly():
         arrays = [_as_numpy(_on_host(t)) for t in tensors]
         return [_as_tensor(a) for a in _raising_tf_errors(make_kernel(name), arrays)]
     return _graph_op(make_kernel, name, tensors, dtypes, shapes, what)
-
-
-def _run_op(op, ops, name, tensors):
-    """``op(ops, naming, tensors)``: kolo's TensorFlow op, named. In a TF1 graph an unnamed
-    collective is named after its graph op (a Session runs ops in no fixed order, so they
-    pair by name); elsewhere it is left to the core, with the Python line that made it.
-    Eagerly, a failure raises kolo's error classes (kolo.tensorflow.errors); in a graph
-    TensorFlow's own, FailedPreconditionError and InvalidArgumentError, as Horovod's ops."""
-    if not name and not tf.compat.v1.executing_eagerly_outside_functions():
-        name = tf.compat.v1.get_default_graph().unique_name("KoloCollective")
-    naming = {"tensor_name": name or "", "call_site": "" if name else _call_site()}
-    if not tf.executing_eagerly():
-        return list(op(ops, naming, list(tensors)))
-    try:
-        return list(op(ops, naming, list(tensors)))
-    except tf.errors.FailedPreconditionError as e:
-        raise _CollectiveFailedError(_op_message(e)) from None
-    except tf.errors.InvalidArgumentError as e:
-        raise _CollectiveArgumentError(_op_message(e)) from None
-
-
-def _call_site():
-    """The Python line that made an unnamed collective, for kolo's errors; none for a line
-    of code that AutoGraph rewrote (inside tf.function), whose file has a random name that
-    differs between ranks and would make them look out of step."""
-    site = _engine.call_site()
-    return "" if "__autograph_generated_file" in site else site
-
-
-def _op_message(error):
-    """kolo's message inside an eager op's error, without what TensorFlow and the op add
-    around it ("{{function_node ...}}", " (op KoloAllreduce)", " [Op:KoloAllreduce]")."""
-    message = error.message or ""
-    if message.startswith("{{function_node"):
-        message = message.split("}}", 1)[-1].lstrip()
-    return message.rsplit(" [Op:", 1)[0].rsplit(" (op Kolo", 1)[0]
 
 
 def _graph_op(make_kernel, name, tensors, dtypes, shapes, what):

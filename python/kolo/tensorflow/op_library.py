@@ -13,7 +13,8 @@ version, and one kolo serves them all:
 3. otherwise, or with KOLO_TF_OPS=0, the collectives run through ``tf.numpy_function``
    (kolo.tensorflow.mpi_ops), which needs neither, and rank 0 says so in one line.
 
-:func:`ops` gives the loaded library's op module, or None for that fallback.
+:func:`ops` gives the loaded library's op module, or None for that fallback; :func:`run`
+runs one of its ops as kolo.tensorflow's collectives do.
 """
 import ctypes
 import fcntl
@@ -27,6 +28,7 @@ import tensorflow as tf
 import kolo
 from kolo.common import basics
 from kolo.common import engine
+from kolo.tensorflow.errors import CollectiveArgumentError, CollectiveFailedError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = os.path.join(_HERE, "ops", "src")
@@ -51,6 +53,42 @@ def fallback_reason():
     """Why the op library is not used ('' when it is)."""
     ops()
     return _loaded["reason"] or ""
+
+
+def run(op, ops, name, tensors):
+    """``op(ops, naming, tensors)``: kolo's TensorFlow op, named. In a TF1 graph an unnamed
+    collective is named after its graph op (a Session runs ops in no fixed order, so they
+    pair by name); elsewhere it is left to the core, with the Python line that made it.
+    Eagerly, a failure raises kolo's error classes (kolo.tensorflow.errors); in a graph
+    TensorFlow's own, FailedPreconditionError and InvalidArgumentError, as Horovod's ops."""
+    if not name and not tf.compat.v1.executing_eagerly_outside_functions():
+        name = tf.compat.v1.get_default_graph().unique_name("KoloCollective")
+    naming = {"tensor_name": name or "", "call_site": "" if name else _call_site()}
+    if not tf.executing_eagerly():
+        return list(op(ops, naming, list(tensors)))
+    try:
+        return list(op(ops, naming, list(tensors)))
+    except tf.errors.FailedPreconditionError as e:
+        raise CollectiveFailedError(_op_message(e)) from None
+    except tf.errors.InvalidArgumentError as e:
+        raise CollectiveArgumentError(_op_message(e)) from None
+
+
+def _call_site():
+    """The Python line that made an unnamed collective, for kolo's errors; none for a line
+    of code that AutoGraph rewrote (inside tf.function), whose file has a random name that
+    differs between ranks and would make them look out of step."""
+    site = engine.call_site()
+    return "" if "__autograph_generated_file" in site else site
+
+
+def _op_message(error):
+    """kolo's message inside an eager op's error, without what TensorFlow and the op add
+    around it ("{{function_node ...}}", " (op KoloAllreduce)", " [Op:KoloAllreduce]")."""
+    message = error.message or ""
+    if message.startswith("{{function_node"):
+        message = message.split("}}", 1)[-1].lstrip()
+    return message.rsplit(" [Op:", 1)[0].rsplit(" (op Kolo", 1)[0]
 
 
 def _minor_version():
