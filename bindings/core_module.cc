@@ -19,6 +19,7 @@
 #include "kolo/runtime.h"
 #include "module_state.h"
 #include "tensor_reader.h"
+#include "tf_abi.h"
 #include "tree_signature.h"
 #ifdef KOLO_HAVE_XLA_FFI
 #include "jax_ffi.h"
@@ -114,6 +115,14 @@ PYBIND11_MODULE(_core, m) {
   m.attr("xla_ffi_handlers") =
       py::dict(py::arg("kolo_allreduce") = py::capsule(JaxAllreduceHandler()));
 #endif
+  // The C table of kolo's TensorFlow op library (tf_abi.h), as an address, and
+  // KOLO_TF_OPS read through the settings table.
+  m.def("tf_abi", [] { return reinterpret_cast<uintptr_t>(&TfAbi()); });
+  m.def("tf_ops_enabled", [] {
+    Result<LaunchSettings> settings = ReadLaunchSettings();
+    if (!settings.ok()) Raise(settings.status());
+    return settings.value().tf_ops;
+  });
   m.def("wait", &Wait, "Blocks (without the GIL) until the operation finishes.");
   // Joining ranks that torchrun or torch.multiprocessing.spawn started, and the
   // torch.distributed backend's point-to-point messages among them (c10d_mpi.cc).

@@ -266,6 +266,7 @@ LaunchSettings ForLauncher(const Config& config, const ConfigNotes& notes) {
   s.python_given = notes.Given("KOLO_PYTHON");
   s.stall_shutdown_seconds = config.stall_check_disabled ? 0 : config.stall_shutdown_seconds;
   s.elastic_timeout_seconds = config.elastic_timeout_seconds;
+  s.tf_ops = config.tf_ops;
   return s;
 }
 

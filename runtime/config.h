@@ -45,6 +45,7 @@ struct Config {
   double elastic_timeout_seconds = 600.0;   // kolorun's --elastic-timeout default (Horovod's)
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;
+  bool tf_ops = true;  // read by kolo.tensorflow, not by the runtime
   std::string elastic_job;
   int64_t elastic_generation = 0;
   std::string elastic_dir = "/dev/shm";

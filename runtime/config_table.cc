@@ -395,6 +395,12 @@ const std::vector<Setting>& Settings() {
        "host failed or left) before it gives up; --elastic-timeout wins. The runtime does not "
        "read it.",
        HorovodrunWholeSeconds("HOROVOD_ELASTIC_TIMEOUT")},
+      {"KOLO_TF_OPS", Boolean(&Config::tf_ops),
+       "kolo.tensorflow's collectives run as TensorFlow ops (kolo's op library, built for the "
+       "TensorFlow in use, or compiled for it on first import where a C++ compiler is present) "
+       "when 1; 0 runs them through tf.numpy_function, the path that needs no op library and "
+       "no compiler. The runtime does not read it.",
+       NoHorovodName()},
       // Set by kolorun for every rank of an elastic job: settings, so that
       // the ranks do not warn about them; read by the Python side.
       {env::kElastic, Boolean(&Config::elastic),

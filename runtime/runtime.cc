@@ -348,6 +348,24 @@ std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, Wo
   return s;
 }
 
+void Runtime::WhenDone(Handle handle, std::function<void(Status, WorkResult)> done) {
+  Result<std::shared_ptr<Work>> found = handles_->Find(handle);
+  if (!found.ok()) {
+    done(found.status(), WorkResult{});
+    return;
+  }
+  std::shared_ptr<Work> work = std::move(found).value();
+  Work* raw = work.get();
+  // The callback holds the work (and the work its callback) until it runs.
+  raw->WhenDone([this, handle, work = std::move(work), done = std::move(done)]() {
+    WorkResult result;
+    Status s = work->Wait(&result);  // done already: takes the result
+    handles_->Release(handle);
+    impl_->Release(*work);
+    done(std::move(s), std::move(result));
+  });
+}
+
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
   if (rank() != 0) return Status::OK();
   return impl_->timeline().Start(path, mark_cycles);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -43,13 +44,29 @@ class Work {
   // Called by the thread that runs the cycles once per part. `result` (may be null) is
   // moved in before waiters wake.
   void Complete(const Status& status, int part, WorkResult* result = nullptr) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    if (!status.ok() && status_.ok()) status_ = status;
-    if (result != nullptr) results_[part] = std::move(*result);
-    if (--remaining_ == 0) {
+    std::function<void()> then;
+    {
+      MutexLock lock(&mu_);
+      if (!status.ok() && status_.ok()) status_ = status;
+      if (result != nullptr) results_[part] = std::move(*result);
+      if (--remaining_ != 0) return;
       done_ = true;
       cv_.SignalAll();
+      then = std::move(then_);
     }
+    if (then) then();  // outside the lock: it takes the result with Wait()
+  }
+  // Calls `then` once the work is done: at once when it already is, else on
+  // the thread that completes it (kolo's, which must not wait inside `then`).
+  void WhenDone(std::function<void()> then) EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (!done_) {
+        then_ = std::move(then);
+        return;
+      }
+    }
+    then();
   }
   bool done() EXCLUDES(mu_) {
     MutexLock lock(&mu_);
@@ -92,6 +109,7 @@ class Work {
   bool done_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
   std::vector<WorkResult> results_ GUARDED_BY(mu_);  // one per part
+  std::function<void()> then_ GUARDED_BY(mu_);       // WhenDone's, called once
 };
 
 // The handles given out and not yet waited for. Thread-safe.

@@ -1,6 +1,8 @@
 // Every collective at np=2 and np=4, results checked against values each rank
 // computes locally for all ranks.
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <numeric>
 
 #include "test_util.h"
@@ -296,6 +298,36 @@ TEST_F(Collectives, GroupedAllgatherFailsAsAWhole) {
 TEST_F(Collectives, OneHostIsHomogeneous) {
   EXPECT_EQ(rt_->local_size(), size_);
   EXPECT_TRUE(rt_->is_homogeneous());
+}
+
+// WhenDone hands the result to a callback instead of a waiting thread, once,
+// releases the handle, and reports an unknown handle as an error.
+TEST_F(Collectives, WhenDoneCallsBackOnceWithTheResult) {
+  Buffer in(DataType::kInt32, 3);
+  for (int64_t i = 0; i < 3; ++i) in.Set(i, rank_ + i);
+  Result<Handle> h = rt_->EnqueueAllgather(in.View({1, 3}), {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::promise<std::pair<Status, WorkResult>> got;
+  std::atomic<int> calls{0};
+  rt_->WhenDone(h.value(), [&](Status s, WorkResult r) {
+    if (calls++ == 0) got.set_value({std::move(s), std::move(r)});
+  });
+  std::future<std::pair<Status, WorkResult>> ready = got.get_future();
+  ASSERT_EQ(ready.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "rank " << rank_ << ": the callback never ran";
+  auto [status, result] = ready.get();
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(result.shape, (std::vector<int64_t>{size_, 3}));
+  for (int r = 0; r < size_; ++r) {
+    EXPECT_EQ(Buffer::Read(result.data.data(), DataType::kInt32, r * 3 + 2), r + 2)
+        << "from rank " << r << " on rank " << rank_;
+  }
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(rt_->Poll(h.value())) << "the handle is released (an unknown one polls done)";
+
+  Status unknown;
+  rt_->WhenDone(h.value(), [&](Status s, WorkResult) { unknown = std::move(s); });
+  EXPECT_FALSE(unknown.ok()) << "a released handle is an error, given at once";
 }
 
 TEST_F(Collectives, BarrierCompletesOnEveryRank) {

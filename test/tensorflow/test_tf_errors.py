@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import kolo.tensorflow as hvd
+from kolo.tensorflow import op_library
 
 from tf_common import KoloInternalError, N, R, assert_equal
 
@@ -67,10 +68,16 @@ def test_a_bad_argument_is_a_value_error_and_tf_invalid_argument(which):
 
 
 def test_errors_inside_tf_function_are_tensorflow_op_errors():
-    # TensorFlow maps an exception raised in a tf.numpy_function by its Python base class:
-    # ValueError -> InvalidArgumentError, anything else -> UnknownError (naming kolo's class).
+    # kolo's ops fail as Horovod's: FailedPreconditionError, naming the op. Through
+    # tf.numpy_function (KOLO_TF_OPS=0) TensorFlow maps an exception by its Python base
+    # class: ValueError -> InvalidArgumentError, anything else -> UnknownError (naming
+    # kolo's class).
     mismatch = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="err.fn.shape"))
-    with pytest.raises(tf.errors.UnknownError, match="CollectiveFailedError: Mismatched"):
+    if op_library.ops() is not None:
+        failed, words = tf.errors.FailedPreconditionError, r"Mismatched .* \(op KoloGrouped"
+    else:
+        failed, words = tf.errors.UnknownError, "CollectiveFailedError: Mismatched"
+    with pytest.raises(failed, match=words):
         mismatch(tf.ones([R + 1]))
     splits = tf.function(lambda x: hvd.alltoall(x, splits=[1] * N))
     with pytest.raises(tf.errors.InvalidArgumentError, match="split"):

@@ -75,6 +75,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_PYTHON", "/opt/my python/bin/python3"},
       {"KOLO_START_TIMEOUT", "7.5"},
       {"KOLO_ELASTIC_TIMEOUT", "90"},
+      {"KOLO_TF_OPS", "0"},
       {"KOLO_ELASTIC", "1"},
       {"KOLO_ELASTIC_JOB", "0123456789abcdef0123456789abcdef"},
       {"KOLO_ELASTIC_GENERATION", "3"},

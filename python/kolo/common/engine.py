@@ -226,3 +226,15 @@ def xla_ffi_handlers():
     """The core's XLA FFI handlers by target name; empty when built without XLA's
     headers."""
     return getattr(_core, "xla_ffi_handlers", {})
+
+
+def tf_abi():
+    """The address of the C table that kolo's TensorFlow op library starts operations
+    through (bindings/tensorflow/kolo_tf_abi.h)."""
+    return _core.tf_abi()
+
+
+def tf_ops_enabled():
+    """KOLO_TF_OPS, read through the settings table: whether kolo.tensorflow runs its
+    collectives as TensorFlow ops."""
+    return _core.tf_ops_enabled()

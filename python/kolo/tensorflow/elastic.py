@@ -16,22 +16,25 @@ from kolo.tensorflow.functions import broadcast_object
 def run(func):
     """Decorator of an elastic training function ``func(state, *args, **kwargs)``
     (kolo.torch.elastic.run has the details). A collective that failed inside a
-    ``tf.function`` reaches Python as TensorFlow's UnknownError; it is raised as
+    ``tf.function`` reaches Python as TensorFlow's FailedPreconditionError (kolo's ops) or
+    UnknownError (tf.numpy_function); it is raised as
     KoloInternalError (Horovod's HorovodInternalError) so that elastic kolorun restarts
     the job."""
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
-        except tf.errors.UnknownError as e:
+        except (tf.errors.UnknownError, tf.errors.FailedPreconditionError) as e:
             if any(word in (e.message or "") for word in _KOLO_ERRORS):
                 raise KoloInternalError(e.message) from e
             raise
     return run_fn(wrapper)
 
 
-# The names that a failed collective's error carries through tf.numpy_function.
-_KOLO_ERRORS = ("CollectiveFailedError", "KoloInternalError", "HorovodInternalError")
+# What a failed collective's error carries out of a tf.function: the class names through
+# tf.numpy_function, the op's type ("(op KoloGroupedAllreduce)") from kolo's ops.
+_KOLO_ERRORS = ("CollectiveFailedError", "KoloInternalError", "HorovodInternalError",
+                "(op Kolo")
 
 
 def _require_eager(what):

@@ -36,6 +36,8 @@ from kolo.common.process_sets import (  # noqa: F401
     ProcessSet, _root_in_set, _set_rank, _set_size, add_process_set, global_process_set,
     remove_process_set)
 from kolo.common.process_sets import _set_id as _registry_id
+from kolo.common.names import member_name as _member_name
+from kolo.tensorflow import op_library as _op_library
 from kolo.tensorflow import tf1_graph as _tf1
 from kolo.tensorflow.errors import CollectiveArgumentError as _CollectiveArgumentError
 from kolo.tensorflow.errors import raising_tf_errors as _raising_tf_errors
@@ -140,10 +142,15 @@ def _unconverted(fn):
 
 
 @tf.autograph.experimental.do_not_convert
-def _run(make_kernel, name, tensors, dtypes, shapes, what):
-    """The collective ``make_kernel(name)`` (a function: list of arrays in, list of aligned
-    arrays out) on the tensors' memory: directly when executing eagerly, else as graph ops
-    with the outputs' dtypes and (static) shapes declared. Returns a list of tensors."""
+def _run(make_kernel, name, tensors, dtypes, shapes, what, op=None):
+    """The collective on ``tensors``; returns a list of tensors. As kolo's TensorFlow op
+    ``op(ops, naming, tensors)`` where kolo.tensorflow.op_library loaded it, else
+    ``make_kernel(name)`` (a function: list of arrays in, list of aligned arrays out) on
+    the tensors' memory: directly when executing eagerly, else as graph ops with the
+    outputs' dtypes and (static) shapes declared."""
+    ops = _op_library.ops() if op is not None and not _in_xla_context() else None
+    if ops is not None:
+        return _op_library.run(op, ops, name, tensors)
     if tf.executing_eagerly():
         arrays = [_as_numpy(_on_host(t)) for t in tensors]
         return [_as_tensor(a) for a in _raising_tf_errors(make_kernel(name), arrays)]
@@ -200,12 +207,13 @@ def _reduce_op(op, average):
     return _common_ops.reduce_op(op, average, "kolo.tensorflow")
 
 
-def _differentiable(what, make_kernel, name, tensors, shape_of, grad):
-    """The collective ``make_kernel(name)`` on ``tensors`` (a result per tensor, shaped
-    ``shape_of(tensor)``) whose gradient is ``grad(tensors, incoming gradients)``."""
+def _differentiable(what, make_kernel, name, tensors, shape_of, grad, op):
+    """The collective on ``tensors`` (``make_kernel`` and ``op``: as _run takes them; a
+    result per tensor, shaped ``shape_of(tensor)``) whose gradient is ``grad(tensors,
+    incoming gradients)``."""
     def forward(*xs):
         ys = _run(make_kernel, name, xs, [x.dtype for x in xs], [shape_of(x) for x in xs],
-                  what)
+                  what, op)
         return ys, lambda *dys: grad(xs, list(dys))
     return list(_with_gradient(forward, tensors))
 
@@ -230,12 +238,24 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     if op == Adasum:  # inside tf.function: when traced, as Horovod
         _common_ops.check_adasum(set_id)
 
+    sizes = groups or [len(tensors)]
+
     def kernel(name):
-        return _host.allreduce_kernel(groups or [len(tensors)], name, op, prescale_factor,
-                                      postscale_factor, set_id)
+        return _host.allreduce_kernel(sizes, name, op, prescale_factor, postscale_factor,
+                                      set_id)
+
+    def as_ops(ops, naming, xs):  # a grouped op per group, named as the kernel names them
+        outs = []
+        for i, size in enumerate(sizes):
+            group, xs = xs[:size], xs[size:]
+            outs += ops.kolo_grouped_allreduce(
+                group, reduce_op=int(op), prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor, process_set=set_id, call_site=naming[
+                    "call_site"], tensor_name=_member_name(naming["tensor_name"], i, len(sizes)))
+        return outs
     return _differentiable("allreduce", kernel, name, tensors, _same_shape, lambda _, dys:
                            _grouped_allreduce(dys, None, op, prescale_factor,
-                                              postscale_factor, process_set))
+                                              postscale_factor, process_set), as_ops)
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -256,7 +276,9 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
         return [_own_rows(_allreduce(dy, op=Average, process_set=process_set), x, process_set)
                 for dy, x in zip(dys, xs)]
     return _differentiable("allgather", lambda name: _host.allgather_kernel(name, set_id),
-                           name, tensors, _rows_shape, grad)
+                           name, tensors, _rows_shape, grad,
+                           lambda ops, naming, xs: ops.kolo_grouped_allgather(
+                               xs, process_set=set_id, **naming))
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -288,7 +310,9 @@ def _grouped_broadcast(tensors, root_rank, name=None, process_set=global_process
         return reduced
     return _differentiable("broadcast",
                            lambda name: _host.broadcast_kernel(root_in_set, name, set_id),
-                           name, tensors, _same_shape, grad)
+                           name, tensors, _same_shape, grad,
+                           lambda ops, naming, xs: ops.kolo_grouped_broadcast(
+                               xs, root_rank=root_in_set, process_set=set_id, **naming))
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
@@ -345,7 +369,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     def exchange(x, s):
         out, received = _run(lambda name: _host.alltoall_kernel(name, set_id), name, [x, s],
                              [x.dtype, tf.int32], [_rows_shape(x), tf.TensorShape([None])],
-                             "alltoall")
+                             "alltoall", lambda ops, naming, xs: ops.kolo_alltoall(
+                                 *xs, process_set=set_id, **naming))
 
         def grad(dy, _):
             back, _ = alltoall(dy, received, process_set=process_set)
@@ -373,7 +398,10 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, process_set=global_proces
         "reducescatter",
         lambda name: _host.reducescatter_kernel(name, op, prescale_factor, postscale_factor,
                                                 set_id),
-        name, tensors, _rows_shape, grad)
+        name, tensors, _rows_shape, grad,
+        lambda ops, naming, xs: ops.kolo_grouped_reducescatter(
+            xs, reduce_op=int(op), prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=set_id, **naming))
 
 
 def _scalar_op(call, what):

@@ -22,6 +22,8 @@ struct LaunchSettings {
   // Elastic mode: how long kolorun waits for enough slots
   // (KOLO_ELASTIC_TIMEOUT or HOROVOD_ELASTIC_TIMEOUT; --elastic-timeout wins).
   double elastic_timeout_seconds = 600;
+  // KOLO_TF_OPS: kolo.tensorflow runs its collectives as TensorFlow ops.
+  bool tf_ops = true;
 };
 
 // From this process's KOLO_* variables and their HOROVOD_* aliases (the

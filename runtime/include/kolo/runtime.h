@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -138,6 +139,13 @@ class Runtime {
   // calling thread (KOLO_CALLER_RUNS); WaitFor(h, 0) only looks.
   std::optional<Status> WaitFor(Handle handle, double timeout_seconds,
                                 WorkResult* result = nullptr);
+  // Instead of waiting: calls `done` with what Wait would return, once, and
+  // releases the handle. `done` runs on kolo's background thread (or at once,
+  // on this one, when the operation already finished, or with the error when
+  // `handle` is unknown); it must not wait for another collective. For
+  // callers that cannot block a thread per operation (TensorFlow's async
+  // kernels).
+  void WhenDone(Handle handle, std::function<void(Status, WorkResult)> done);
 
   // What autotune has set so far (the configured settings when it is off).
   TunedSettings CurrentTunedSettings() const;

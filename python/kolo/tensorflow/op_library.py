@@ -1,0 +1,148 @@
+"""kolo's collectives as TensorFlow ops (bindings/tensorflow/kolo_tf_ops.cc): async kernels
+that hand TensorFlow's own buffers to kolo's runtime and finish when it does.
+
+TensorFlow's C++ ABI changes with every minor version, so the library is built per
+version, and one kolo serves them all:
+
+1. the build (or the wheel) ships one for the TensorFlow it was built with, in
+   ``kolo/tensorflow/ops/tf<major.minor>/``;
+2. for another TensorFlow the library is compiled on first import from the sources
+   shipped beside it (``ops/src``), where a C++ compiler is present, into
+   ``~/.cache/kolo/tf-ops/<kolo version>/tf<version>/`` (once per host: the ranks of a
+   host wait on a file lock for the one that compiles);
+3. otherwise, or with KOLO_TF_OPS=0, the collectives run through ``tf.numpy_function``
+   (kolo.tensorflow.mpi_ops), which needs neither, and rank 0 says so in one line.
+
+:func:`ops` gives the loaded library's op module, or None for that fallback; :func:`run`
+runs one of its ops as kolo.tensorflow's collectives do.
+"""
+import ctypes
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+
+import tensorflow as tf
+
+import kolo
+from kolo.common import basics
+from kolo.common import engine
+from kolo.tensorflow.errors import CollectiveArgumentError, CollectiveFailedError
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = os.path.join(_HERE, "ops", "src")
+_LIBRARY = "libkolo_tf_ops.so"
+_COMPILE_SECONDS = 600
+
+_loaded = {}  # "ops": the op module or None, "reason": why None
+
+
+def ops():
+    """The op module (``kolo_allreduce``, ``kolo_grouped_allgather``, ...) for the running
+    TensorFlow, or None when kolo.tensorflow uses tf.numpy_function; loaded at first use."""
+    if "ops" not in _loaded:
+        _loaded["ops"], _loaded["reason"] = _load()
+        if _loaded["ops"] is None and (not basics.is_initialized() or basics.rank() == 0):
+            print("kolo.tensorflow: collectives run through tf.numpy_function: %s"
+                  % _loaded["reason"], file=sys.stderr, flush=True)
+    return _loaded["ops"]
+
+
+def fallback_reason():
+    """Why the op library is not used ('' when it is)."""
+    ops()
+    return _loaded["reason"] or ""
+
+
+def run(op, ops, name, tensors):
+    """``op(ops, naming, tensors)``: kolo's TensorFlow op, named. In a TF1 graph an unnamed
+    collective is named after its graph op (a Session runs ops in no fixed order, so they
+    pair by name); elsewhere it is left to the core, with the Python line that made it.
+    Eagerly, a failure raises kolo's error classes (kolo.tensorflow.errors); in a graph
+    TensorFlow's own, FailedPreconditionError and InvalidArgumentError, as Horovod's ops."""
+    if not name and not tf.compat.v1.executing_eagerly_outside_functions():
+        name = tf.compat.v1.get_default_graph().unique_name("KoloCollective")
+    naming = {"tensor_name": name or "", "call_site": "" if name else _call_site()}
+    if not tf.executing_eagerly():
+        return list(op(ops, naming, list(tensors)))
+    try:
+        return list(op(ops, naming, list(tensors)))
+    except tf.errors.FailedPreconditionError as e:
+        raise CollectiveFailedError(_op_message(e)) from None
+    except tf.errors.InvalidArgumentError as e:
+        raise CollectiveArgumentError(_op_message(e)) from None
+
+
+def _call_site():
+    """The Python line that made an unnamed collective, for kolo's errors; none for a line
+    of code that AutoGraph rewrote (inside tf.function), whose file has a random name that
+    differs between ranks and would make them look out of step."""
+    site = engine.call_site()
+    return "" if "__autograph_generated_file" in site else site
+
+
+def _op_message(error):
+    """kolo's message inside an eager op's error, without what TensorFlow and the op add
+    around it ("{{function_node ...}}", " (op KoloAllreduce)", " [Op:KoloAllreduce]")."""
+    message = error.message or ""
+    if message.startswith("{{function_node"):
+        message = message.split("}}", 1)[-1].lstrip()
+    return message.rsplit(" [Op:", 1)[0].rsplit(" (op Kolo", 1)[0]
+
+
+def _minor_version():
+    return ".".join(tf.__version__.split(".")[:2])
+
+
+def _load():
+    if not engine.tf_ops_enabled():
+        return None, "KOLO_TF_OPS=0"
+    path = os.path.join(_HERE, "ops", "tf" + _minor_version(), _LIBRARY)
+    if not os.path.exists(path):
+        path, reason = _compiled()
+        if path is None:
+            return None, reason
+    try:
+        module = tf.load_op_library(path)
+        status = ctypes.CDLL(path).kolo_tf_set_abi(ctypes.c_void_p(engine.tf_abi()))
+    except (tf.errors.OpError, OSError, AttributeError) as e:
+        return None, "%s does not load with TensorFlow %s: %s" % (path, tf.__version__, e)
+    if status != 0:
+        return None, "%s was built for another kolo (its C interface differs)" % path
+    return module, None
+
+
+def _compiled():
+    """The library compiled for this TensorFlow in the user's cache: (path, None), or
+    (None, why not)."""
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        return None, ("no op library for TensorFlow %s ships with kolo, and no C++ compiler "
+                      "(c++, or $CXX) is here to build one" % tf.__version__)
+    if not os.path.exists(os.path.join(_SOURCES, "kolo_tf_ops.cc")):
+        return None, "the op library's sources are not installed (%s)" % _SOURCES
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "kolo", "tf-ops", kolo.__version__, "tf" + tf.__version__)
+    path = os.path.join(cache, _LIBRARY)
+    os.makedirs(cache, exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first rank of a host compiles, the rest wait
+        if os.path.exists(path):
+            return path, None
+        partial = "%s.%d" % (path, os.getpid())
+        command = ([compiler, "-shared", "-fPIC", "-O2", "-Wno-deprecated-declarations",
+                    os.path.join(_SOURCES, "kolo_tf_ops.cc"), "-I" + _SOURCES]
+                   + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
+                   + ["-o", partial])
+        try:
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  timeout=_COMPILE_SECONDS)
+        except subprocess.TimeoutExpired:
+            return None, "compiling the op library took over %d s" % _COMPILE_SECONDS
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return None, "the op library did not compile for TensorFlow %s: %s" % (
+                tf.__version__, last)
+        os.replace(partial, path)
+    return path, None
