@@ -57,6 +57,18 @@ sys.exit(any(u.find_spec(m) is None
   .venv/bin/pip install -q --disable-pip-version-check --no-compile "${venv_packages[@]}"
 fi
 
+# A second TensorFlow minor version, to show that one kolo build serves both:
+# kolo.tensorflow compiles its op library for it on first import
+# (python.tensorflow.other_version.np2). tensorflow-cpu brings Keras and NumPy.
+if ! .venv-tf2.20/bin/python -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ('tensorflow', 'keras', 'pytest')))" \
+    >/dev/null 2>&1; then
+  echo "setup: making .venv-tf2.20 (pip install tensorflow-cpu==2.20.* pytest)"
+  [ -x .venv-tf2.20/bin/pip ] || /usr/bin/python3 -m venv .venv-tf2.20
+  .venv-tf2.20/bin/pip install -q --disable-pip-version-check --no-compile \
+    "tensorflow-cpu==2.20.*" pytest
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_BUILD_TESTS=ON \
   -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_TF_PYTHON="$PWD/.venv/bin/python"
 cmake --build build -j "$(nproc)"
