@@ -161,10 +161,10 @@ def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_de
                              "_LegacyOptimizer with eager execution.")
         raise NotImplementedError(
             "backward_passes_per_step > 1 with a tf.compat.v1 optimizer in a TF1 graph is not "
-            "supported: Horovod reduces the aggregated gradients inside tf.cond, and kolo's "
-            "collectives cannot run inside control flow of a TF1 graph. Pass "
-            "backward_passes_per_step=1, or use a keras.optimizers optimizer "
-            "(kolo.tensorflow.keras.DistributedOptimizer takes backward_passes_per_step)")
+            "supported yet: kolo does not aggregate such an optimizer's gradients over passes "
+            "(Horovod reduces them inside tf.cond). Pass backward_passes_per_step=1, or use a "
+            "keras.optimizers optimizer (kolo.tensorflow.keras.DistributedOptimizer takes "
+            "backward_passes_per_step)")
     return _DistributedOptimizer(optimizer, name, use_locking, scale_local_gradients, op=op,
                                  compression=compression, sparse_as_dense=sparse_as_dense,
                                  gradient_predivide_factor=gradient_predivide_factor,
