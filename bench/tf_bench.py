@@ -8,11 +8,14 @@ speed target), and the copies each path makes.
     kolorun -np 2 /usr/bin/python3 bench/tf_bench.py copies --framework torch
     # the comparison: each path in jobs of its own, JOBS rounds, paths alternated job by job
     python3 bench/tf_bench.py jobs [--jobs 5] [--out bench/results/tf_vs_torch.json]
+    # kolo's TensorFlow ops against the tf.numpy_function path (KOLO_TF_OPS=0), each path
+    # in jobs of its own, the two alternated job by job
+    python3 bench/tf_bench.py ops [--jobs 5] [--tf-paths grouped_function,tape_eager]
 
 Paths (`alone`), all on ResNet-50's gradients as kolo.torch's DistributedOptimizer sees them
 (torchvision's 161 parameter shapes, 97.5 MiB, backward order), float32, op Sum:
   tape_eager        hvd.DistributedGradientTape(tape, op=hvd.Sum).gradient(...), eagerly
-  tape_function     the same inside tf.function (kolo's tf.numpy_function path)
+  tape_function     the same inside tf.function
   grouped_eager     hvd.grouped_allreduce(gradients, op=hvd.Sum), eagerly
   grouped_function  the same inside tf.function
   plain_tape        tf.GradientTape alone: the tape's own cost, no allreduce
@@ -323,6 +326,39 @@ def jobs(args):
                                     {"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+def ops_vs_numpy_function(args):
+    """Each path with kolo's ops and through tf.numpy_function, in jobs of their own,
+    alternated job by job; the ops' median step over the fallback's, per path."""
+    kolorun = standalone_jobs.kolorun(args.np)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    python, me = standalone_jobs.interpreter(args.tf_python), os.path.abspath(sys.argv[0])
+    counts = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model]
+    load = os.getloadavg()
+    medians, placements = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "job.json")
+        commands = {}
+        for path in args.tf_paths.split(","):
+            for label, on in (("ops", "1"), ("numpy_function", "0")):
+                commands["%s %s" % (path, label)] = ["env", "KOLO_TF_OPS=" + on] + kolorun + [
+                    python, me, "--out", out, "alone", "--path", path] + counts
+                medians["%s %s" % (path, label)] = []
+        for i, name, job in standalone_jobs.alternate(args.jobs, commands, out):
+            medians[name].append(job["median_ms"])
+            placements.setdefault(name, []).append(job.get("placement", {}).get("placement"))
+            print("job %d %-32s %8.2f ms" % (i + 1, name, medians[name][-1]), file=sys.stderr)
+    summary = {name: dict(standalone_jobs.spread(m), placements=placements[name])
+               for name, m in medians.items()}
+    ratios = {path: summary[path + " ops"]["median_ms"] / summary[path + " numpy_function"][
+        "median_ms"] for path in args.tf_paths.split(",")}
+    for name, ratio in ratios.items():
+        print("%-20s ops / numpy_function %.3f" % (name, ratio), file=sys.stderr)
+    return None, {"benchmark": "tf_ops_vs_numpy_function", "commit": standalone_jobs.commit(),
+                  "model": args.model, "np": args.np, "jobs": args.jobs, "steps": args.steps,
+                  "warmup": args.warmup, "load_before": list(load), "paths": summary,
+                  "ratios": ratios}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -339,8 +375,11 @@ def main():
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
     add_compare_arguments(sub.add_parser("jobs"), "tf", TF_PATHS)
+    add_compare_arguments(sub.add_parser("ops"), "tf", ("grouped_function", "tape_function",
+                                                        "grouped_eager", "tape_eager"))
     args = parser.parse_args()
-    hvd, result = {"alone": alone, "copies": copies, "jobs": jobs}[args.what](args)
+    hvd, result = {"alone": alone, "copies": copies, "jobs": jobs,
+                   "ops": ops_vs_numpy_function}[args.what](args)
     result["settings"] = {k: v for k, v in os.environ.items() if k.startswith(("KOLO_", "MALLOC_"))}
     if hvd is None or hvd.rank() == 0:
         standalone_jobs.write_result(result, args.out)

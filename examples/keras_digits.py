@@ -28,6 +28,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05, help="for one rank; scaled by size")
     parser.add_argument("--warmup-epochs", type=int, default=3)
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="compile the training step with XLA (model.compile(jit_compile=True))")
     parser.add_argument("--checkpoint", help="rank 0 saves the model here after every epoch "
                         "(a .keras file; default: in a temporary directory)")
     args = parser.parse_args()
@@ -56,7 +58,7 @@ def main():
     # that gradients are averaged over all ranks before they are applied.
     scaled_lr = args.lr * hvd.size()
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=scaled_lr, momentum=0.9))
-    model.compile(optimizer=opt, metrics=["accuracy"],
+    model.compile(optimizer=opt, metrics=["accuracy"], jit_compile=args.jit_compile,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     callbacks = [

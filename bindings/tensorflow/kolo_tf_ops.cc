@@ -5,12 +5,18 @@
 // which TensorFlow runs in program order, so every rank starts them in the
 // same order.
 //
+// Inside XLA (tf.function(jit_compile=True)) the grouped allreduce is an XLA
+// custom call instead (XlaGroupedAllreduce below).
+//
 // This file is compiled against one TensorFlow's headers (its C++ ABI changes
 // with each minor version): by the build for the TensorFlow it finds, and by
 // kolo.tensorflow's loader for any other, on first import. It includes nothing
 // of kolo but the C interface.
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +25,8 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "xla/service/custom_call_status_internal.h"
+#include "xla/service/custom_call_target_registry.h"
 
 namespace kolo_tf {
 namespace {
@@ -229,8 +237,106 @@ absl::Status RowsShapes(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// --- inside XLA ---------------------------------------------------------------
+//
+// kolo.tensorflow emits XlaCustomCallV2 (XLA's status-returning custom-call API)
+// with the collective's settings and the tensors' dtypes and shapes as text, a
+// line each: name, call site, "op prescale postscale process_set", the count,
+// then "dtype ndim dims..." per tensor. The call blocks XLA's thread until the
+// runtime finishes; every rank's compiled program runs its custom calls in the
+// same order.
+struct XlaGroup {
+  std::string name, call_site;
+  int op = 0, process_set = 0;
+  double prescale = 1, postscale = 1;
+  std::vector<int32_t> dtypes;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+bool ParseXlaGroup(const std::string& text, XlaGroup* g) {
+  std::istringstream in(text);
+  int count = 0;
+  std::string numbers;
+  if (!std::getline(in, g->name) || !std::getline(in, g->call_site) || !std::getline(in, numbers)) {
+    return false;
+  }
+  std::istringstream(numbers) >> g->op >> g->prescale >> g->postscale >> g->process_set;
+  if (!(in >> count) || count < 1) return false;
+  for (int i = 0; i < count; ++i) {
+    int32_t dtype = 0, ndim = 0;
+    if (!(in >> dtype >> ndim) || ndim < 0) return false;
+    g->dtypes.push_back(dtype);
+    g->shapes.emplace_back(ndim);
+    for (int64_t& d : g->shapes.back()) {
+      if (!(in >> d)) return false;
+    }
+  }
+  return true;
+}
+
+struct XlaWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;  // empty: success
+};
+
+void OnXlaDone(void* context, const KoloTfOutcome* o) {
+  auto* wait = static_cast<XlaWait*>(context);
+  {
+    std::lock_guard<std::mutex> lock(wait->mu);
+    if (o->code != KOLO_TF_OK) {
+      wait->error = std::string(o->message) + " (op KoloXlaGroupedAllreduce)";
+    }
+    wait->done = true;
+  }
+  o->release(o->keep);
+  wait->cv.notify_all();
+}
+
+// XLA's CPU custom-call signature (API_VERSION_STATUS_RETURNING_UNIFIED): one
+// result buffer, or for several a table of them. The status is set through
+// XlaCustomCallStatus_'s layout, which this TensorFlow's headers give: the
+// setter is not exported.
+void XlaGroupedAllreduce(void* out, const void** in, const char* opaque, size_t opaque_len,
+                         XlaCustomCallStatus* status) {
+  XlaGroup g;
+  const KoloTfAbi* abi = abi_table.load();
+  if (abi == nullptr || !ParseXlaGroup(std::string(opaque, opaque_len), &g)) {
+    status->message = abi == nullptr ? "kolo's TensorFlow ops run once kolo.tensorflow is imported"
+                                     : "kolo's XLA allreduce got settings it cannot read";
+    return;
+  }
+  const size_t n = g.dtypes.size();
+  std::vector<KoloTfTensor> inputs, outputs;
+  for (size_t i = 0; i < n; ++i) {
+    void* target = n == 1 ? out : static_cast<void**>(out)[i];
+    const int32_t ndim = static_cast<int32_t>(g.shapes[i].size());
+    inputs.push_back(KoloTfTensor{const_cast<void*>(in[i]), g.dtypes[i], ndim, g.shapes[i].data()});
+    outputs.push_back(KoloTfTensor{target, g.dtypes[i], ndim, g.shapes[i].data()});
+  }
+  KoloTfRequest request{KOLO_TF_ALLREDUCE,
+                        g.name.c_str(),
+                        g.call_site.c_str(),
+                        g.process_set,
+                        g.op,
+                        g.prescale,
+                        g.postscale,
+                        0,
+                        nullptr,
+                        0};
+  XlaWait wait;
+  abi->start(&request, static_cast<int32_t>(n), inputs.data(), outputs.data(), &OnXlaDone, &wait);
+  std::unique_lock<std::mutex> lock(wait.mu);
+  wait.cv.wait(lock, [&] { return wait.done; });
+  if (!wait.error.empty()) status->message = wait.error;
+}
+
 }  // namespace
 }  // namespace kolo_tf
+
+XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM("kolo_tf_grouped_allreduce",
+                                             kolo_tf::XlaGroupedAllreduce);
 
 extern "C" __attribute__((visibility("default"))) int32_t kolo_tf_set_abi(const KoloTfAbi* abi) {
   if (abi == nullptr || abi->version != KOLO_TF_ABI_VERSION) return -1;

@@ -16,15 +16,16 @@ from kolo.tensorflow.functions import broadcast_object
 def run(func):
     """Decorator of an elastic training function ``func(state, *args, **kwargs)``
     (kolo.torch.elastic.run has the details). A collective that failed inside a
-    ``tf.function`` reaches Python as TensorFlow's FailedPreconditionError (kolo's ops) or
-    UnknownError (tf.numpy_function); it is raised as
+    ``tf.function`` reaches Python as TensorFlow's FailedPreconditionError (kolo's ops;
+    InternalError inside XLA) or UnknownError (tf.numpy_function); it is raised as
     KoloInternalError (Horovod's HorovodInternalError) so that elastic kolorun restarts
     the job."""
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
-        except (tf.errors.UnknownError, tf.errors.FailedPreconditionError) as e:
+        except (tf.errors.UnknownError, tf.errors.FailedPreconditionError,
+                tf.errors.InternalError) as e:
             if any(word in (e.message or "") for word in _KOLO_ERRORS):
                 raise KoloInternalError(e.message) from e
             raise

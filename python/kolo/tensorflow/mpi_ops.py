@@ -144,13 +144,15 @@ def _unconverted(fn):
 @tf.autograph.experimental.do_not_convert
 def _run(make_kernel, name, tensors, dtypes, shapes, what, op=None):
     """The collective on ``tensors``; returns a list of tensors. As kolo's TensorFlow op
-    ``op(ops, naming, tensors)`` where kolo.tensorflow.op_library loaded it, else
+    ``op(ops, naming, tensors)`` where kolo.tensorflow.op_library loaded it (inside XLA:
+    ``op(op_library.XLA, ...)``), else
     ``make_kernel(name)`` (a function: list of arrays in, list of aligned arrays out) on
     the tensors' memory: directly when executing eagerly, else as graph ops with the
     outputs' dtypes and (static) shapes declared."""
-    ops = _op_library.ops() if op is not None and not _in_xla_context() else None
+    ops = _op_library.ops() if op is not None else None
     if ops is not None:
-        return _op_library.run(op, ops, name, tensors)
+        return _op_library.run(op, _op_library.XLA if _in_xla_context() else ops, name,
+                               tensors)
     if tf.executing_eagerly():
         arrays = [_as_numpy(_on_host(t)) for t in tensors]
         return [_as_tensor(a) for a in _raising_tf_errors(make_kernel(name), arrays)]

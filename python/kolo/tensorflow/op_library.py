@@ -14,7 +14,9 @@ version, and one kolo serves them all:
    (kolo.tensorflow.mpi_ops), which needs neither, and rank 0 says so in one line.
 
 :func:`ops` gives the loaded library's op module, or None for that fallback; :func:`run`
-runs one of its ops as kolo.tensorflow's collectives do.
+runs one of its ops as kolo.tensorflow's collectives do, and inside XLA
+(``tf.function(jit_compile=True)``) the grouped allreduce as the library's XLA custom call
+(:data:`XLA`).
 """
 import ctypes
 import fcntl
@@ -53,6 +55,42 @@ def fallback_reason():
     """Why the op library is not used ('' when it is)."""
     ops()
     return _loaded["reason"] or ""
+
+
+class _XlaOps:
+    """What kolo's ops are inside an XLA-compiled function: the grouped allreduce, the
+    library's custom call ``kolo_tf_grouped_allreduce`` (its settings and the tensors'
+    dtypes and static shapes as text, which kolo_tf_ops.cc reads); the collectives whose
+    result's shape depends on the other ranks cannot be compiled by XLA."""
+
+    def kolo_grouped_allreduce(self, tensors, reduce_op, prescale_factor, postscale_factor,
+                               process_set, call_site, tensor_name):
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+        lines = [tensor_name, call_site, "%d %r %r %d" % (reduce_op, float(prescale_factor),
+                                                         float(postscale_factor), process_set),
+                 str(len(tensors))]
+        for t in tensors:
+            if not t.shape.is_fully_defined():
+                raise ValueError("kolo.tensorflow.allreduce inside an XLA-compiled function "
+                                 "needs static shapes; %s has shape %s" % (t.name, t.shape))
+            lines.append(" ".join(str(v) for v in [_CODES[t.dtype], t.shape.rank]
+                                  + t.shape.as_list()))
+        return gen_xla_ops.xla_custom_call_v2(
+            tensors, "kolo_tf_grouped_allreduce", "\n".join(lines), True,
+            [t.dtype for t in tensors], [t.shape for t in tensors])
+
+    def __getattr__(self, op):
+        what = op.replace("kolo_grouped_", "").replace("kolo_", "")
+        raise NotImplementedError(
+            "kolo.tensorflow.%s cannot run inside an XLA-compiled function: of kolo's "
+            "collectives only allreduce and grouped_allreduce run there (the results of "
+            "allgather, alltoall and reducescatter have shapes that XLA cannot know when it "
+            "compiles). Call %s outside it, or use tf.function(jit_compile=False) (Keras: "
+            "model.compile(..., jit_compile=False))" % (what, what))
+
+
+XLA = _XlaOps()
+_CODES = engine.dtype_codes(tf.as_dtype)
 
 
 def run(op, ops, name, tensors):
@@ -134,7 +172,7 @@ def _compiled():
         command = ([compiler, "-shared", "-fPIC", "-O2", "-Wno-deprecated-declarations",
                     os.path.join(_SOURCES, "kolo_tf_ops.cc"), "-I" + _SOURCES]
                    + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-                   + ["-o", partial])
+                   + ["-l:libtensorflow_cc.so.2", "-o", partial])
         try:
             done = subprocess.run(command, capture_output=True, text=True,
                                   timeout=_COMPILE_SECONDS)
