@@ -1,7 +1,8 @@
 // The TensorFlow op library's way into the runtime: a C table
 // (tensorflow/kolo_tf_abi.h) whose start() enqueues one operation on TensorFlow's
 // own buffers and reports back through Runtime::WhenDone, so that TensorFlow's
-// async kernels block no thread while a collective runs.
+// async kernels block no thread while a collective runs; a caller that blocks
+// anyway (eager execution) waits, and so runs the round itself.
 #include "tf_abi.h"
 
 #include <atomic>
@@ -82,6 +83,7 @@ Options Named(const KoloTfRequest& r, const std::string& name) {
   o.name = name;
   if (name.empty()) o.call_site = r.call_site;
   o.process_set = r.process_set;
+  o.caller_waits = r.caller_waits != 0;
   return o;
 }
 
@@ -183,6 +185,12 @@ void Start(const KoloTfRequest* request, int32_t count, const KoloTfTensor* inpu
     return;
   }
   const int32_t kind = r.kind;
+  if (r.caller_waits) {
+    WorkResult result;
+    Status s = rt->Wait(h.value(), &result);
+    Deliver(kind, std::move(s), std::move(result), done, context);
+    return;
+  }
   rt->WhenDone(h.value(), [kind, done, context](Status s, WorkResult result) {
     Deliver(kind, std::move(s), std::move(result), done, context);
   });

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below changes; the op library refuses another. */
-#define KOLO_TF_ABI_VERSION 1
+#define KOLO_TF_ABI_VERSION 2
 
 enum KoloTfKind {
   KOLO_TF_ALLREDUCE = 0, /* grouped, outputs given (may alias the inputs) */
@@ -66,6 +66,10 @@ typedef struct {
   int32_t root; /* broadcast: the root's rank within the set */
   const int64_t* splits; /* alltoall: rows for each rank of the set; none: even */
   int32_t num_splits;
+  /* 1: the caller blocks until done (TensorFlow executing eagerly): start()
+   * runs the operation's round on the calling thread where kolo lets callers
+   * (KOLO_CALLER_RUNS) and reports back before it returns. */
+  int32_t caller_waits;
 } KoloTfRequest;
 
 /* One result that kolo allocated (allgather, alltoall, reducescatter). */

@@ -94,6 +94,7 @@ class CollectiveKernel : public AsyncOpKernel {
     if (c->HasAttr("process_set")) OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
     if (c->HasAttr("reduce_op")) OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
     if (c->HasAttr("root_rank")) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+    if (c->HasAttr("caller_waits")) OP_REQUIRES_OK(c, c->GetAttr("caller_waits", &caller_waits_));
     if (c->HasAttr("prescale_factor")) OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale));
     if (c->HasAttr("postscale_factor")) {
       OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale));
@@ -108,6 +109,7 @@ class CollectiveKernel : public AsyncOpKernel {
   const int32_t kind_;
   std::string name_, call_site_;
   int process_set_ = 0, reduce_op_ = 0, root_ = 0;
+  bool caller_waits_ = false;
   double prescale_ = 1.0, postscale_ = 1.0;
 };
 
@@ -208,7 +210,8 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
                         postscale_,
                         root_,
                         splits.data(),
-                        static_cast<int32_t>(splits.size())};
+                        static_cast<int32_t>(splits.size()),
+                        caller_waits_ ? 1 : 0};
   abi->start(&request, static_cast<int32_t>(p->inputs.size()), p->inputs.data(),
              p->outputs.empty() ? nullptr : p->outputs.data(), &OnDone, p);
 }
@@ -324,7 +327,8 @@ void XlaGroupedAllreduce(void* out, const void** in, const char* opaque, size_t 
                         g.postscale,
                         0,
                         nullptr,
-                        0};
+                        0,
+                        1};
   XlaWait wait;
   abi->start(&request, static_cast<int32_t>(n), inputs.data(), outputs.data(), &OnXlaDone, &wait);
   std::unique_lock<std::mutex> lock(wait.mu);
@@ -346,10 +350,11 @@ extern "C" __attribute__((visibility("default"))) int32_t kolo_tf_set_abi(const 
 
 #define KOLO_TF_TYPES \
   "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
-#define KOLO_TF_NAMING                \
-  Attr("tensor_name: string = ''")    \
-      .Attr("call_site: string = ''") \
-      .Attr("process_set: int = 0")   \
+#define KOLO_TF_NAMING                    \
+  Attr("tensor_name: string = ''")        \
+      .Attr("call_site: string = ''")     \
+      .Attr("process_set: int = 0")       \
+      .Attr("caller_waits: bool = false") \
       .SetIsStateful()
 #define KOLO_TF_SCALING \
   Attr("reduce_op: int").Attr("prescale_factor: float = 1.0").Attr("postscale_factor: float = 1.0")

@@ -252,8 +252,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
             group, xs = xs[:size], xs[size:]
             outs += ops.kolo_grouped_allreduce(
                 group, reduce_op=int(op), prescale_factor=prescale_factor,
-                postscale_factor=postscale_factor, process_set=set_id, call_site=naming[
-                    "call_site"], tensor_name=_member_name(naming["tensor_name"], i, len(sizes)))
+                postscale_factor=postscale_factor, process_set=set_id, **dict(
+                    naming, tensor_name=_member_name(naming["tensor_name"], i, len(sizes))))
         return outs
     return _differentiable("allreduce", kernel, name, tensors, _same_shape, lambda _, dys:
                            _grouped_allreduce(dys, None, op, prescale_factor,

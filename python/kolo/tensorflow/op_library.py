@@ -64,7 +64,7 @@ class _XlaOps:
     result's shape depends on the other ranks cannot be compiled by XLA."""
 
     def kolo_grouped_allreduce(self, tensors, reduce_op, prescale_factor, postscale_factor,
-                               process_set, call_site, tensor_name):
+                               process_set, call_site, tensor_name, caller_waits=False):
         from tensorflow.compiler.tf2xla.ops import gen_xla_ops
         lines = [tensor_name, call_site, "%d %r %r %d" % (reduce_op, float(prescale_factor),
                                                          float(postscale_factor), process_set),
@@ -104,6 +104,7 @@ def run(op, ops, name, tensors):
     naming = {"tensor_name": name or "", "call_site": "" if name else _call_site()}
     if not tf.executing_eagerly():
         return list(op(ops, naming, list(tensors)))
+    naming["caller_waits"] = True  # eagerly the op blocks this thread: it runs the round
     try:
         return list(op(ops, naming, list(tensors)))
     except tf.errors.FailedPreconditionError as e:
