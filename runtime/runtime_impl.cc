@@ -217,8 +217,12 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     }
     it->second->Add(std::move(e));
   }
+  if (resume_set_ == kNoSet) {
+    cycle_sets_.clear();
+    for (auto& [id, set] : sets_) cycle_sets_.push_back(id);
+  }
   std::vector<int> ids;
-  for (auto& [id, set] : sets_) {
+  for (int id : cycle_sets_) {
     if (id >= resume_set_) ids.push_back(id);
   }
   resume_set_ = kNoSet;

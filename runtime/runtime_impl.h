@@ -180,9 +180,15 @@ class RuntimeImpl {
   int64_t piece_bytes_now_ GUARDED_BY(round_mutex_) = 0;
   std::unique_ptr<TuningRun> tuning_ GUARDED_BY(round_mutex_);  // rank 0, while autotune runs
   // A cycle that stopped at a set whose round was unfinished resumes there
-  // (kNoSet: the next cycle starts afresh).
+  // (kNoSet: the next cycle starts afresh), over the sets it began with: a set
+  // created during it (by a response of the global set's round) has its first
+  // round in the next cycle on every rank, never in a resumed one. A rank that
+  // resumed would otherwise take the new set's first round before the global
+  // set's next one, and the new set's other members the other way round: each
+  // side waiting in a round the other does not reach.
   static constexpr int kNoSet = -1;
   int resume_set_ GUARDED_BY(round_mutex_) = kNoSet;
+  std::vector<int> cycle_sets_ GUARDED_BY(round_mutex_);
   std::atomic<int64_t> cycles_by_background_{0}, cycles_by_callers_{0}, left_unfinished_{0};
   // A cycle returned kStop: no thread runs another one.
   bool cycles_ended_ GUARDED_BY(round_mutex_) = false;
