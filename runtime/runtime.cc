@@ -354,16 +354,18 @@ void Runtime::WhenDone(Handle handle, std::function<void(Status, WorkResult)> do
     done(found.status(), WorkResult{});
     return;
   }
-  std::shared_ptr<Work> work = std::move(found).value();
-  Work* raw = work.get();
+  const std::shared_ptr<Work> work = std::move(found).value();
   // The callback holds the work (and the work its callback) until it runs.
-  raw->WhenDone([this, handle, work = std::move(work), done = std::move(done)]() {
+  work->WhenDone([this, handle, work, done = std::move(done)]() {
     WorkResult result;
     Status s = work->Wait(&result);  // done already: takes the result
     handles_->Release(handle);
     impl_->Release(*work);
     done(std::move(s), std::move(result));
   });
+  // The callback is how its caller waits: the round starts at once, as for a
+  // caller that waits, not after a cycle time for others to fuse with.
+  if (!work->done()) impl_->DueNow();
 }
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {

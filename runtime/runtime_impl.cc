@@ -140,6 +140,10 @@ void RuntimeImpl::RunCyclesFor(Work& work) {
   }
   // Another thread runs the cycles (or caller-runs is off): the work may have
   // been queued without waking the background thread.
+  DueNow();
+}
+
+void RuntimeImpl::DueNow() {
   {
     MutexLock lock(&queue_mutex_);
     next_cycle_at_ = Clock::now();

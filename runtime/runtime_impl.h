@@ -65,6 +65,9 @@ class RuntimeImpl {
   // stops. Otherwise wakes the background thread (its work may be queued
   // unannounced) and returns; the caller then waits on `work` as before.
   void RunCyclesFor(Work& work) EXCLUDES(round_mutex_, queue_mutex_);
+  // Somebody waits for the queue (a callback, Runtime::WhenDone): the next
+  // cycle is due now, on the background thread.
+  void DueNow() EXCLUDES(queue_mutex_);
   // This rank refused the collective of `entries` on its calling thread (a bad
   // input; `reason` says which): the entries (requests only; unnamed ones get
   // their number here, as a valid call would) go to their set's coordinator as

@@ -144,7 +144,8 @@ class Runtime {
   // on this one, when the operation already finished, or with the error when
   // `handle` is unknown); it must not wait for another collective. For
   // callers that cannot block a thread per operation (TensorFlow's async
-  // kernels).
+  // kernels). Like a caller that waits, it starts the operation's round at
+  // once instead of after a cycle time for other operations to fuse with.
   void WhenDone(Handle handle, std::function<void(Status, WorkResult)> done);
 
   // What autotune has set so far (the configured settings when it is off).
