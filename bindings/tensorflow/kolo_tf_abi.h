@@ -22,10 +22,10 @@ extern "C" {
 #define KOLO_TF_ABI_VERSION 2
 
 enum KoloTfKind {
-  KOLO_TF_ALLREDUCE = 0, /* grouped, outputs given (may alias the inputs) */
-  KOLO_TF_ALLGATHER = 1, /* grouped, results in the outcome */
-  KOLO_TF_BROADCAST = 2, /* each tensor in place on its output (a group: one per tensor) */
-  KOLO_TF_ALLTOALL = 3,  /* one tensor, splits; result and received splits in the outcome */
+  KOLO_TF_ALLREDUCE = 0,     /* grouped, outputs given (may alias the inputs) */
+  KOLO_TF_ALLGATHER = 1,     /* grouped, results in the outcome */
+  KOLO_TF_BROADCAST = 2,     /* each tensor in place on its output (a group: one per tensor) */
+  KOLO_TF_ALLTOALL = 3,      /* one tensor, splits; result and received splits in the outcome */
   KOLO_TF_REDUCESCATTER = 4, /* grouped, results in the outcome */
   KOLO_TF_JOIN = 5,          /* no tensors; the outcome's value: the last rank to join */
   KOLO_TF_BARRIER = 6        /* no tensors */
@@ -63,7 +63,7 @@ typedef struct {
   int32_t reduce_op; /* allreduce, reducescatter */
   double prescale;
   double postscale;
-  int32_t root; /* broadcast: the root's rank within the set */
+  int32_t root;          /* broadcast: the root's rank within the set */
   const int64_t* splits; /* alltoall: rows for each rank of the set; none: even */
   int32_t num_splits;
   /* 1: the caller blocks until done (TensorFlow executing eagerly): start()
