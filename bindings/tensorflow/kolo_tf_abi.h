@@ -106,8 +106,8 @@ typedef struct {
                 const KoloTfTensor* outputs, KoloTfDone done, void* context);
 } KoloTfAbi;
 
-/* Exported by the op library. */
-typedef int32_t (*KoloTfSetAbi)(const KoloTfAbi* abi);
+/* The op library exports int32_t kolo_tf_set_abi(const KoloTfAbi*): 0 when it
+ * takes the table, -1 for a table of another version. */
 
 #ifdef __cplusplus
 }

@@ -118,8 +118,6 @@ struct Pending {
   OpKernelContext* ctx;
   AsyncOpKernel::DoneCallback done;
   int32_t kind;
-  std::vector<std::vector<int64_t>> shapes;  // the views' shapes point here
-  std::vector<KoloTfTensor> inputs, outputs;
 
   void Finish(const KoloTfOutcome& o) {
     absl::Status status = ToTf(o, ctx->op_kernel().type_string());
@@ -159,12 +157,13 @@ void OnDone(void* context, const KoloTfOutcome* outcome) {
   });
 }
 
-KoloTfTensor View(const Tensor& t, Pending& p) {
-  p.shapes.emplace_back();
-  for (int d = 0; d < t.dims(); ++d) p.shapes.back().push_back(t.dim_size(d));
+// `t` as the C table sees it; its shape is kept in `shapes`, which start() reads.
+KoloTfTensor View(const Tensor& t, std::vector<std::vector<int64_t>>* shapes) {
+  shapes->emplace_back();
+  for (int d = 0; d < t.dims(); ++d) shapes->back().push_back(t.dim_size(d));
   // A moved vector keeps its buffer: the pointer stays valid as shapes grows.
   return KoloTfTensor{const_cast<char*>(t.tensor_data().data()), KoloType(t.dtype()),
-                      static_cast<int32_t>(t.dims()), p.shapes.back().data()};
+                      static_cast<int32_t>(t.dims()), shapes->back().data()};
 }
 
 void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
@@ -173,29 +172,25 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
       ctx, abi != nullptr,
       absl::FailedPreconditionError("kolo's TensorFlow ops run once kolo.tensorflow is imported"),
       done);
-  auto* p = new Pending{ctx, std::move(done), kind_, {}, {}, {}};
   const bool gathers = kind_ == KOLO_TF_ALLGATHER || kind_ == KOLO_TF_REDUCESCATTER;
   const int count = kind_ == KOLO_TF_ALLTOALL ? 1 : ctx->num_inputs();
+  std::vector<std::vector<int64_t>> shapes;  // what the views' shapes point at
+  std::vector<KoloTfTensor> inputs, outputs;
   std::vector<int64_t> splits;
   for (int i = 0; i < count; ++i) {
     const Tensor& in = ctx->input(i);
-    p->inputs.push_back(View(in, *p));
+    inputs.push_back(View(in, &shapes));
     if (gathers || kind_ == KOLO_TF_ALLTOALL) continue;
     // allreduce and broadcast write into the output, in place where TensorFlow
     // lets the input's buffer go.
     Tensor* out = nullptr;
-    absl::Status s = ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out);
-    if (!s.ok()) {
-      ctx->SetStatus(s);
-      p->done();
-      delete p;
-      return;
-    }
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out),
+                         done);
     if (kind_ == KOLO_TF_BROADCAST && out->tensor_data().data() != in.tensor_data().data()) {
       std::memcpy(const_cast<char*>(out->tensor_data().data()), in.tensor_data().data(),
                   in.TotalBytes());
     }
-    p->outputs.push_back(View(*out, *p));
+    outputs.push_back(View(*out, &shapes));
   }
   if (kind_ == KOLO_TF_ALLTOALL) {
     auto given = ctx->input(1).flat<int32_t>();
@@ -212,8 +207,10 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
                         splits.data(),
                         static_cast<int32_t>(splits.size()),
                         caller_waits_ ? 1 : 0};
-  abi->start(&request, static_cast<int32_t>(p->inputs.size()), p->inputs.data(),
-             p->outputs.empty() ? nullptr : p->outputs.data(), &OnDone, p);
+  // start() copies what it needs; the kernel keeps only what Finish uses.
+  abi->start(&request, static_cast<int32_t>(inputs.size()), inputs.data(),
+             outputs.empty() ? nullptr : outputs.data(), &OnDone,
+             new Pending{ctx, std::move(done), kind_});
 }
 
 template <int32_t kKind>
