@@ -8,7 +8,7 @@ version, and one kolo serves them all:
    ``kolo/tensorflow/ops/tf<major.minor>/``;
 2. for another TensorFlow the library is compiled on first import from the sources
    shipped beside it (``ops/src``), where a C++ compiler is present, into
-   ``~/.cache/kolo/tf-ops/<kolo version>/tf<version>/`` (once per host: the ranks of a
+   ``~/.cache/kolo/tf-ops/<digest of the sources>/tf<version>/`` (once per host: the ranks of a
    host wait on a file lock for the one that compiles);
 3. otherwise, or with KOLO_TF_OPS=0, the collectives run through ``tf.numpy_function``
    (kolo.tensorflow.mpi_ops), which needs neither, and rank 0 says so in one line.
@@ -20,6 +20,7 @@ runs one of its ops as kolo.tensorflow's collectives do, and inside XLA
 """
 import ctypes
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -27,7 +28,6 @@ import sys
 
 import tensorflow as tf
 
-import kolo
 from kolo.common import basics
 from kolo.common import engine
 from kolo.tensorflow.errors import CollectiveArgumentError, CollectiveFailedError
@@ -152,6 +152,16 @@ def _load():
     return module, None
 
 
+def _sources_digest():
+    """What names a compiled library in the cache: its sources' digest, so that a kolo
+    whose op library or C interface changed never loads one built from older sources."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(_SOURCES)):
+        with open(os.path.join(_SOURCES, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:16]
+
+
 def _compiled():
     """The library compiled for this TensorFlow in the user's cache: (path, None), or
     (None, why not)."""
@@ -162,7 +172,7 @@ def _compiled():
     if not os.path.exists(os.path.join(_SOURCES, "kolo_tf_ops.cc")):
         return None, "the op library's sources are not installed (%s)" % _SOURCES
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                         "kolo", "tf-ops", kolo.__version__, "tf" + tf.__version__)
+                         "kolo", "tf-ops", _sources_digest(), "tf" + tf.__version__)
     path = os.path.join(cache, _LIBRARY)
     os.makedirs(cache, exist_ok=True)
     with open(path + ".lock", "w") as lock:
