@@ -248,8 +248,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
 
     def as_ops(ops, naming, xs):  # a grouped op per group, named as the kernel names them
         outs = []
-        for i, size in enumerate(sizes):
-            group, xs = xs[:size], xs[size:]
+        for i, count in enumerate(sizes):
+            group, xs = xs[:count], xs[count:]
             outs += ops.kolo_grouped_allreduce(
                 group, reduce_op=int(op), prescale_factor=prescale_factor,
                 postscale_factor=postscale_factor, process_set=set_id, **dict(
