@@ -298,5 +298,10 @@ def test_a_collective_inside_control_flow_of_a_tf1_graph():
                 tf.cond(tf.constant(True), lambda: hvd.allreduce(x), lambda: x)
             return
         y = tf.cond(tf.constant(True), lambda: hvd.allreduce(x, op=hvd.Sum), lambda: x)
+        # Each branch is a function graph of its own; the collectives of two conds fetched
+        # together are still named apart (after the graph itself).
+        z = tf.cond(tf.constant(True), lambda: hvd.allreduce(x * 10, op=hvd.Sum), lambda: x)
         with tf.compat.v1.Session() as session:
-            assert np.allclose(session.run(y), [N * (N + 1) / 2] * 2)
+            got_y, got_z = session.run([y, z])
+        assert np.allclose(got_y, [N * (N + 1) / 2] * 2)
+        assert np.allclose(got_z, [10 * N * (N + 1) / 2] * 2)

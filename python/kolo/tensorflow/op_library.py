@@ -100,7 +100,7 @@ def run(op, ops, name, tensors):
     Eagerly, a failure raises kolo's error classes (kolo.tensorflow.errors); in a graph
     TensorFlow's own, FailedPreconditionError and InvalidArgumentError, as Horovod's ops."""
     if not name and not tf.compat.v1.executing_eagerly_outside_functions():
-        name = tf.compat.v1.get_default_graph().unique_name("KoloCollective")
+        name = _outermost_graph().unique_name("KoloCollective")
     naming = {"tensor_name": name or "", "call_site": "" if name else _call_site()}
     if not tf.executing_eagerly():
         return list(op(ops, naming, list(tensors)))
@@ -111,6 +111,16 @@ def run(op, ops, name, tensors):
         raise CollectiveFailedError(_op_message(e)) from None
     except tf.errors.InvalidArgumentError as e:
         raise CollectiveArgumentError(_op_message(e)) from None
+
+
+def _outermost_graph():
+    """The TF1 graph itself, also while a branch of tf.cond or the body of tf.while_loop is
+    built as a function graph of its own: names made unique there are unique in the whole
+    graph, so the collectives of two conds fetched by one Session.run never share one."""
+    graph = tf.compat.v1.get_default_graph()
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
 
 
 def _call_site():
