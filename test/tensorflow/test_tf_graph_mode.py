@@ -16,7 +16,7 @@ import tensorflow as tf
 import kolo.tensorflow as hvd
 from kolo.tensorflow import op_library
 
-from tf_common import N, R
+from tf_common import N, R, SUB
 
 # One inter-op thread (conftest's, which a Session takes from the eager context) and eight:
 # with one, eight collectives waiting at once would hold the only thread; with eight, the
@@ -263,9 +263,6 @@ def test_a_tf_compat_v1_optimizer_averages_in_compute_gradients():
         assert named.get_name() == "mine"
         minimize = named.minimize(tf.reduce_sum(v * x * (R + 1.0)), var_list=[v])
         assert opt.get_slot(w, "momentum") is base.get_slot(w, "momentum")
-        with pytest.raises(NotImplementedError, match="tf.cond"):
-            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr),
-                                     backward_passes_per_step=2)
         with _session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for xv in xs:
@@ -285,6 +282,108 @@ def test_a_tf_compat_v1_optimizer_averages_eagerly():
     with pytest.raises(ValueError, match="backward_passes_per_step > 1"):  # Horovod's
         hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
                                  backward_passes_per_step=2)
+
+
+def _refused_without_ops(**kwargs):
+    """Through tf.numpy_function (KOLO_TF_OPS=0) kolo refuses what would reduce inside
+    tf.cond, naming why; returns whether it did."""
+    if op_library.ops() is not None:
+        return False
+    with pytest.raises(NotImplementedError, match="tf.cond.*KOLO_TF_OPS"):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), **kwargs)
+    return True
+
+
+@pytest.mark.parametrize("average", [False, True], ids=["summed", "averaged"])
+def test_a_tf_compat_v1_optimizer_aggregates_backward_passes_in_a_session(average):
+    # Horovod's LocalGradientAggregationHelper: the gradients of N = 3 runs are summed on
+    # each rank, then averaged over the ranks (and divided by N with
+    # average_aggregated_gradients) and applied on every 3rd run; the variables change only
+    # then, global_step counts every run, the counter and the sums are local variables.
+    passes, lr, mu, w0 = 3, 0.25, 0.5, np.array([1.0, -2.0])  # exact in float32, as TF1 keeps them
+    xs = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0, 2.0]  # two rounds and one pass of a third
+    with tf.Graph().as_default():
+        if _refused_without_ops(backward_passes_per_step=passes):
+            return
+        x = tf.compat.v1.placeholder(tf.float64, [])
+        w = tf.Variable(w0, dtype=tf.float64)
+        unused = tf.Variable([3.0], dtype=tf.float64)  # its gradient is None
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(lr, mu),
+                                       backward_passes_per_step=passes,
+                                       average_aggregated_gradients=average)
+        pairs = opt.compute_gradients(tf.reduce_sum(w * w * x * (R + 1.0)),
+                                      var_list=[w, unused])
+        assert pairs[1][0] is None and pairs[0][1] is w
+        train = opt.apply_gradients(pairs, global_step=step)
+        local = tf.compat.v1.local_variables()
+        assert len(local) == 2, [v.name for v in local]  # the counter and w's sum
+        assert all(v.name.startswith("aggregation_variables_DistributedMomentumOptimizer%d/"
+                                     % R) for v in local)
+        assert not set(local) & set(tf.compat.v1.global_variables())
+        with pytest.raises(ValueError, match="called a second time"):
+            opt.compute_gradients(tf.reduce_sum(w * x), var_list=[w])
+        with _session(8) as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(),
+                      tf.compat.v1.local_variables_initializer()])
+            want, accum, summed = w0, np.zeros(2), np.zeros(2)
+            for k, xv in enumerate(xs):
+                grad, _ = sess.run([pairs[0][0], train], {x: xv})
+                own = 2.0 * want * xv * (R + 1)
+                summed = summed + 2.0 * want * xv * (N + 1) / 2.0  # the ranks' average
+                if (k + 1) % passes:
+                    assert np.allclose(grad, own, rtol=1e-12), k  # this pass's own
+                else:
+                    mean = summed / passes if average else summed
+                    assert np.allclose(grad, mean, rtol=1e-12), k
+                    accum = mu * accum + mean
+                    want, summed = want - lr * accum, np.zeros(2)
+                assert np.allclose(sess.run(w), want, rtol=1e-12), k
+            assert sess.run(step) == len(xs)
+
+
+def test_aggregated_passes_keep_horovods_sparse_local_and_process_set_rules():
+    # tf.IndexedSlices: Horovod's ValueError, or made dense with sparse_as_dense; a variable
+    # registered as local keeps this rank's sum (divided by the set's size); a rank outside
+    # the process set applies its own sums.
+    passes, lr, xs = 2, 0.5, [1.0, -3.0, 2.0, 0.5]
+    with tf.Graph().as_default():
+        if _refused_without_ops(backward_passes_per_step=passes):
+            return
+        x = tf.compat.v1.placeholder(tf.float64, [])
+        table = tf.Variable(np.zeros((3, 2)))
+        w = tf.Variable([1.0, 1.0], dtype=tf.float64)
+        mine = tf.Variable([0.0, 0.0], dtype=tf.float64)
+        loss = (tf.reduce_sum(tf.gather(table, [R % 3]) * x)
+                + tf.reduce_sum((w + mine) * x * (R + 1.0)))
+        sparse = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr),
+                                          backward_passes_per_step=passes)
+        with pytest.raises(ValueError, match="IndexedSlices are not supported when"):
+            sparse.compute_gradients(loss, var_list=[table])
+        subset = hvd.add_process_set(SUB)
+        try:
+            opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr),
+                                           backward_passes_per_step=passes,
+                                           sparse_as_dense=True, process_set=subset)
+            opt.register_local_var(mine)
+            train = opt.minimize(loss, var_list=[table, w, mine])
+            with _session() as sess:
+                sess.run([tf.compat.v1.global_variables_initializer(),
+                          tf.compat.v1.local_variables_initializer()])
+                for xv in xs:
+                    sess.run(train, {x: xv})
+                got = sess.run([table, w, mine])
+        finally:
+            hvd.remove_process_set(subset)
+    total = sum(xs)  # every variable's gradient is linear in x
+    ranks = SUB if R in SUB else [R]
+    rows = np.zeros((3, 2))
+    for r in ranks:
+        rows[r % 3] += total / len(ranks)
+    scale = np.mean([r + 1.0 for r in ranks])
+    assert np.allclose(got[0], -lr * rows, rtol=1e-12)
+    assert np.allclose(got[1], 1.0 - lr * total * scale, rtol=1e-12)
+    assert np.allclose(got[2], -lr * total * (R + 1) / len(SUB), rtol=1e-12)
 
 
 def test_a_collective_inside_control_flow_of_a_tf1_graph():

@@ -45,8 +45,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return _legacy.DistributedOptimizer(
             optimizer, name, use_locking, compression, sparse_as_dense,
-            backward_passes_per_step, op, gradient_predivide_factor, num_groups, groups,
-            process_set, scale_local_gradients)
+            backward_passes_per_step, op, gradient_predivide_factor,
+            average_aggregated_gradients, num_groups, groups, process_set,
+            scale_local_gradients)
     if isinstance(optimizer, keras.optimizers.Optimizer):
         if op == Adasum:  # Horovod's Adasum optimizer is a tf.compat.v1 one
             raise ValueError("op == Adasum is not supported yet with Keras")

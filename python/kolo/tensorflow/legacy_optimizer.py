@@ -6,24 +6,34 @@ As Horovod's ``_DistributedOptimizer``, the wrapper is an optimizer of its own w
 ``compute_gradients()`` returns the wrapped optimizer's gradients averaged over the ranks
 (``minimize()`` calls it), and whose other methods are the wrapped optimizer's. The
 reduction is ``DistributedGradientTape``'s (kolo.tensorflow.gradients): one grouped
-allreduce of the dense gradients, tf.IndexedSlices gathered, local variables kept.
+allreduce of the dense gradients, tf.IndexedSlices gathered, local variables kept. With
+``backward_passes_per_step`` N > 1 in a TF1 graph the gradients are summed over N runs and
+reduced and applied every N-th run (kolo.tensorflow.gradient_aggregation).
 """
 import tensorflow as tf
 
 from kolo.common.ops import Adasum, groups_setting, predivided, reduce_op
 from kolo.tensorflow import gradients as _gradients
+from kolo.tensorflow.gradient_aggregation import (LocalGradientAggregation,
+                                                  require_collectives_in_control_flow)
 
 
 class _DistributedOptimizer(_gradients.SharedGradients, tf.compat.v1.train.Optimizer):
     """Wraps ``optimizer``: its gradients are averaged (``settings['op']``) over the set's
-    ranks in compute_gradients(), then applied by ``optimizer`` itself."""
+    ranks in compute_gradients(), then applied by ``optimizer`` itself; with ``passes``
+    > 1, summed over that many runs first and applied every ``passes``-th run."""
 
-    def __init__(self, optimizer, name, use_locking, scale_local_gradients, **settings):
+    def __init__(self, optimizer, name, use_locking, scale_local_gradients, passes,
+                 average_aggregated_gradients, **settings):
         if name is None:
             name = "Distributed%s" % type(optimizer).__name__
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._kolo_setup(scale_local_gradients, **settings)
+        self._aggregation = None
+        if passes > 1:
+            self._aggregation = LocalGradientAggregation(
+                passes, average_aggregated_gradients, settings["sparse_as_dense"], name)
 
     def register_local_var(self, var):
         """Horovod's: the gradient of ``var`` is not reduced; compute_gradients() returns
@@ -32,18 +42,32 @@ class _DistributedOptimizer(_gradients.SharedGradients, tf.compat.v1.train.Optim
 
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's ``(gradient, variable)`` pairs, the gradients averaged
-        over the ranks (under the name scope ``<name>_Allreduce``, as Horovod's)."""
+        over the ranks (under the name scope ``<name>_Allreduce``, as Horovod's); with
+        backward_passes_per_step N > 1, the sums of N runs' gradients on every N-th run
+        and this run's own gradients on the others."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         if not pairs:
             return pairs
-        grads, variables = zip(*pairs)
+        grads, variables = list(zip(*pairs))
         with tf.name_scope(self.get_name() + "_Allreduce"):
-            reduced = self._kolo_reduce(list(grads), list(variables))
+            if self._aggregation is None:
+                reduced = self._kolo_reduce(list(grads), list(variables))
+            else:
+                reduced = self._aggregation.compute_gradients(list(grads), list(variables),
+                                                              self._kolo_reduce)
         return list(zip(reduced, variables))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
-                                               name=name)
+        """The wrapped optimizer's; with backward_passes_per_step N > 1, only on every
+        N-th run (the other runs advance ``global_step`` alone, as Horovod's)."""
+        if self._aggregation is None:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                   name=name)
+        grads_and_vars = list(grads_and_vars)
+        return self._aggregation.apply_gradients(
+            lambda: self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                    name=name),
+            [g for g, _ in grads_and_vars], global_step)
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -90,12 +114,9 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
         if tf.executing_eagerly():
             return self._apply_eagerly(grads_and_vars, variables, starts, global_step, name)
         if self._every > 1:
-            raise NotImplementedError(
-                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer in "
-                "a TF1 graph is not supported: the deltas would be combined inside tf.cond, "
-                "and kolo's collectives cannot run inside control flow of a TF1 graph. Pass "
-                "backward_passes_per_step=1, or run eagerly")
-        # The first step's starting point (no collective inside the tf.cond).
+            require_collectives_in_control_flow(
+                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer "
+                "in a TF1 graph")
         begin = tf.cond(tf.equal(self._steps, 0),
                         lambda: tf.group(*[s.assign(v) for s, v in zip(starts, variables)]),
                         tf.no_op)
@@ -103,12 +124,22 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
             apply = self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
                                                     name=name)
         with tf.control_dependencies([apply]):
-            deltas = [v.read_value() - s.read_value() for s, v in zip(starts, variables)]
+            if self._every == 1:
+                exchanged = self._exchange(starts, variables)
+            else:  # every N-th step, as Horovod's _is_comm_step
+                exchanged = tf.cond(
+                    tf.equal(self._steps % self._every, self._every - 1),
+                    lambda: self._exchange(starts, variables), tf.no_op)
+        with tf.control_dependencies([exchanged]):
+            return self._steps.assign_add(1).op
+
+    def _exchange(self, starts, variables):
+        """In a graph: each variable becomes its start plus the Adasum of the ranks'
+        changes since then, which becomes the next start."""
+        deltas = [v.read_value() - s.read_value() for s, v in zip(starts, variables)]
         combined = self._combine(deltas)
         ends = [s.assign_add(d) for s, d in zip(starts, combined)]
-        updates = [v.assign(e) for v, e in zip(variables, ends)]
-        with tf.control_dependencies(updates):
-            return self._steps.assign_add(1).op
+        return tf.group(*[v.assign(e) for v, e in zip(variables, ends)])
 
     def _apply_eagerly(self, grads_and_vars, variables, starts, global_step, name):
         if int(self._steps.numpy()) == 0:
@@ -140,13 +171,18 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
 
 
 def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                         backward_passes_per_step, op, gradient_predivide_factor, num_groups,
-                         groups, process_set, scale_local_gradients):
+                         backward_passes_per_step, op, gradient_predivide_factor,
+                         average_aggregated_gradients, num_groups, groups, process_set,
+                         scale_local_gradients):
     """Horovod's wrapper of a tf.compat.v1 optimizer, with Horovod's refusals
     (kolo.tensorflow.DistributedOptimizer checks the arguments every optimizer shares)."""
     if op == Adasum:
         if process_set.process_set_id != 0:
             raise NotImplementedError("Adasum does not support process sets yet")
+        if int(backward_passes_per_step) > 1 and not tf.executing_eagerly():
+            require_collectives_in_control_flow(
+                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer "
+                "in a TF1 graph")
         return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
                                            backward_passes_per_step)
     predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
@@ -155,17 +191,15 @@ def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_de
     if groups is not None and not (isinstance(groups, list) or groups > 0):
         raise ValueError("groups should be a non-negative integer or a list of list of "
                          "tf.Variable.")
-    if int(backward_passes_per_step) > 1:
+    passes = int(backward_passes_per_step)
+    if passes > 1:
         if tf.executing_eagerly():
             raise ValueError("backward_passes_per_step > 1 is not yet supported for "
                              "_LegacyOptimizer with eager execution.")
-        raise NotImplementedError(
-            "backward_passes_per_step > 1 with a tf.compat.v1 optimizer in a TF1 graph is not "
-            "supported yet: kolo does not aggregate such an optimizer's gradients over passes "
-            "(Horovod reduces them inside tf.cond). Pass backward_passes_per_step=1, or use a "
-            "keras.optimizers optimizer (kolo.tensorflow.keras.DistributedOptimizer takes "
-            "backward_passes_per_step)")
-    return _DistributedOptimizer(optimizer, name, use_locking, scale_local_gradients, op=op,
+        require_collectives_in_control_flow(
+            "backward_passes_per_step > 1 with a tf.compat.v1 optimizer in a TF1 graph")
+    return _DistributedOptimizer(optimizer, name, use_locking, scale_local_gradients, passes,
+                                 average_aggregated_gradients, op=op,
                                  compression=compression, sparse_as_dense=sparse_as_dense,
                                  gradient_predivide_factor=gradient_predivide_factor,
                                  groups=groups, process_set=process_set)
