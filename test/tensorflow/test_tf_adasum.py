@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import kolo.tensorflow as hvd
 import kolo.tensorflow.keras as hvd_keras
+from kolo.tensorflow import op_library
 from adasum_reference import check, inputs as rank_inputs  # test/common
 
 from tf_common import N, R
@@ -152,14 +153,46 @@ def test_a_tf_compat_v1_optimizer_with_adasum_combines_the_deltas_in_a_session()
             return
         train = opt.minimize(tf.reduce_sum(w * g), var_list=[w])
         assert opt.get_slot(w, "delta_start") is not None
-        with pytest.raises(NotImplementedError, match="tf.cond"):
-            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.25),
-                                     op=hvd.Adasum, backward_passes_per_step=2).minimize(
-                                         tf.reduce_sum(w * g), var_list=[w])
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             want = w0
             for k in range(2):
                 sess.run(train, {g: grads[R][k]})
                 want = _delta_reference(0.25, [every[k] for every in grads], want)
+                assert np.allclose(sess.run(w), want, rtol=1e-12), k
+
+
+def test_a_tf_compat_v1_optimizer_with_adasum_combines_every_nth_step_in_a_session():
+    # backward_passes_per_step N: each rank takes its own steps, and on every N-th run the
+    # change since the last exchange is combined with Adasum inside tf.cond (Horovod's
+    # _is_comm_step); through tf.numpy_function kolo refuses, naming KOLO_TF_OPS.
+    passes, lr, runs = 2, 0.25, 5
+    grads = every_rank(7, [3] * runs, np.float64)
+    w0 = np.array([1.5, -0.5, 0.25])
+    with tf.Graph().as_default():
+        g = tf.compat.v1.placeholder(tf.float64, [3])
+        w = tf.Variable(w0)
+        make = lambda: hvd.DistributedOptimizer(  # noqa: E731
+            tf.compat.v1.train.GradientDescentOptimizer(lr), op=hvd.Adasum,
+            backward_passes_per_step=passes)
+        if op_library.ops() is None:
+            with pytest.raises(NotImplementedError, match="tf.cond.*KOLO_TF_OPS"):
+                make()
+            return
+        if not POWER_OF_TWO:
+            with pytest.raises(NotImplementedError, match=NOT_POWER_OF_TWO):
+                make().minimize(tf.reduce_sum(w * g), var_list=[w])
+            return
+        train = make().minimize(tf.reduce_sum(w * g), var_list=[w])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            start, since = w0, [np.zeros(3) for _ in range(N)]  # every rank's own sum
+            for k in range(runs):
+                sess.run(train, {g: grads[R][k]})
+                since = [s + every[k] for s, every in zip(since, grads)]
+                if (k + 1) % passes:
+                    want = start - lr * since[R]  # this rank's own steps
+                else:
+                    want = start = _delta_reference(lr, since, start)
+                    since = [np.zeros(3) for _ in range(N)]
                 assert np.allclose(sess.run(w), want, rtol=1e-12), k

@@ -6,8 +6,9 @@ rank: an unnamed collective is named after its graph op and pairs by that name (
 names it after its op), and it waits on a thread of its own, so that more collectives than
 the Session has threads cannot hold every thread waiting for each other. broadcast_ and
 broadcast_variables return ops that assign the variables, as Horovod's; the object
-functions run in the session; collectives inside control flow of a TF1 graph are refused.
-A tf.compat.v1 optimizer is wrapped as by Horovod's _DistributedOptimizer.
+functions run in the session; collectives inside control flow of a TF1 graph run as kolo's
+ops (refused through tf.numpy_function). A tf.compat.v1 optimizer is wrapped as by
+Horovod's _DistributedOptimizer, backward_passes_per_step > 1 included.
 """
 import numpy as np
 import pytest
