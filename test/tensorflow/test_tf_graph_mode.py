@@ -10,6 +10,8 @@ functions run in the session; collectives inside control flow of a TF1 graph run
 ops (refused through tf.numpy_function). A tf.compat.v1 optimizer is wrapped as by
 Horovod's _DistributedOptimizer, backward_passes_per_step > 1 included.
 """
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -295,15 +297,31 @@ def _refused_without_ops(**kwargs):
     return True
 
 
-@pytest.mark.parametrize("average", [False, True], ids=["summed", "averaged"])
-def test_a_tf_compat_v1_optimizer_aggregates_backward_passes_in_a_session(average):
+@contextlib.contextmanager
+def _control_flow(version):
+    """tf.cond as TF2 builds it (functional If, "v2") or as TF1 scripts that call
+    tf.compat.v1.disable_v2_behavior() get it (Switch and Merge, "v1")."""
+    if version == "v2":
+        yield
+        return
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        yield
+    finally:
+        tf.compat.v1.enable_control_flow_v2()
+
+
+@pytest.mark.parametrize("average, control_flow", [(False, "v2"), (True, "v1")],
+                         ids=["summed-cond_v2", "averaged-cond_v1"])
+def test_a_tf_compat_v1_optimizer_aggregates_backward_passes_in_a_session(average,
+                                                                          control_flow):
     # Horovod's LocalGradientAggregationHelper: the gradients of N = 3 runs are summed on
     # each rank, then averaged over the ranks (and divided by N with
     # average_aggregated_gradients) and applied on every 3rd run; the variables change only
     # then, global_step counts every run, the counter and the sums are local variables.
     passes, lr, mu, w0 = 3, 0.25, 0.5, np.array([1.0, -2.0])  # exact in float32, as TF1 keeps them
     xs = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0, 2.0]  # two rounds and one pass of a third
-    with tf.Graph().as_default():
+    with _control_flow(control_flow), tf.Graph().as_default():
         if _refused_without_ops(backward_passes_per_step=passes):
             return
         x = tf.compat.v1.placeholder(tf.float64, [])
@@ -317,6 +335,8 @@ def test_a_tf_compat_v1_optimizer_aggregates_backward_passes_in_a_session(averag
                                       var_list=[w, unused])
         assert pairs[1][0] is None and pairs[0][1] is w
         train = opt.apply_gradients(pairs, global_step=step)
+        types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+        assert ("Switch" in types) == (control_flow == "v1"), types
         local = tf.compat.v1.local_variables()
         assert len(local) == 2, [v.name for v in local]  # the counter and w's sum
         assert all(v.name.startswith("aggregation_variables_DistributedMomentumOptimizer%d/"
