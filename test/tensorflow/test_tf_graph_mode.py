@@ -344,6 +344,11 @@ def test_a_tf_compat_v1_optimizer_aggregates_backward_passes_in_a_session(averag
         assert not set(local) & set(tf.compat.v1.global_variables())
         with pytest.raises(ValueError, match="called a second time"):
             opt.compute_gradients(tf.reduce_sum(w * x), var_list=[w])
+        other = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(lr, mu),
+                                         backward_passes_per_step=passes)
+        other.compute_gradients(tf.reduce_sum(unused * x), var_list=[unused])
+        others = set(tf.compat.v1.local_variables()) - set(local)  # a counter of its own
+        assert len(others) == 2 and all("%d_1/" % R in v.name for v in others), others
         with _session(8) as sess:
             sess.run([tf.compat.v1.global_variables_initializer(),
                       tf.compat.v1.local_variables_initializer()])

@@ -5,7 +5,8 @@ local sums, and every N-th run reduces the sums over the ranks and applies them;
 runs change no variable.
 
 The state is Horovod's: a ``tf.int32`` counter and one sum per gradient, made with
-``tf.compat.v1.get_variable`` in the scope ``aggregation_variables_<name><rank>`` and kept
+``tf.compat.v1.get_variable`` in the scope ``aggregation_variables_<name><rank>`` (another
+wrapper of the same name: ``..._1``) and kept
 in ``tf.compat.v1.GraphKeys.LOCAL_VARIABLES`` (``local_variables_initializer()``
 initializes them, as ``MonitoredTrainingSession`` does; a broadcast of the global
 variables leaves them alone). One run, each step after the one before:
@@ -43,7 +44,7 @@ def require_collectives_in_control_flow(what):
         % (what, op_library.fallback_reason()))
 
 
-def _first(outputs):
+def _as_list(outputs):
     """tf.cond's outputs as a list (it may unpack a list of one)."""
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
@@ -71,7 +72,9 @@ class LocalGradientAggregation:
     def _make_variables(self, grads, variables):
         scope = "aggregation_variables_%s%d" % (self._name, rank())
         local = tf.compat.v1.GraphKeys.LOCAL_VARIABLES
-        with tf.compat.v1.variable_scope(scope, reuse=tf.compat.v1.AUTO_REUSE):
+        # A scope of its own (Horovod's name, "_1", ... after it): Horovod's reuse of the
+        # scope would have two wrappers of one name share a counter, which each advances.
+        with tf.compat.v1.variable_scope(None, default_name=scope):
             self._counter = tf.compat.v1.get_variable(
                 "aggregation_counter", shape=(), dtype=tf.int32, trainable=False,
                 initializer=tf.compat.v1.zeros_initializer(), collections=[local])
@@ -107,7 +110,7 @@ class LocalGradientAggregation:
         if not dense:
             return list(grads)
         with tf.control_dependencies([counted]):
-            out = _first(tf.cond(tf.equal(self._counter, self._passes),
+            out = _as_list(tf.cond(tf.equal(self._counter, self._passes),
                                  lambda: self._reduced(sums, present_vars, reduce),
                                  lambda: [tf.identity(g) for g in dense]))
         return replace_at(list(grads), present, lambda _: out)
