@@ -17,6 +17,9 @@ from kolo.tensorflow import gradients as _gradients
 from kolo.tensorflow.gradient_aggregation import (LocalGradientAggregation,
                                                   require_collectives_in_control_flow)
 
+_ADASUM_PASSES = ("backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer in "
+                  "a TF1 graph")
+
 
 class _DistributedOptimizer(_gradients.SharedGradients, tf.compat.v1.train.Optimizer):
     """Wraps ``optimizer``: its gradients are averaged (``settings['op']``) over the set's
@@ -48,7 +51,7 @@ class _DistributedOptimizer(_gradients.SharedGradients, tf.compat.v1.train.Optim
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         if not pairs:
             return pairs
-        grads, variables = list(zip(*pairs))
+        grads, variables = zip(*pairs)
         with tf.name_scope(self.get_name() + "_Allreduce"):
             if self._aggregation is None:
                 reduced = self._kolo_reduce(list(grads), list(variables))
@@ -114,9 +117,7 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
         if tf.executing_eagerly():
             return self._apply_eagerly(grads_and_vars, variables, starts, global_step, name)
         if self._every > 1:
-            require_collectives_in_control_flow(
-                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer "
-                "in a TF1 graph")
+            require_collectives_in_control_flow(_ADASUM_PASSES)
         begin = tf.cond(tf.equal(self._steps, 0),
                         lambda: tf.group(*[s.assign(v) for s, v in zip(starts, variables)]),
                         tf.no_op)
@@ -179,10 +180,8 @@ def DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_de
     if op == Adasum:
         if process_set.process_set_id != 0:
             raise NotImplementedError("Adasum does not support process sets yet")
-        if int(backward_passes_per_step) > 1 and not tf.executing_eagerly():
-            require_collectives_in_control_flow(
-                "backward_passes_per_step > 1 with op=Adasum and a tf.compat.v1 optimizer "
-                "in a TF1 graph")
+        if int(backward_passes_per_step) > 1:
+            require_collectives_in_control_flow(_ADASUM_PASSES)
         return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
                                            backward_passes_per_step)
     predivided(op, gradient_predivide_factor)  # Horovod's refusal of f != 1 but for Average
