@@ -6,10 +6,10 @@ runs change no variable.
 
 The state is Horovod's: a ``tf.int32`` counter and one sum per gradient, made with
 ``tf.compat.v1.get_variable`` in the scope ``aggregation_variables_<name><rank>`` (another
-wrapper of the same name: ``..._1``) and kept
-in ``tf.compat.v1.GraphKeys.LOCAL_VARIABLES`` (``local_variables_initializer()``
-initializes them, as ``MonitoredTrainingSession`` does; a broadcast of the global
-variables leaves them alone). One run, each step after the one before:
+wrapper of the same name: ``..._1``) and kept in ``tf.compat.v1.GraphKeys.LOCAL_VARIABLES``
+(``local_variables_initializer()`` initializes them, as ``MonitoredTrainingSession`` does;
+a broadcast of the global variables leaves them alone). One run, each step after the one
+before:
 
 1. counter = 0: the sums are zeroed (a new round of passes begins);
 2. every sum += its gradient; counter += 1;
