@@ -4,9 +4,9 @@
 // for an allreduce or a broadcast. Built with KOLO_TF_GPU, the ops have GPU
 // kernels too (kolo_tf_device.h): the tensors stay in the GPU's memory, kolo's
 // NCCL work is ordered after TensorFlow's stream for the op, and the kernel
-// finishes once the result is in its output. Inside tf.function they are stateful ops,
-// which TensorFlow runs in program order, so every rank starts them in the
-// same order.
+// finishes once the result is in its output. Inside tf.function they are
+// stateful ops, which TensorFlow runs in program order, so every rank starts
+// them in the same order.
 //
 // Inside XLA (tf.function(jit_compile=True)) the grouped allreduce is an XLA
 // custom call instead (XlaGroupedAllreduce below).
@@ -14,7 +14,7 @@
 // This file is compiled against one TensorFlow's headers (its C++ ABI changes
 // with each minor version): by the build for the TensorFlow it finds, and by
 // kolo.tensorflow's loader for any other, on first import. It includes nothing
-// of kolo but the C interface.
+// of kolo but the C interface and kolo_tf_device.h, which ship beside it.
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
