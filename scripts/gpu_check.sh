@@ -10,7 +10,8 @@
 #   build      unpack the kit (if --kit names one), configure with CUDA for this
 #              machine's GPU (native; sm_90 where no GPU answers), build
 #   suite      the whole normal CTest suite of that build (gpu.np1 included)
-#   gpu        gpu.np1: kolo_gpu_tests at np=1 (NCCL, the fusion copy kernel)
+#   gpu        gpu.np1: kolo_gpu_tests at np=1 (NCCL, the fusion copy kernel), and
+#              gpu.tf_operation.np1 (the TensorFlow op library's C table on the device)
 #   torch1     test/python/test_torch_cuda.py at np=1 (CUDA tensors, the
 #              DistributedOptimizer equivalence in float64)
 #   speed      bench/gpu_allreduce (kolo vs ncclAllReduce, 4 B to 1 GiB), bench/gpu_copy
