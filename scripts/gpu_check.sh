@@ -10,7 +10,8 @@
 #   build      unpack the kit (if --kit names one), configure with CUDA for this
 #              machine's GPU (native; sm_90 where no GPU answers), build
 #   suite      the whole normal CTest suite of that build (gpu.np1 included)
-#   gpu        gpu.np1: kolo_gpu_tests at np=1 (NCCL, the fusion copy kernel)
+#   gpu        gpu.np1: kolo_gpu_tests at np=1 (NCCL, the fusion copy kernel), and
+#              gpu.tf_operation.np1 (the TensorFlow op library's C table on the device)
 #   torch1     test/python/test_torch_cuda.py at np=1 (CUDA tensors, the
 #              DistributedOptimizer equivalence in float64)
 #   speed      bench/gpu_allreduce (kolo vs ncclAllReduce, 4 B to 1 GiB), bench/gpu_copy
@@ -24,6 +25,12 @@
 #              killed inside a GPU collective: a named error on every surviving
 #              rank, no hang
 #   resnet     the synthetic ResNet-50 benchmark on the GPU, np=1
+#   tf         kolo.tensorflow's GPU kernels: test/tensorflow/test_tf_gpu.py and
+#              test_op_library.py at np=1, the op library compiled on first import
+#              for that TensorFlow (this build ships none). Needs a TensorFlow with
+#              CUDA (GPU_CHECK_TF_PYTHON, else the Python above) for which _core was
+#              built; skipped, saying why, where there is none (a lent machine: the
+#              CUDA wheel is far over what reaches it). Not in quick.
 # Groups: sanitize = memcheck racecheck synccheck; torch = torch1 torch2 resnet;
 #   quick = build gpu torch1 speed memcheck racecheck synccheck tworanks torch2
 #           faults resnet, in that order of value: one call of a lent machine;
@@ -49,7 +56,7 @@ out=${OUT:-$root/gpu-check-out}
 budget=480
 steps=()
 quick=(build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 faults resnet)
-step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 faults resnet"
+step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 faults resnet tf"
 while [ $# -gt 0 ]; do
   case $1 in
     --kit) kit=$2; shift 2 ;;
@@ -207,6 +214,20 @@ step_resnet() {
     --json "$logs/resnet50_cuda.json"
 }
 
+step_tf() {
+  need_gpu || return
+  local tfpy=${GPU_CHECK_TF_PYTHON:-$python} gpus
+  gpus=$("$tfpy" -c 'import tensorflow as tf; print(len(tf.config.list_physical_devices("GPU")))' 2>/dev/null | tail -1)
+  [ -n "$gpus" ] || { skipped "no TensorFlow for $tfpy (set GPU_CHECK_TF_PYTHON to a Python with tensorflow[and-cuda])"; return; }
+  [ "$gpus" -gt 0 ] || { skipped "the TensorFlow of $tfpy sees no GPU (a CPU-only wheel?)"; return; }
+  PYTHONPATH=$build/python "$tfpy" -c 'import kolo._core' ||
+    { echo "kolo._core of $build was built for $python, which $tfpy cannot import"; return 1; }
+  echo "== kolo.tensorflow on the GPU, np=1 ($tfpy)"
+  XDG_CACHE_HOME=$build/tf-ops-cache PYTHONPATH=$build/python TF_CPP_MIN_LOG_LEVEL=2 \
+    all_or_skipped timeout 600 "$build/launcher/kolorun" -np 1 "$tfpy" -m pytest -q -rs \
+    -p no:cacheprovider "$root/test/tensorflow/test_tf_gpu.py" "$root/test/tensorflow/test_op_library.py"
+}
+
 # Each benchmark exits 77 without a device; the step is skipped when all three are.
 step_speed() {
   local rc=0 ran=0 r
@@ -282,6 +303,9 @@ EOF
 declare -A STEP_ESTIMATE_S=(
   [build]=120 [suite]=900 [gpu]=20 [torch1]=40 [speed]=60 [memcheck]=60 [racecheck]=40
   [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40 [resnet]=40
+  # Not yet run on a GPU: TensorFlow's import and the op library's compile on first
+  # import (about 10 s of one core here) with room to spare.
+  [tf]=180
 )
 
 # The clock. GPU_CHECK_FAKE_CLOCK names a file holding the time: the budget's

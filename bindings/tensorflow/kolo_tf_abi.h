@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below changes; the op library refuses another. */
-#define KOLO_TF_ABI_VERSION 2
+#define KOLO_TF_ABI_VERSION 3
 
 enum KoloTfKind {
   KOLO_TF_ALLREDUCE = 0,     /* grouped, outputs given (may alias the inputs) */
@@ -45,6 +45,9 @@ enum KoloTfDataType {
   KOLO_TF_BOOL = 10
 };
 
+/* A tensor's device: host memory, or a CUDA device ordinal (0, 1, ...). */
+#define KOLO_TF_HOST (-1)
+
 /* StatusCode values the op library tells apart. */
 enum KoloTfCode { KOLO_TF_OK = 0, KOLO_TF_INVALID_ARGUMENT = 1 };
 
@@ -53,6 +56,7 @@ typedef struct {
   int32_t dtype; /* KoloTfDataType */
   int32_t ndim;
   const int64_t* shape;
+  int32_t device; /* KOLO_TF_HOST, or the CUDA device whose memory `data` is */
 } KoloTfTensor;
 
 typedef struct {
@@ -70,11 +74,18 @@ typedef struct {
    * runs the operation's round on the calling thread where kolo lets callers
    * (KOLO_CALLER_RUNS) and reports back before it returns. */
   int32_t caller_waits;
+  /* Device tensors: the CUDA stream (cudaStream_t) of the work that produces
+   * them, TensorFlow's stream for the op; kolo's collective runs after the work
+   * enqueued on it so far, without blocking the caller. */
+  void* cuda_stream;
 } KoloTfRequest;
 
-/* One result that kolo allocated (allgather, alltoall, reducescatter). */
+/* One result that kolo allocated (allgather, alltoall, reducescatter): in host
+ * memory, or for device tensors in memory of `device`, where the collective has
+ * finished writing it. */
 typedef struct {
   const void* data;
+  int32_t device; /* KOLO_TF_HOST or the CUDA device of `data` */
   size_t bytes;
   int32_t ndim;
   const int64_t* shape;
@@ -94,8 +105,10 @@ typedef struct {
 } KoloTfOutcome;
 
 /* Called once per started operation, on kolo's background thread (or at once
- * on the caller's, for an operation refused when it was started); it must not
- * wait for another collective. */
+ * on the caller's, for an operation refused when it was started, or run by a
+ * caller that waits); it must not wait for another collective. For device
+ * tensors it is called once the device work has finished: the outputs and the
+ * results hold the collective's values. */
 typedef void (*KoloTfDone)(void* context, const KoloTfOutcome* outcome);
 
 typedef struct {

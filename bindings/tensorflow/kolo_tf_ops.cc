@@ -1,9 +1,12 @@
 // kolo's collectives as TensorFlow ops: async kernels that hand TensorFlow's
 // own buffers to kolo's runtime (through kolo._core's C table, kolo_tf_abi.h)
 // and finish when the runtime does, so no thread waits and no copy is made
-// for an allreduce or a broadcast. Inside tf.function they are stateful ops,
-// which TensorFlow runs in program order, so every rank starts them in the
-// same order.
+// for an allreduce or a broadcast. Built with KOLO_TF_GPU, the ops have GPU
+// kernels too (kolo_tf_device.h): the tensors stay in the GPU's memory, kolo's
+// NCCL work is ordered after TensorFlow's stream for the op, and the kernel
+// finishes once the result is in its output. Inside tf.function they are
+// stateful ops, which TensorFlow runs in program order, so every rank starts
+// them in the same order.
 //
 // Inside XLA (tf.function(jit_compile=True)) the grouped allreduce is an XLA
 // custom call instead (XlaGroupedAllreduce below).
@@ -11,7 +14,7 @@
 // This file is compiled against one TensorFlow's headers (its C++ ABI changes
 // with each minor version): by the build for the TensorFlow it finds, and by
 // kolo.tensorflow's loader for any other, on first import. It includes nothing
-// of kolo but the C interface.
+// of kolo but the C interface and kolo_tf_device.h, which ship beside it.
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "kolo_tf_abi.h"
+#include "kolo_tf_device.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -118,16 +122,25 @@ struct Pending {
   OpKernelContext* ctx;
   AsyncOpKernel::DoneCallback done;
   int32_t kind;
+  OpDevice device;
 
   void Finish(const KoloTfOutcome& o) {
     absl::Status status = ToTf(o, ctx->op_kernel().type_string());
+    bool copied_on_device = false;
     for (int32_t i = 0; status.ok() && i < o.num_results; ++i) {
       const KoloTfResult& r = o.results[i];
       TensorShape shape;
       for (int32_t d = 0; d < r.ndim; ++d) shape.AddDim(r.shape[d]);
       Tensor* out = nullptr;
       status = ctx->allocate_output(i, shape, &out);
-      if (status.ok() && r.bytes > 0) std::memcpy(out->data(), r.data, r.bytes);
+      if (status.ok() && r.bytes > 0 && r.device != KOLO_TF_HOST) {
+        // Into TensorFlow's output on its own stream, where the allocator
+        // orders the buffer's reuse.
+        status = device.CopyOnDevice(out->data(), r.data, r.bytes);
+        copied_on_device = true;
+      } else if (status.ok() && r.bytes > 0) {
+        std::memcpy(out->data(), r.data, r.bytes);
+      }
       if (status.ok() && kind == KOLO_TF_ALLTOALL) {
         Tensor* splits = nullptr;
         status = ctx->allocate_output(1, TensorShape({r.num_received_splits}), &splits);
@@ -141,6 +154,9 @@ struct Pending {
       status = ctx->allocate_output(0, TensorShape({}), &last);
       if (status.ok()) last->scalar<int32_t>()() = o.value;
     }
+    // The results' memory goes with the outcome: the copies finish first, and
+    // the op is done when its outputs hold the values.
+    if (copied_on_device) status.Update(device.Synchronize());
     ctx->SetStatus(status);
     o.release(o.keep);
     done();
@@ -157,13 +173,14 @@ void OnDone(void* context, const KoloTfOutcome* outcome) {
   });
 }
 
-// `t` as the C table sees it; its shape is kept in `shapes`, which start() reads.
-KoloTfTensor View(const Tensor& t, std::vector<std::vector<int64_t>>* shapes) {
+// `t`, in the memory of `device` (KOLO_TF_HOST or a GPU), as the C table sees
+// it; its shape is kept in `shapes`, which start() reads.
+KoloTfTensor View(const Tensor& t, int32_t device, std::vector<std::vector<int64_t>>* shapes) {
   shapes->emplace_back();
   for (int d = 0; d < t.dims(); ++d) shapes->back().push_back(t.dim_size(d));
   // A moved vector keeps its buffer: the pointer stays valid as shapes grows.
   return KoloTfTensor{const_cast<char*>(t.tensor_data().data()), KoloType(t.dtype()),
-                      static_cast<int32_t>(t.dims()), shapes->back().data()};
+                      static_cast<int32_t>(t.dims()), shapes->back().data(), device};
 }
 
 void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
@@ -174,23 +191,30 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
       done);
   const bool gathers = kind_ == KOLO_TF_ALLGATHER || kind_ == KOLO_TF_REDUCESCATTER;
   const int count = kind_ == KOLO_TF_ALLTOALL ? 1 : ctx->num_inputs();
+  const OpDevice device(ctx);
   std::vector<std::vector<int64_t>> shapes;  // what the views' shapes point at
   std::vector<KoloTfTensor> inputs, outputs;
   std::vector<int64_t> splits;
   for (int i = 0; i < count; ++i) {
     const Tensor& in = ctx->input(i);
-    inputs.push_back(View(in, &shapes));
+    inputs.push_back(View(in, device.InputDevice(ctx, i), &shapes));
     if (gathers || kind_ == KOLO_TF_ALLTOALL) continue;
     // allreduce and broadcast write into the output, in place where TensorFlow
     // lets the input's buffer go.
     Tensor* out = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out),
                          done);
-    if (kind_ == KOLO_TF_BROADCAST && out->tensor_data().data() != in.tensor_data().data()) {
-      std::memcpy(const_cast<char*>(out->tensor_data().data()), in.tensor_data().data(),
-                  in.TotalBytes());
+    const int32_t out_device = device.OutputDevice(ctx, i);
+    char* out_data = const_cast<char*>(out->tensor_data().data());
+    if (kind_ == KOLO_TF_BROADCAST && out_data != in.tensor_data().data()) {
+      if (out_device == KOLO_TF_HOST) {
+        std::memcpy(out_data, in.tensor_data().data(), in.TotalBytes());
+      } else {  // on TensorFlow's stream, which kolo's collective then waits for
+        OP_REQUIRES_OK_ASYNC(
+            ctx, device.CopyOnDevice(out_data, in.tensor_data().data(), in.TotalBytes()), done);
+      }
     }
-    outputs.push_back(View(*out, &shapes));
+    outputs.push_back(View(*out, out_device, &shapes));
   }
   if (kind_ == KOLO_TF_ALLTOALL) {
     auto given = ctx->input(1).flat<int32_t>();
@@ -206,12 +230,24 @@ void CollectiveKernel::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
                         root_,
                         splits.data(),
                         static_cast<int32_t>(splits.size()),
-                        caller_waits_ ? 1 : 0};
+                        caller_waits_ ? 1 : 0,
+                        device.cuda_stream()};
   // start() copies what it needs; the kernel keeps only what Finish uses.
   abi->start(&request, static_cast<int32_t>(inputs.size()), inputs.data(),
              outputs.empty() ? nullptr : outputs.data(), &OnDone,
-             new Pending{ctx, std::move(done), kind_});
+             new Pending{ctx, std::move(done), kind_, device});
 }
+
+#if KOLO_TF_GPU
+// The GPU kernels' dtypes: those NCCL carries and TensorFlow keeps in a GPU's
+// memory. int32 lives in host memory on TensorFlow's GPU devices and NCCL has
+// no 16-bit integers, so those run on the CPU kernels, to which TensorFlow
+// copies them. Join and barrier have no tensors and run on the CPU.
+const ::tensorflow::DataType kGpuTypes[] = {::tensorflow::DT_UINT8,    ::tensorflow::DT_INT8,
+                                            ::tensorflow::DT_INT64,    ::tensorflow::DT_HALF,
+                                            ::tensorflow::DT_BFLOAT16, ::tensorflow::DT_FLOAT,
+                                            ::tensorflow::DT_DOUBLE,   ::tensorflow::DT_BOOL};
+#endif
 
 template <int32_t kKind>
 class Kernel : public CollectiveKernel {
@@ -312,8 +348,9 @@ void XlaGroupedAllreduce(void* out, const void** in, const char* opaque, size_t 
   for (size_t i = 0; i < n; ++i) {
     void* target = n == 1 ? out : static_cast<void**>(out)[i];
     const int32_t ndim = static_cast<int32_t>(g.shapes[i].size());
-    inputs.push_back(KoloTfTensor{const_cast<void*>(in[i]), g.dtypes[i], ndim, g.shapes[i].data()});
-    outputs.push_back(KoloTfTensor{target, g.dtypes[i], ndim, g.shapes[i].data()});
+    inputs.push_back(KoloTfTensor{const_cast<void*>(in[i]), g.dtypes[i], ndim, g.shapes[i].data(),
+                                  KOLO_TF_HOST});
+    outputs.push_back(KoloTfTensor{target, g.dtypes[i], ndim, g.shapes[i].data(), KOLO_TF_HOST});
   }
   KoloTfRequest request{KOLO_TF_ALLREDUCE,
                         g.name.c_str(),
@@ -325,7 +362,8 @@ void XlaGroupedAllreduce(void* out, const void** in, const char* opaque, size_t 
                         0,
                         nullptr,
                         0,
-                        1};
+                        1,
+                        nullptr};
   XlaWait wait;
   abi->start(&request, static_cast<int32_t>(n), inputs.data(), outputs.data(), &OnXlaDone, &wait);
   std::unique_lock<std::mutex> lock(wait.mu);
@@ -416,6 +454,26 @@ REGISTER_OP("KoloBarrier").KOLO_TF_NAMING.SetShapeFn(::tensorflow::shape_inferen
 
 #define KOLO_TF_KERNEL(op, kind) \
   REGISTER_KERNEL_BUILDER(Name(op).Device(::tensorflow::DEVICE_CPU), kolo_tf::Kernel<kind>)
+#if KOLO_TF_GPU
+#define KOLO_TF_GPU_KERNEL(op) \
+  Name(op).Device(::tensorflow::DEVICE_GPU).TypeConstraint("T", kolo_tf::kGpuTypes)
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloAllreduce"), kolo_tf::Kernel<KOLO_TF_ALLREDUCE>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloGroupedAllreduce"),
+                        kolo_tf::Kernel<KOLO_TF_ALLREDUCE>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloAllgather"), kolo_tf::Kernel<KOLO_TF_ALLGATHER>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloGroupedAllgather"),
+                        kolo_tf::Kernel<KOLO_TF_ALLGATHER>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloBroadcast"), kolo_tf::Kernel<KOLO_TF_BROADCAST>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloGroupedBroadcast"),
+                        kolo_tf::Kernel<KOLO_TF_BROADCAST>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloReducescatter"),
+                        kolo_tf::Kernel<KOLO_TF_REDUCESCATTER>);
+REGISTER_KERNEL_BUILDER(KOLO_TF_GPU_KERNEL("KoloGroupedReducescatter"),
+                        kolo_tf::Kernel<KOLO_TF_REDUCESCATTER>);
+REGISTER_KERNEL_BUILDER(
+    KOLO_TF_GPU_KERNEL("KoloAlltoall").HostMemory("splits").HostMemory("received_splits"),
+    kolo_tf::Kernel<KOLO_TF_ALLTOALL>);
+#endif
 KOLO_TF_KERNEL("KoloAllreduce", KOLO_TF_ALLREDUCE);
 KOLO_TF_KERNEL("KoloGroupedAllreduce", KOLO_TF_ALLREDUCE);
 KOLO_TF_KERNEL("KoloAllgather", KOLO_TF_ALLGATHER);

@@ -8,8 +8,9 @@ version, and one kolo serves them all:
    ``kolo/tensorflow/ops/tf<major.minor>/``;
 2. for another TensorFlow the library is compiled on first import from the sources
    shipped beside it (``ops/src``), where a C++ compiler is present, into
-   ``~/.cache/kolo/tf-ops/<digest of the sources>/tf<version>/`` (once per host: the ranks of a
-   host wait on a file lock for the one that compiles);
+   ``~/.cache/kolo/tf-ops/<digest of the sources>/tf<version>[-gpu]/`` (once per host: the
+   ranks of a host wait on a file lock for the one that compiles), with GPU kernels when
+   kolo's core has its GPU path (:func:`_gpu_kernels`);
 3. otherwise, or with KOLO_TF_OPS=0, the collectives run through ``tf.numpy_function``
    (kolo.tensorflow.mpi_ops), which needs neither, and rank 0 says so in one line.
 
@@ -172,6 +173,13 @@ def _sources_digest():
     return digest.hexdigest()[:16]
 
 
+def _gpu_kernels():
+    """Whether the library gets GPU kernels (kolo_tf_device.h): where kolo's core has its
+    GPU path, as the build does. They need only TensorFlow's headers, which its CPU wheel
+    ships too; without a GPU, TensorFlow never places an op on them."""
+    return basics.cuda_built()
+
+
 def _compiled():
     """The library compiled for this TensorFlow in the user's cache: (path, None), or
     (None, why not)."""
@@ -181,8 +189,10 @@ def _compiled():
                       "(c++, or $CXX) is here to build one" % tf.__version__)
     if not os.path.exists(os.path.join(_SOURCES, "kolo_tf_ops.cc")):
         return None, "the op library's sources are not installed (%s)" % _SOURCES
+    gpu = _gpu_kernels()
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                         "kolo", "tf-ops", _sources_digest(), "tf" + tf.__version__)
+                         "kolo", "tf-ops", _sources_digest(),
+                         "tf" + tf.__version__ + ("-gpu" if gpu else ""))
     path = os.path.join(cache, _LIBRARY)
     os.makedirs(cache, exist_ok=True)
     with open(path + ".lock", "w") as lock:
@@ -192,6 +202,7 @@ def _compiled():
         partial = "%s.%d" % (path, os.getpid())
         command = ([compiler, "-shared", "-fPIC", "-O2", "-Wno-deprecated-declarations",
                     os.path.join(_SOURCES, "kolo_tf_ops.cc"), "-I" + _SOURCES]
+                   + (["-DKOLO_TF_GPU=1"] if gpu else [])
                    + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
                    + ["-l:libtensorflow_cc.so.2", "-o", partial])
         try:

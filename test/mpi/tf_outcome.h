@@ -1,0 +1,91 @@
+// What the TensorFlow op library's C table (bindings/tensorflow/kolo_tf_abi.h)
+// reports for one operation, kept past the report: the tests start operations
+// as the op library does and wait for the outcome with a deadline.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tensorflow/kolo_tf_abi.h"
+
+namespace kolo::test {
+
+struct TfResultCopy {
+  int32_t device = KOLO_TF_HOST;
+  std::vector<uint8_t> bytes;  // read back to host memory
+  std::vector<int64_t> shape, received_splits;
+};
+
+class TfOutcome {
+ public:
+  // Reads a device result into host memory (the GPU tests give one); host
+  // results are copied as they are.
+  using DeviceReader = std::function<void(const KoloTfResult&, std::vector<uint8_t>*)>;
+  explicit TfOutcome(DeviceReader reader = nullptr) : reader_(std::move(reader)) {}
+
+  // The KoloTfDone to hand start(), with `this` as its context.
+  static void Done(void* context, const KoloTfOutcome* o) {
+    static_cast<TfOutcome*>(context)->Take(*o);
+  }
+
+  // Waits for the report; false (and a test failure) after `seconds`.
+  bool Wait(double seconds = 60) {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool done = cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                             [this] { return reported_ > 0; });
+    EXPECT_TRUE(done) << "the operation did not report within " << seconds << " s";
+    return done;
+  }
+
+  int reports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reported_;
+  }
+  int32_t code = -1;
+  std::string message;
+  int32_t value = -1;
+  std::vector<TfResultCopy> results;
+
+ private:
+  void Take(const KoloTfOutcome& o) {
+    std::vector<TfResultCopy> copies;
+    for (int32_t i = 0; i < o.num_results; ++i) {
+      const KoloTfResult& r = o.results[i];
+      TfResultCopy c;
+      c.device = r.device;
+      c.shape.assign(r.shape, r.shape + r.ndim);
+      c.received_splits.assign(r.received_splits, r.received_splits + r.num_received_splits);
+      if (r.device == KOLO_TF_HOST) {
+        c.bytes.resize(r.bytes);
+        if (r.bytes > 0) std::memcpy(c.bytes.data(), r.data, r.bytes);
+      } else if (reader_) {
+        reader_(r, &c.bytes);
+      }
+      copies.push_back(std::move(c));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      code = o.code;
+      message = o.message;
+      value = o.value;
+      results = std::move(copies);
+      ++reported_;
+    }
+    o.release(o.keep);
+    cv_.notify_all();
+  }
+
+  DeviceReader reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int reported_ = 0;
+};
+
+}  // namespace kolo::test
