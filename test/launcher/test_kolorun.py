@@ -392,6 +392,36 @@ def test_check_build_and_version():
     assert re.search(r"TensorFlow +\S", r.stdout) and re.search(r"Keras +\S", r.stdout), r.stdout
     assert r.stderr == ""
     assert kolorun("--version").stdout.startswith("kolorun ")
+    # Which mpirun a job runs, its version and dialect, and why that one.
+    why = "from KOLO_MPI_HOME" if os.environ.get("KOLO_MPI_HOME") else "the first mpirun on PATH"
+    assert re.search(r"MPI \(job\) +/\S*mpirun: Open MPI %s\.\d+\.\d+ \(%s\), %s\n"
+                     % ("5" if OPEN_MPI_5 else "4", "PRRTE" if OPEN_MPI_5 else "ORTE", why),
+                     r.stdout), r.stdout
+
+
+def test_mpi_home_names_the_mpirun_and_refuses_what_kolo_cannot_run_on(tmp_path):
+    r = kolorun("-np", "1", "--mpi-home", str(tmp_path / "none"), "true")
+    assert r.returncode == 2
+    assert r.stderr == ("kolorun: --mpi-home=%s: neither an mpirun nor an Open MPI "
+                        "installation's folder (no executable %s/bin/mpirun)\n"
+                        % (tmp_path / "none", tmp_path / "none")), r.stderr
+    # MPICH's Hydra: refused before anything starts, saying why.
+    hydra = tmp_path / "mpich" / "bin"
+    hydra.mkdir(parents=True)
+    (hydra / "mpirun").write_text("#!/bin/sh\necho 'HYDRA build details:'\n"
+                                  "echo '    Version: 4.0.2'\n")
+    (hydra / "mpirun").chmod(0o755)
+    r = kolorun("-np", "1", "true", env={"KOLO_MPI_HOME": str(tmp_path / "mpich")})
+    assert r.returncode == 2
+    assert r.stderr.startswith("kolorun: %s/mpirun (from KOLO_MPI_HOME): this mpirun is MPICH's "
+                               "or Intel MPI's (Hydra): kolo is built for Open MPI" % hydra), r.stderr
+    # The flag wins over the variable; --dry-run shows the mpirun by its path.
+    home = os.environ.get("KOLO_MPI_HOME") or os.path.dirname(os.path.dirname(
+        os.path.realpath(shutil.which("mpirun"))))
+    r = kolorun("-np", "1", "--mpi-home", home, "--dry-run", "true",
+                env={"KOLO_MPI_HOME": str(tmp_path / "mpich")})
+    assert r.returncode == 0, r.stderr
+    assert " %s/bin/mpirun " % home in r.stdout, r.stdout
 
 
 def test_check_build_says_which_interpreter_it_asked_when_kolo_python_is_unset():
