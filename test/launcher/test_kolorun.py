@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from netns_host import namespace_host
 from open_mpi import DAEMON, DAEMON_FAILED, MPIRUN_PROCESS, NONZERO_EXIT, OPEN_MPI_5
 
 KOLORUN = os.environ["KOLORUN"]
@@ -115,9 +116,10 @@ def process_tree(root):
     return tree
 
 
-def listening_sockets_of_a_running_job(tmp_path, *args):
-    """(local address, process name) of every TCP socket the job listens on, taken
-    while both ranks hold the job after MPI's first allreduce."""
+def listening_sockets_of_a_running_job(tmp_path, *args, namespaces=()):
+    """(local address, process name) of every TCP socket the job listens on (here and in
+    the network `namespaces` of other hosts), taken while both ranks hold the job after
+    MPI's first allreduce."""
     hold = tmp_path / "hold"
     p = subprocess.Popen([KOLORUN, "-np", "2", *args, PRINT_RANKS, str(hold)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -125,7 +127,9 @@ def listening_sockets_of_a_running_job(tmp_path, *args):
         printed = [p.stdout.readline(), p.stdout.readline()]
         assert all("sum 3" in line for line in printed), printed
         tree = process_tree(p.pid)
-        ss = subprocess.run(["ss", "-tlnpH"], capture_output=True, text=True, check=True).stdout
+        ss = "".join(subprocess.run(prefix + ["ss", "-tlnpH"], capture_output=True, text=True,
+                                    check=True).stdout
+                     for prefix in [[]] + [["ip", "netns", "exec", ns] for ns in namespaces])
     finally:
         hold.write_text("")
         _, err = p.communicate(timeout=60)
@@ -162,6 +166,22 @@ def test_a_job_across_hosts_listens_on_the_interface_that_reaches_them(tmp_path)
         tmp_path, "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH)
     assert only_loopback(sockets), sockets
     assert {"kolorun", MPIRUN_PROCESS, DAEMON, "print_ranks"} <= {n for _, n in sockets}, sockets
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_across_hosts_on_a_real_network_listens_there_only(tmp_path):
+    # The other host in a network namespace behind a veth link (10.232.0.0/24): mpirun,
+    # its daemon there and the ranks' TCP transport listen on that network and loopback,
+    # never on every interface, on Open MPI 4.1 and 5 alike (the bind shim).
+    with namespace_host("10.232.0.2", "10.232.0.1", "kolo-l") as ns:
+        sockets = listening_sockets_of_a_running_job(
+            tmp_path, "-H", "10.232.0.1:1,10.232.0.2:1", "--mpi-args",
+            "--mca plm_rsh_agent " + FAKE_SSH, namespaces=[ns])
+    wide = [s for s in sockets
+            if not re.match(r"(127\.\d+\.\d+\.\d+|\[::1\]|10\.232\.0\.[12]):\d+$", s[0])]
+    assert not wide, sockets
+    assert {"kolorun", MPIRUN_PROCESS, DAEMON, "print_ranks"} <= {n for _, n in sockets}, sockets
+    assert any(a.startswith("10.232.0.2:") and n == DAEMON for a, n in sockets), sockets
 
 
 def test_the_cpp_main_job_runs_under_kolorun():
