@@ -393,6 +393,9 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
               << "); Open MPI will listen on every network interface\n";
   }
   Variables child_env = RankVariables(o, used);
+  // An Open MPI named by --mpi-home or found beside kolorun: the ranks' kolo package
+  // loads its library too (kolo/_mpi_library.py), whatever the ranks' PATH says.
+  if (!l.mpi.choice.on_path) child_env["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
   for (const auto& [k, v] : extra) child_env[k] = v;
   KOLO_ASSIGN_OR_RETURN(std::vector<std::string> user_names,
                         UserVariables(o.env_vars, l.environment, &child_env));
