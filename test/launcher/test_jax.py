@@ -118,7 +118,7 @@ def test_jax_distributed_initialize_across_two_loopback_hosts(jax_python, tmp_pa
 
 def exported(stdout):
     """The NAME=value settings that kolorun --dry-run prints before the command."""
-    return dict(re.findall(r"\b([A-Z_]+)='?([^ ']*)'? ", re.split(r" \S*mpirun ", stdout)[0] + " "))
+    return dict(re.findall(r"\b([A-Z_]+)='?([^ ']*)'? ", re.split(r" \S*mpirun (?=--)", stdout)[0] + " "))
 
 
 def test_jax_coordinator_is_rank_0s_host_on_a_port_of_its_own():
