@@ -108,7 +108,9 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
   // Ending a job, ORTE's daemons send SIGTERM and SIGKILL with a second's
   // wait around each (odls_base_sigkill_timeout 1): 3 s added to every restart
   // of an elastic job, whose state is committed already. A value of the user's
-  // own wins (mpirun refuses a parameter given twice). PRRTE has no such wait.
+  // own wins (mpirun refuses a parameter given twice). PRRTE has no such
+  // parameter (prte_info lists none), nor the wait: a 2-host job with a killed
+  // rank ended in 0.5 s on Open MPI 5.0.11, 4.4 s on 4.1.4.
   if (plan.elastic && plan.dialect == MpiDialect::kOrte &&
       !Given(plan.extra_mpi_args, "odls_base_sigkill_timeout")) {
     argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
