@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,20 @@ namespace {
 using BindFunction = int (*)(int, const sockaddr*, socklen_t);
 
 char g_interfaces[1024];  // ",lo,eth0," (set once, before any thread starts)
+
+// Whether this process is a wrapper that execs Open MPI's launcher: Open MPI
+// 5's `mpirun` runs `prterun` (PyPI's wheel through `ompirun_wrapper`), which
+// must inherit the shim. Open MPI 4.1's mpirun is orterun itself.
+bool LauncherWrapper() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return false;
+  exe[n] = '\0';
+  const char* slash = std::strrchr(exe, '/');
+  const char* name = slash ? slash + 1 : exe;
+  return std::strcmp(name, "mpirun") == 0 || std::strcmp(name, "mpiexec") == 0 ||
+         std::strcmp(name, "ompirun_wrapper") == 0;
+}
 
 // Removes this library from LD_PRELOAD so that the processes Open MPI starts
 // do not inherit it (kolo-rank adds it back to the program when it is needed).
@@ -48,7 +63,7 @@ __attribute__((constructor)) void Init() {
     std::strcat(g_interfaces, names);
     std::strcat(g_interfaces, ",");
   }
-  ForgetPreload();
+  if (!LauncherWrapper()) ForgetPreload();
 }
 
 // Whether interface `i` is one the job lives on: its name is listed, or (IPv4)
@@ -78,8 +93,11 @@ bool FromOpenMpi(void* caller) {
   if (dladdr(caller, &info) == 0 || info.dli_fname == nullptr) return false;
   const char* slash = std::strrchr(info.dli_fname, '/');
   const char* name = slash ? slash + 1 : info.dli_fname;
+  // Open MPI 4.1 (ORTE) and 5.0 (PRRTE: the runtime's channel in libprrte,
+  // PMIx's listeners in libpmix; PyPI's wheel builds its components in).
   static const char* const kPrefixes[] = {"mca_oob_tcp", "mca_btl_tcp", "libopen-rte",
-                                          "libopen-pal", "libmpi"};
+                                          "libopen-pal", "libmpi",      "libprrte",
+                                          "libpmix",     "prte_mca_",   "pmix_mca_"};
   for (const char* prefix : kPrefixes) {
     if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
   }

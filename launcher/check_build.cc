@@ -1,7 +1,7 @@
 #include "check_build.h"
 
 #include <fcntl.h>
-#include <mpi.h>
+#include <mpi.h>  // OMPI_*_VERSION only: kolorun links no MPI
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,14 +121,14 @@ std::vector<std::string> FrameworkVersions(const std::string& python,
   return lines;
 }
 
-int CheckBuild(const std::string& python, const std::string& chosen_by) {
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  int len = 0;
-  MPI_Get_library_version(mpi, &len);
-  std::string mpi_line(mpi, static_cast<size_t>(len));
-  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+int CheckBuild(const std::string& python, const std::string& chosen_by,
+               const std::string& job_mpi) {
   std::printf("kolo %s build:\n", KOLO_VERSION);
-  std::printf("  %-16s %s\n", "MPI", mpi_line.c_str());
+  // The headers kolo was compiled with; Open MPI 4.1 and 5.0 share their
+  // library's ABI (libmpi.so.40), so either runs it.
+  std::printf("  %-16s Open MPI %d.%d.%d headers (libmpi.so.40: Open MPI 4.x or 5.x)\n",
+              "MPI (built)", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+  std::printf("  %-16s %s\n", "MPI (job)", job_mpi.c_str());
   std::printf("  %-16s %s\n", "CUDA / NCCL",
               KOLO_CUDA_FOUND ? "yes (NCCL collectives on CUDA tensors)" : "no (built without)");
   Result<std::string> version =
@@ -137,9 +137,16 @@ int CheckBuild(const std::string& python, const std::string& chosen_by) {
                                                    : ": " + version.status().message() +
                                                          "; KOLO_PYTHON names the interpreter");
   std::printf("  %-16s %s\n", "Python", python_line.c_str());
-  Result<std::string> binding = CaptureStdout({python, "-c", "import kolo; print('yes')"});
-  std::printf("  %-16s %s\n", "Python binding",
-              binding.ok() && binding.value() == "yes" ? "yes" : "no");
+  // The binding loads its libmpi when kolo.common.basics imports _core; which
+  // file that is (kolo/_mpi_library.py chooses it) shows in the process's maps.
+  Result<std::string> binding =
+      CaptureStdout({python, "-c",
+                     "import kolo.common.basics\n"
+                     "maps = [l.split()[-1] for l in open('/proc/self/maps') if 'libmpi.so' in l]\n"
+                     "print('yes (libmpi: %s)' % (maps[0] if maps else '?'))"});
+  std::printf(
+      "  %-16s %s\n", "Python binding",
+      binding.ok() && binding.value().rfind("yes", 0) == 0 ? binding.value().c_str() : "no");
   // PyTorch on its own, TensorFlow and Keras together (Keras imports
   // TensorFlow, seconds): a framework whose import kills the interpreter
   // (TensorFlow's wheels need AVX) costs only its own lines.

@@ -22,7 +22,8 @@ std::vector<std::string> FrameworkVersions(const std::string& python,
                                            const std::vector<std::string>& modules);
 
 // Prints the build report; `python` is the interpreter to ask, `chosen_by`
-// says why that one ("from KOLO_PYTHON", ...). Returns kolorun's exit code.
-int CheckBuild(const std::string& python, const std::string& chosen_by);
+// says why that one ("from KOLO_PYTHON", ...), `job_mpi` which mpirun a job
+// would run and why (mpi_choice.h). Returns kolorun's exit code.
+int CheckBuild(const std::string& python, const std::string& chosen_by, const std::string& job_mpi);
 
 }  // namespace kolo::launcher

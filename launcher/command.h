@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "hosts.h"
+#include "mpi_choice.h"
 
 namespace kolo::launcher {
 
 struct LaunchPlan {
   std::string mpirun = "mpirun";
+  MpiDialect dialect = MpiDialect::kOrte;  // the command line's words (mpi_choice.h)
   int np = 1;
   std::vector<HostSlots> hosts;  // already clipped to the ranks that run
   bool as_root = false;
@@ -19,6 +21,9 @@ struct LaunchPlan {
   std::string binding = "none";  // mpirun --bind-to value
   int ssh_port = 0;
   std::string ssh_identity_file;
+  // OMPI_MCA_plm_rsh_agent from kolorun's environment: ORTE reads it there,
+  // PRRTE ignores it, so the PRRTE command passes it as plm_ssh_agent.
+  std::string rsh_agent_variable;
   std::vector<std::string> network_interfaces;
   // Every host is this machine: MPI on shared memory, no TCP transport, and
   // Open MPI's out-of-band channel on loopback.
@@ -34,6 +39,13 @@ struct LaunchPlan {
   std::string rank_exec;                    // the per-rank wrapper that maps the environment
   std::vector<std::string> command;         // the user's program and its arguments
 };
+
+// Whether Open MPI's runtime (mpirun, its daemons) is held to the job's
+// network (`network_interfaces`, or loopback on one host). Not for PRRTE
+// across hosts reached over loopback (the tests' stand-in hosts): PRRTE
+// takes no loopback channel where another interface exists (mpirun exits
+// 213), so it talks on that other interface, where it must listen too.
+bool RuntimeOnJobNetwork(const LaunchPlan& plan);
 
 // The argv that runs `plan`; `plan.env`'s variables are passed by name with
 // `-x NAME`, so their values must be in mpirun's own environment (kolorun's,

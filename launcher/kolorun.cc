@@ -27,6 +27,7 @@
 #include "hosts.h"
 #include "kolo/env_names.h"
 #include "kolo/launch_settings.h"
+#include "mpi_choice.h"
 #include "options.h"
 #include "preflight.h"
 #include "rendezvous.h"
@@ -96,22 +97,64 @@ std::string SelfDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
+// The MPI a job runs on (mpi_choice.h): the mpirun, why that one, and its
+// dialect, asked once per kolorun run (`mpirun --version`).
+struct JobMpi {
+  MpiChoice choice;
+  MpiVersion version;
+};
+
+// KOLO_MPI_HOME is in the settings table (documented, forwarded, not a typo
+// to the ranks) but read here from the environment as given, like
+// HOROVOD_START_TIMEOUT: the table's reading would also refuse other
+// settings' bad values, which a job's flags may override.
+Result<JobMpi> FindJobMpi(const Options& o, const Variables& environment) {
+  const bool flag = !o.mpi.empty();
+  auto home = environment.find("KOLO_MPI_HOME");
+  const std::string setting = flag ? o.mpi : home == environment.end() ? "" : home->second;
+  auto path = environment.find("PATH");
+  KOLO_ASSIGN_OR_RETURN(
+      MpiChoice choice,
+      ChooseMpirun(setting, flag ? "--mpi-home" : "KOLO_MPI_HOME",
+                   path == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : path->second,
+                   SelfDir(), [](const std::string& p) {
+                     std::error_code ec;
+                     return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
+                   }));
+  Result<std::string> said = CaptureStdout({choice.mpirun, "--version"});
+  if (!said.ok()) {
+    return Status::InvalidArgument(choice.mpirun + " (" + choice.why +
+                                   ") --version failed: " + said.status().message());
+  }
+  Result<MpiVersion> version = ParseMpirunVersion(said.value());
+  if (!version.ok()) {
+    return Status::InvalidArgument(choice.mpirun + " (" + choice.why +
+                                   "): " + version.status().message());
+  }
+  return JobMpi{choice, version.value()};
+}
+
 // kolorun --check-build asks the interpreter that KOLO_PYTHON names, read
 // through the runtime's settings table like every KOLO_* variable. Unset, it
 // asks the python3 beside kolorun when there is one (kolorun installed into a
 // virtual environment: .venv/bin/kolorun asks .venv/bin/python3), otherwise the
 // default, the interpreter that the build tree's kolo package is built for.
-int RunCheckBuild() {
+int RunCheckBuild(const Options& o, const Variables& environment) {
   Result<LaunchSettings> settings = ReadLaunchSettings();
   if (!settings.ok()) return Fail(settings.status().message());
+  Result<JobMpi> mpi = FindJobMpi(o, environment);
+  const std::string mpi_line =
+      mpi.ok() ? mpi.value().choice.mpirun + ": Open MPI " + mpi.value().version.version + " (" +
+                     DialectName(mpi.value().version.dialect) + "), " + mpi.value().choice.why
+               : "none usable: " + mpi.status().message();
   if (!settings.value().python.empty() && settings.value().python_given) {
-    return CheckBuild(settings.value().python, "from KOLO_PYTHON");
+    return CheckBuild(settings.value().python, "from KOLO_PYTHON", mpi_line);
   }
   const std::string beside = SelfDir() + "/python3";
   if (access(beside.c_str(), X_OK) == 0) {
-    return CheckBuild(beside, "beside kolorun (KOLO_PYTHON is unset)");
+    return CheckBuild(beside, "beside kolorun (KOLO_PYTHON is unset)", mpi_line);
   }
-  return CheckBuild(DefaultLaunchSettings().python, "the default (KOLO_PYTHON is unset)");
+  return CheckBuild(DefaultLaunchSettings().python, "the default (KOLO_PYTHON is unset)", mpi_line);
 }
 
 // The hosts that get ranks, with the ranks they get; sets o.np when it was 0.
@@ -182,8 +225,14 @@ Result<JobNetwork> ChooseNetwork(Options& o, const std::vector<HostSlots>& used)
 }
 
 // The mpirun command's plan, without its variables.
-Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& used, int cores) {
+Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& used, int cores,
+                              const JobMpi& mpi, const Variables& environment) {
   LaunchPlan plan;
+  // From PATH: by name, as every kolorun before chose it (execvp finds the same one).
+  plan.mpirun = mpi.choice.on_path ? "mpirun" : mpi.choice.mpirun;
+  plan.dialect = mpi.version.dialect;
+  auto agent = environment.find("OMPI_MCA_plm_rsh_agent");
+  if (agent != environment.end()) plan.rsh_agent_variable = agent->second;
   plan.np = o.np;
   plan.hosts = used;
   plan.as_root = geteuid() == 0;
@@ -249,7 +298,7 @@ Result<std::string> StartRendezvous(RendezvousServer& server, const std::vector<
 // interfaces it may listen on (loopback for a job on this machine alone).
 void ListenOnlyWhereTheJobLives(const LaunchPlan& plan, const Variables& environment,
                                 Variables* mpirun_env) {
-  if (plan.bind_library.empty()) return;
+  if (plan.bind_library.empty() || !RuntimeOnJobNetwork(plan)) return;
   const std::string nics = plan.single_host ? "lo" : JoinComma(plan.network_interfaces);
   if (nics.empty()) return;
   auto preload = environment.find("LD_PRELOAD");
@@ -285,6 +334,7 @@ struct Launcher {
   RendezvousServer& server;
   const std::string& token;
   const std::vector<std::string> given_interfaces;  // --network-interface, as given
+  const JobMpi mpi;                                 // the mpirun and its dialect
   std::string rendezvous;                           // "address:port", once started
   std::set<std::string> checked;                    // hosts already checked
 };
@@ -306,7 +356,8 @@ std::vector<HostSlots> Unchecked(const Launcher& l, const std::vector<HostSlots>
 // Before planning: the new hosts' ssh ports. A custom remote agent (qrsh, a
 // test stand-in) is not ssh: no ssh probe then.
 Status CheckSsh(const Launcher& l, const std::vector<HostSlots>& fresh) {
-  const bool custom_agent = l.o.mpi_args.find("plm_rsh_agent") != std::string::npos;
+  const bool custom_agent = l.o.mpi_args.find("plm_rsh_agent") != std::string::npos ||
+                            l.o.mpi_args.find("plm_ssh_agent") != std::string::npos;
   if (fresh.empty() || l.o.dry_run || custom_agent) return Status::OK();
   return CheckHosts(fresh, l.o.ssh_port, l.o.start_timeout);
 }
@@ -335,13 +386,16 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   KOLO_RETURN_IF_ERROR(CheckSsh(l, fresh));
   Result<JobNetwork> network = ChooseNetwork(o, used);
   if (!network.ok()) return network.status();
-  KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores));
+  KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores, l.mpi, l.environment));
   plan.elastic = extra.count(env::kElastic) > 0;
   if (plan.bind_library.empty() && !o.dry_run && l.checked.empty()) {
     std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
               << "); Open MPI will listen on every network interface\n";
   }
   Variables child_env = RankVariables(o, used);
+  // An Open MPI named by --mpi-home or found beside kolorun: the ranks' kolo package
+  // loads its library too (kolo/_mpi_library.py), whatever the ranks' PATH says.
+  if (!l.mpi.choice.on_path) child_env["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
   for (const auto& [k, v] : extra) child_env[k] = v;
   KOLO_ASSIGN_OR_RETURN(std::vector<std::string> user_names,
                         UserVariables(o.env_vars, l.environment, &child_env));
@@ -371,6 +425,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   planned.job.output_dir = o.output_dir;
   planned.job.start_timeout = o.start_timeout;
   planned.job.verbose = o.verbose;
+  planned.job.space_after_tag = plan.dialect == MpiDialect::kPrrte;
   for (const auto& [k, v] : child_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
   planned.shown += ShellQuote(planned.job.mpirun_argv);
   return planned;
@@ -435,16 +490,18 @@ int RunElasticJob(Launcher& l) {
 
 // Plans the job, checks the hosts, and runs it (or prints it for --dry-run).
 int Run(Options& o) {
-  if (o.check_build) return RunCheckBuild();
+  const Variables environment = Environment();
+  if (o.check_build) return RunCheckBuild(o, environment);
   if (o.command.empty())
     return Fail("no command to run; usage: kolorun -np N [options] command ...");
-  const Variables environment = Environment();
+  Result<JobMpi> mpi = FindJobMpi(o, environment);
+  if (!mpi.ok()) return Fail(mpi.status().message());
   Status timeout = ApplyStartTimeoutVariable(environment, &o);
   if (!timeout.ok()) return Fail(timeout.message());
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const std::string token = NewToken();
   RendezvousServer server(token, o.np);
-  Launcher l{o, environment, cores, server, token, o.network_interfaces, "", {}};
+  Launcher l{o, environment, cores, server, token, o.network_interfaces, mpi.value(), "", {}};
   if (o.Elastic()) return RunElasticJob(l);
   Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
   if (!chosen.ok()) return Fail(chosen.status().message());

@@ -20,6 +20,7 @@ struct Options {
   bool start_timeout_given = false;  // else HOROVOD_START_TIMEOUT, as horovodrun reads it
   std::vector<std::string> network_interfaces, env_vars;
   std::string mpi_args, binding = "none";
+  std::string mpi;  // --mpi-home: an mpirun or an Open MPI prefix (else KOLO_MPI_HOME)
   double fusion_threshold_mb = -1, cycle_time_ms = -1, stall_warning = -1, stall_shutdown = -1;
   int cache_capacity = -1;
   bool hierarchical = false, timeline_mark_cycles = false, no_stall_check = false;

@@ -7,10 +7,11 @@
 namespace kolo::launcher {
 namespace {
 
-// If `s` at `pos` starts with a tag "[J,R]<stdout>:" or "[J,R]<stderr>:",
-// returns its length and sets rank/stream; 0 if not a tag; -1 if `s` ends
-// in what may be the start of a tag (need more bytes).
-int MatchTag(const std::string& s, size_t pos, int* rank, bool* is_stderr) {
+// If `s` at `pos` starts with a tag "[J,R]<stdout>:" or "[J,R]<stderr>:"
+// (followed by a space with `space_after`), returns its length and sets
+// rank/stream; 0 if not a tag; -1 if `s` ends in what may be the start of a
+// tag (need more bytes).
+int MatchTag(const std::string& s, size_t pos, bool space_after, int* rank, bool* is_stderr) {
   size_t i = pos;
   auto need_more = [&] { return i >= s.size(); };
   if (s[i] != '[') return 0;
@@ -27,12 +28,15 @@ int MatchTag(const std::string& s, size_t pos, int* rank, bool* is_stderr) {
   int r = std::atoi(s.substr(start, i - start).c_str());
   ++i;
   static const std::string kOut = "<stdout>:", kErr = "<stderr>:";
-  for (const std::string* word : {&kOut, &kErr}) {
+  static const std::string kOutSpace = "<stdout>: ", kErrSpace = "<stderr>: ";
+  const std::string& out = space_after ? kOutSpace : kOut;
+  const std::string& err = space_after ? kErrSpace : kErr;
+  for (const std::string* word : {&out, &err}) {
     size_t n = std::min(word->size(), s.size() - i);
     if (s.compare(i, n, *word, 0, n) != 0) continue;
     if (n < word->size()) return -1;
     *rank = r;
-    *is_stderr = word == &kErr;
+    *is_stderr = word == &err;
     return static_cast<int>(i + word->size() - pos);
   }
   return 0;
@@ -62,7 +66,7 @@ std::vector<OutputLine> OutputAssembler::Feed(const std::string& bytes, bool fro
   while (i < p.pending.size()) {
     int rank = -1;
     bool is_stderr = false;
-    int n = p.pending[i] == '[' ? MatchTag(p.pending, i, &rank, &is_stderr) : 0;
+    int n = p.pending[i] == '[' ? MatchTag(p.pending, i, space_after_tag_, &rank, &is_stderr) : 0;
     if (n < 0) break;  // a tag may be cut here; wait for more bytes
     if (n > 0) {
       Append(p.rank, p.is_stderr, p.pending.substr(text_start, i - text_start), &out);

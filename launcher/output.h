@@ -20,6 +20,9 @@ struct OutputLine {
 
 class OutputAssembler {
  public:
+  // Open MPI 5 (PRRTE) writes one space after each tag, which is not the rank's.
+  explicit OutputAssembler(bool space_after_tag = false) : space_after_tag_(space_after_tag) {}
+
   // Feeds bytes read from one of mpirun's pipes; returns the completed lines.
   std::vector<OutputLine> Feed(const std::string& bytes, bool from_stderr_pipe);
   // The partial lines still held, as lines (at the end of the job).
@@ -33,6 +36,7 @@ class OutputAssembler {
   };
   void Append(int rank, bool is_stderr, const std::string& text, std::vector<OutputLine>* out);
 
+  bool space_after_tag_;
   Pipe pipes_[2];
   std::map<std::pair<int, bool>, std::string> partial_;
 };

@@ -123,7 +123,10 @@ std::vector<std::string> RemoteAgent(const std::vector<std::string>& mpi_args,
   std::string agent = environment_value;
   for (size_t i = 0; i + 2 < mpi_args.size(); ++i) {
     const std::string& a = mpi_args[i];
-    if ((a == "--mca" || a == "-mca") && mpi_args[i + 1] == "plm_rsh_agent") {
+    const std::string& name = mpi_args[i + 1];
+    // ORTE's name, and PRRTE's (Open MPI 5 maps the first to the second).
+    const bool agent_param = name == "plm_rsh_agent" || name == "plm_ssh_agent";
+    if ((a == "--mca" || a == "-mca" || a == "--prtemca") && agent_param) {
       agent = mpi_args[i + 2];
     }
   }

@@ -48,9 +48,9 @@ std::vector<std::string> RemoteShellArgv(const std::vector<std::string>& agent,
                                          const std::string& identity_file,
                                          const std::string& command, double timeout_seconds);
 
-// The remote agent that mpirun will use: plm_rsh_agent's value from the
-// mpirun arguments, else from OMPI_MCA_plm_rsh_agent (`environment_value`),
-// split into words; empty for ssh.
+// The remote agent that mpirun will use: plm_rsh_agent's (or Open MPI 5's
+// plm_ssh_agent's) value from the mpirun arguments, else from
+// OMPI_MCA_plm_rsh_agent (`environment_value`), split into words; empty for ssh.
 std::vector<std::string> RemoteAgent(const std::vector<std::string>& mpi_args,
                                      const std::string& environment_value);
 

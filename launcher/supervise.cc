@@ -387,7 +387,7 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server,
   CatchStopSignals();
 
   OutputSink sink(job.output_dir, job.verbose, job.append_output);
-  OutputAssembler assembler;
+  OutputAssembler assembler(job.space_after_tag);
   pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
   Teardown teardown(m.pid);
   std::string ended;  // why kolorun ended the job itself

@@ -21,7 +21,8 @@ struct Job {
   std::string output_dir;                         // --output-filename, or ""
   double start_timeout = 30;                      // seconds for every rank to register
   bool verbose = false;                           // Open MPI's own lines on the console too
-  bool append_output = false;  // add to --output-filename's files (a later elastic incarnation)
+  bool space_after_tag = false;  // PRRTE's --tag-output: "[1,0]<stdout>: " (output.h)
+  bool append_output = false;    // add to --output-filename's files (a later elastic incarnation)
 };
 
 // How one job ended: what kolorun's report says, and what elastic mode decides from.

@@ -41,6 +41,9 @@ struct Config {
   int64_t autotune_steps_per_sample = 10;
   std::string autotune_file;  // the tuned settings: written when tuning ends, read at init
   std::string python = "/usr/bin/python3";  // read by kolorun --check-build, not by the runtime
+  // KOLO_MPI_HOME: the MPI kolorun runs and kolo's package loads; kolorun
+  // (launcher/mpi_choice.h) and kolo/_mpi_library.py read it, not the runtime.
+  std::string mpi_home;
   double start_timeout_seconds = 30.0;      // kolorun's --start-timeout default, not the runtime's
   double elastic_timeout_seconds = 600.0;   // kolorun's --elastic-timeout default (Horovod's)
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).

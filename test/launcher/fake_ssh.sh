@@ -18,7 +18,8 @@ host="$1"
 shift
 # FAKE_SSH_DELAY=S plays a host that is slow to start Open MPI's daemon
 # (kolorun's pre-flight check of the program answers at once).
-case "$*" in *orted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
+# (orted: Open MPI 4.1's daemon; prted: 5.0's.)
+case "$*" in *orted*|*prted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
 # Open MPI names a daemon's session directory (and the topology file it maps
@@ -26,7 +27,9 @@ hosts_file=$(mktemp)
 # fake host. A real machine has a /tmp of its own; each fake host gets a
 # directory of its own, or two daemons starting at once share one file and
 # one of them crashes (orted in hwloc_shmem_topology_write, SIGSEGV).
+# (Open MPI 5's PRRTE reads its own parameter, not ORTE's.)
 export OMPI_MCA_orte_tmpdir_base="/tmp/kolo-fake-host-$host"
+export PRTE_MCA_prte_tmpdir_base="$OMPI_MCA_orte_tmpdir_base"
 mkdir -p "$OMPI_MCA_orte_tmpdir_base"
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
 # a veth link) runs there: a machine whose link the test can cut.

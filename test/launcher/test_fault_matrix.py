@@ -6,11 +6,11 @@ faulty rank, and the time from the fault until that happened is within its bound
 Set FAULT_MATRIX_LOG=<file> to have each test append its figures (JSON lines)."""
 import json
 import os
-import subprocess
 
 import pytest
 
 from fault_runner import run_fault
+from netns_host import namespace_host
 
 KOLORUN = os.environ["KOLORUN"]
 PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")
@@ -62,27 +62,8 @@ CUT_HOST, CUT_LOCAL = "10.231.0.2", "10.231.0.1"
 
 @pytest.fixture
 def cut_off_host():
-    ns = "kolo-" + CUT_HOST
-    for leftover in (["ip", "netns", "del", ns], ["ip", "link", "del", "kolo-va"]):
-        subprocess.run(leftover, capture_output=True)  # from a run that was killed
-    steps = [["ip", "netns", "add", ns],
-             ["ip", "link", "add", "kolo-va", "type", "veth", "peer", "name", "kolo-vb"],
-             ["ip", "link", "set", "kolo-vb", "netns", ns],
-             ["ip", "addr", "add", CUT_LOCAL + "/24", "dev", "kolo-va"],
-             ["ip", "link", "set", "kolo-va", "up"],
-             ["ip", "netns", "exec", ns, "ip", "addr", "add", CUT_HOST + "/24", "dev", "kolo-vb"],
-             ["ip", "netns", "exec", ns, "ip", "link", "set", "kolo-vb", "up"],
-             ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
-    for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            subprocess.run(["ip", "link", "del", "kolo-va"], capture_output=True)
-            pytest.skip("cannot make a network namespace here (%s: %s)" % (" ".join(cmd),
-                                                                          r.stderr.strip()))
-    yield
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    subprocess.run(["ip", "link", "del", "kolo-va"], capture_output=True)
+    with namespace_host(CUT_HOST, CUT_LOCAL, "kolo-v"):  # the link: kolo-va, kolo-vb
+        yield
 
 
 def test_a_host_cut_off_ends_the_job_naming_it(cut_off_host):

@@ -11,6 +11,9 @@ import time
 
 import pytest
 
+from netns_host import namespace_host
+from open_mpi import DAEMON, DAEMON_FAILED, MPIRUN_PROCESS, NONZERO_EXIT, OPEN_MPI_5
+
 KOLORUN = os.environ["KOLORUN"]
 PRINT_RANKS = os.environ["PRINT_RANKS"]
 AVERAGE_TENSORS = os.environ["AVERAGE_TENSORS"]
@@ -113,9 +116,10 @@ def process_tree(root):
     return tree
 
 
-def listening_sockets_of_a_running_job(tmp_path, *args):
-    """(local address, process name) of every TCP socket the job listens on, taken
-    while both ranks hold the job after MPI's first allreduce."""
+def listening_sockets_of_a_running_job(tmp_path, *args, namespaces=()):
+    """(local address, process name) of every TCP socket the job listens on (here and in
+    the network `namespaces` of other hosts), taken while both ranks hold the job after
+    MPI's first allreduce."""
     hold = tmp_path / "hold"
     p = subprocess.Popen([KOLORUN, "-np", "2", *args, PRINT_RANKS, str(hold)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,7 +127,9 @@ def listening_sockets_of_a_running_job(tmp_path, *args):
         printed = [p.stdout.readline(), p.stdout.readline()]
         assert all("sum 3" in line for line in printed), printed
         tree = process_tree(p.pid)
-        ss = subprocess.run(["ss", "-tlnpH"], capture_output=True, text=True, check=True).stdout
+        ss = "".join(subprocess.run(prefix + ["ss", "-tlnpH"], capture_output=True, text=True,
+                                    check=True).stdout
+                     for prefix in [[]] + [["ip", "netns", "exec", ns] for ns in namespaces])
     finally:
         hold.write_text("")
         _, err = p.communicate(timeout=60)
@@ -146,17 +152,36 @@ def test_a_job_on_one_host_listens_on_loopback_only(tmp_path):
     assert only_loopback(sockets), sockets
     # Shared memory between the ranks: no MPI transport socket at all.
     assert not [s for s in sockets if s[1] == "print_ranks"], sockets
-    assert {"kolorun", "mpirun"} <= {name for _, name in sockets}, sockets
+    assert {"kolorun", MPIRUN_PROCESS} <= {name for _, name in sockets}, sockets
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+@pytest.mark.skipif(OPEN_MPI_5, reason="Open MPI 5's PRRTE takes no loopback channel where "
+                    "another interface exists (mpirun exits 213), so across hosts reached over "
+                    "loopback its mpirun and daemons talk, and listen, on that other interface")
 def test_a_job_across_hosts_listens_on_the_interface_that_reaches_them(tmp_path):
     # 127.0.0.2 is reached through lo: every listener of mpirun, the other
     # host's daemon and the ranks' TCP transport is on lo's addresses.
     sockets = listening_sockets_of_a_running_job(
         tmp_path, "-H", "127.0.0.1:1,127.0.0.2:1", "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH)
     assert only_loopback(sockets), sockets
-    assert {"kolorun", "mpirun", "orted", "print_ranks"} <= {name for _, name in sockets}, sockets
+    assert {"kolorun", MPIRUN_PROCESS, DAEMON, "print_ranks"} <= {n for _, n in sockets}, sockets
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_a_job_across_hosts_on_a_real_network_listens_there_only(tmp_path):
+    # The other host in a network namespace behind a veth link (10.232.0.0/24): mpirun,
+    # its daemon there and the ranks' TCP transport listen on that network and loopback,
+    # never on every interface, on Open MPI 4.1 and 5 alike (the bind shim).
+    with namespace_host("10.232.0.2", "10.232.0.1", "kolo-l") as ns:
+        sockets = listening_sockets_of_a_running_job(
+            tmp_path, "-H", "10.232.0.1:1,10.232.0.2:1", "--mpi-args",
+            "--mca plm_rsh_agent " + FAKE_SSH, namespaces=[ns])
+    wide = [s for s in sockets
+            if not re.match(r"(127\.\d+\.\d+\.\d+|\[::1\]|10\.232\.0\.[12]):\d+$", s[0])]
+    assert not wide, sockets
+    assert {"kolorun", MPIRUN_PROCESS, DAEMON, "print_ranks"} <= {n for _, n in sockets}, sockets
+    assert any(a.startswith("10.232.0.2:") and n == DAEMON for a, n in sockets), sockets
 
 
 def test_the_cpp_main_job_runs_under_kolorun():
@@ -219,22 +244,23 @@ def test_kolorun_speaks_alone_when_a_rank_fails():
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("kolorun: rank "), r.stderr
     assert "exited with code 1" in lines[0]
-    assert "non-zero exit code" in open_mpi_log(r.stderr)
+    assert NONZERO_EXIT in open_mpi_log(r.stderr)
 
 
 def test_open_mpi_failing_to_start_is_one_line_that_quotes_it(tmp_path):
     # A remote shell that answers kolorun's check but cannot start Open MPI's daemon.
     agent = tmp_path / "agent.sh"
-    agent.write_text('#!/bin/sh\ncase "$*" in *orted*) exit 1 ;; esac\nexec %s "$@"\n' % FAKE_SSH)
+    agent.write_text('#!/bin/sh\ncase "$*" in *%s*) exit 1 ;; esac\nexec %s "$@"\n' % (DAEMON, FAKE_SSH))
     agent.chmod(0o755)
     r = kolorun("-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1", "--output-filename", str(tmp_path),
                 "--mpi-args", "--mca plm_rsh_agent " + str(agent), "/bin/true")
     assert r.returncode != 0
     assert len(r.stderr.splitlines()) == 1, r.stderr
+    said = DAEMON_FAILED if not OPEN_MPI_5 else DAEMON_FAILED + " This could"
     assert r.stderr.startswith("kolorun: mpirun exited with code 1 before any rank reported: "
-                               "Open MPI says \"ORTE was unable to reliably start one or more "
-                               "daemons.\" (Open MPI's messages: %s/mpirun.log)" % tmp_path), r.stderr
-    assert "ORTE was unable" in (tmp_path / "mpirun.log").read_text()
+                               "Open MPI says \"%s\" (Open MPI's messages: %s/mpirun.log)"
+                               % (said, tmp_path)), r.stderr
+    assert DAEMON_FAILED in (tmp_path / "mpirun.log").read_text().replace("\n", " ")
 
 
 def test_a_program_that_cannot_start_is_found_on_every_host_before_launch(tmp_path):
@@ -386,6 +412,36 @@ def test_check_build_and_version():
     assert re.search(r"TensorFlow +\S", r.stdout) and re.search(r"Keras +\S", r.stdout), r.stdout
     assert r.stderr == ""
     assert kolorun("--version").stdout.startswith("kolorun ")
+    # Which mpirun a job runs, its version and dialect, and why that one.
+    why = "from KOLO_MPI_HOME" if os.environ.get("KOLO_MPI_HOME") else "the first mpirun on PATH"
+    assert re.search(r"MPI \(job\) +/\S*mpirun: Open MPI %s\.\d+\.\d+ \(%s\), %s\n"
+                     % ("5" if OPEN_MPI_5 else "4", "PRRTE" if OPEN_MPI_5 else "ORTE", why),
+                     r.stdout), r.stdout
+
+
+def test_mpi_home_names_the_mpirun_and_refuses_what_kolo_cannot_run_on(tmp_path):
+    r = kolorun("-np", "1", "--mpi-home", str(tmp_path / "none"), "true")
+    assert r.returncode == 2
+    assert r.stderr == ("kolorun: --mpi-home=%s: neither an mpirun nor an Open MPI "
+                        "installation's folder (no executable %s/bin/mpirun)\n"
+                        % (tmp_path / "none", tmp_path / "none")), r.stderr
+    # MPICH's Hydra: refused before anything starts, saying why.
+    hydra = tmp_path / "mpich" / "bin"
+    hydra.mkdir(parents=True)
+    (hydra / "mpirun").write_text("#!/bin/sh\necho 'HYDRA build details:'\n"
+                                  "echo '    Version: 4.0.2'\n")
+    (hydra / "mpirun").chmod(0o755)
+    r = kolorun("-np", "1", "true", env={"KOLO_MPI_HOME": str(tmp_path / "mpich")})
+    assert r.returncode == 2
+    assert r.stderr.startswith("kolorun: %s/mpirun (from KOLO_MPI_HOME): this mpirun is MPICH's "
+                               "or Intel MPI's (Hydra): kolo is built for Open MPI" % hydra), r.stderr
+    # The flag wins over the variable; --dry-run shows the mpirun by its path.
+    home = os.environ.get("KOLO_MPI_HOME") or os.path.dirname(os.path.dirname(
+        os.path.realpath(shutil.which("mpirun"))))
+    r = kolorun("-np", "1", "--mpi-home", home, "--dry-run", "true",
+                env={"KOLO_MPI_HOME": str(tmp_path / "mpich")})
+    assert r.returncode == 0, r.stderr
+    assert " %s/bin/mpirun " % home in r.stdout, r.stdout
 
 
 def test_check_build_says_which_interpreter_it_asked_when_kolo_python_is_unset():

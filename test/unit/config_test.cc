@@ -73,6 +73,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "25"},
       {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"},
       {"KOLO_PYTHON", "/opt/my python/bin/python3"},
+      {"KOLO_MPI_HOME", "/opt/openmpi-5"},
       {"KOLO_START_TIMEOUT", "7.5"},
       {"KOLO_ELASTIC_TIMEOUT", "90"},
       {"KOLO_TF_OPS", "0"},
