@@ -79,9 +79,11 @@ t=$(date +%s)
   "$wheel" $pins >"$work/install.log" 2>&1 || { tail -20 "$work/install.log"; fail "pip install failed"; }
 echo "install: kolo wheel + $(echo $pins | tr '\n' ' ')in $(elapsed "$t") s"
 
-# A user's shell: the environment's bin/ on PATH, nothing else of ours.
-export PATH="$work/venv/bin:/usr/bin:/bin"
+# A user's shell: the environment's bin/ on PATH, nothing else of ours, and a home
+# of its own (where kolo.tensorflow would cache an op library it had to compile).
+export PATH="$work/venv/bin:/usr/bin:/bin" HOME="$work/home"
 unset PYTHONPATH KOLO_PYTHON
+mkdir -p "$HOME"
 cd "$work"
 [ "$(command -v kolorun)" = "$work/venv/bin/kolorun" ] || fail "kolorun on PATH is '$(command -v kolorun)'"
 check=$(kolorun --check-build 2>&1) || { echo "$check"; fail "kolorun --check-build failed"; }
@@ -95,6 +97,7 @@ run() {
   t=$(date +%s)
   out=$(timeout 300 kolorun -np 2 python "$@" 2>&1) || { echo "$out" | tail -30; fail "$name: kolorun exited $?"; }
   echo "$out" | grep "test accuracy" || true
+  if echo "$out" | grep "tf.numpy_function"; then fail "$name: kolo.tensorflow did not load the wheel's op library"; fi
   echo "$out" | grep -Eq "^\[0\]<stdout>:ranks: 2  test accuracy: (0\.9[5-9]|1\.0)" ||
     { echo "$out" | tail -30; fail "$name did not reach test accuracy 0.95"; }
   echo "ok: $name in $(elapsed "$t") s"
@@ -102,6 +105,10 @@ run() {
 run pytorch_digits "$src/examples/pytorch_digits.py" --checkpoint "$work/digits.pt"
 TF_CPP_MIN_LOG_LEVEL=2 run keras_digits "$src/examples/keras_digits.py" --checkpoint "$work/digits.keras"
 JAX_PLATFORMS=cpu run jax_digits "$src/examples/jax_digits.py"
+# No compiler ran: kolo.tensorflow loaded the wheel's op library, compiled none.
+if [ -e "$HOME/.cache/kolo/tf-ops" ]; then
+  fail "kolo.tensorflow compiled its op library ($HOME/.cache/kolo/tf-ops) instead of the wheel's"
+fi
 
 # The same wheel beside Debian's PyTorch 1.13, in a venv that sees the system's packages.
 /usr/bin/python3 -m venv --system-site-packages "$work/venv-debian"
