@@ -73,10 +73,12 @@ rm -rf "$raw"
 mkdir -p "$raw" "$out"
 start=$(date +%s)
 echo "build_wheel: building (KOLO_WITH_CUDA=$cuda, KOLO_TF_PYTHON=$tf_python)"
+# A build folder of its own: `pip install .` builds in build-wheel/<tag> with other settings.
 "$tools/bin/python" -m build --wheel --outdir "$raw" \
   -C cmake.define.KOLO_WITH_CUDA="$cuda" \
   -C cmake.define.KOLO_TF_PYTHON="$tf_python" \
   -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$archs" \
+  -C build-dir="$root/build-wheel/release-{wheel_tag}" \
   "$root"
 wheel=$(ls "$raw"/kolo-*.whl)
 
