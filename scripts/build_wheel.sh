@@ -94,7 +94,7 @@ for e in "${excludes[@]}"; do args+=(--exclude "$e"); done
 # bookworm) and vendors what they link besides the exclusions (with patchelf).
 rm -f "$out"/kolo-*.whl
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair "${args[@]}" --wheel-dir "$out" "$wheel"
-built=$(ls -t "$out"/kolo-*.whl | head -1)
+built=$(echo "$out"/kolo-*.whl)
 if [ $sdist = 1 ]; then
   rm -f "$out"/kolo-*.tar.gz
   "$tools/bin/python" -m build --sdist --outdir "$out" "$root"

@@ -77,7 +77,7 @@ t=$(date +%s)
 # shellcheck disable=SC2086
 "$work/venv/bin/pip" install -q --disable-pip-version-check --no-compile --only-binary :all: \
   "$wheel" $pins >"$work/install.log" 2>&1 || { tail -20 "$work/install.log"; fail "pip install failed"; }
-echo "install: kolo wheel + $(echo $pins | tr '\n' ' ')in $(elapsed "$t") s"
+echo "install: kolo wheel + $(echo "$pins" | tr '\n' ' ')in $(elapsed "$t") s"
 
 # A user's shell: the environment's bin/ on PATH, nothing else of ours, and a home
 # of its own (where kolo.tensorflow would cache an op library it had to compile).
@@ -86,7 +86,7 @@ unset PYTHONPATH KOLO_PYTHON
 mkdir -p "$HOME"
 cd "$work"
 [ "$(command -v kolorun)" = "$work/venv/bin/kolorun" ] || fail "kolorun on PATH is '$(command -v kolorun)'"
-check=$(kolorun --check-build 2>&1) || { echo "$check"; fail "kolorun --check-build failed"; }
+check=$(timeout 120 kolorun --check-build 2>&1) || { echo "$check"; fail "kolorun --check-build failed"; }
 echo "$check"
 echo "$check" | grep -q "$work/venv/bin/python3" || fail "--check-build did not ask the environment's python3"
 
@@ -95,7 +95,9 @@ run() {
   local name=$1 t out
   shift
   t=$(date +%s)
-  out=$(timeout 300 kolorun -np 2 python "$@" 2>&1) || { echo "$out" | tail -30; fail "$name: kolorun exited $?"; }
+  local rc=0
+  out=$(timeout 300 kolorun -np 2 python "$@" 2>&1) || rc=$?
+  [ $rc = 0 ] || { echo "$out" | tail -30; fail "$name: kolorun exited $rc (124: it ran past 300 s)"; }
   echo "$out" | grep "test accuracy" || true
   if echo "$out" | grep "tf.numpy_function"; then fail "$name: kolo.tensorflow did not load the wheel's op library"; fi
   echo "$out" | grep -Eq "^\[0\]<stdout>:ranks: 2  test accuracy: (0\.9[5-9]|1\.0)" ||
@@ -113,11 +115,12 @@ fi
 # The same wheel beside Debian's PyTorch 1.13, in a venv that sees the system's packages.
 /usr/bin/python3 -m venv --system-site-packages "$work/venv-debian"
 "$work/venv-debian/bin/pip" install -q --disable-pip-version-check --no-deps "$wheel"
+rc=0
 out=$(timeout 120 "$work/venv-debian/bin/kolorun" -np 2 "$work/venv-debian/bin/python" -c '
 import torch, kolo.torch as hvd
 hvd.init()
-print("sum", hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist(), "torch", torch.__version__)') ||
-  { echo "$out"; fail "kolo.torch on Debian's PyTorch exited $?"; }
+print("sum", hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist(), "torch", torch.__version__)') || rc=$?
+[ $rc = 0 ] || { echo "$out"; fail "kolo.torch on Debian's PyTorch: kolorun exited $rc (124: it ran past 120 s)"; }
 echo "$out"
 echo "$out" | grep -q "\[1\]<stdout>:sum \[2.0, 2.0\] torch 1\." || fail "no allreduce on Debian's PyTorch"
 echo "wheel: OK"
