@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_fixture.h"
 #include "test_util.h"
 
 namespace kolo::test {
@@ -38,26 +39,7 @@ class DeviceBuffer {
   void* device_ = nullptr;
 };
 
-class Gpu : public RuntimeTest {
- protected:
-  void SetUp() override {
-    if (GpuCount() == 0) {
-      GTEST_SKIP() << (BuiltWithCuda() ? "no CUDA device on this machine"
-                                       : "this build has no GPU support (KOLO_WITH_CUDA)");
-    }
-    int local = 0, local_size = 1;
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_size = std::atoi(v);
-    // As test_torch_cuda.py: every rank of a host reaches the same verdict. What
-    // kolo says when two ranks do share a GPU is test_torch_cuda_faults.py's.
-    if (local_size > GpuCount()) {
-      GTEST_SKIP() << local_size << " ranks on this host share " << GpuCount()
-                   << " GPU(s): NCCL needs one per rank";
-    }
-    ASSERT_EQ(cudaSetDevice(local % GpuCount()), cudaSuccess);
-    RuntimeTest::SetUp();
-  }
-};
+class Gpu : public OneGpuPerRankTest {};
 
 TEST_F(Gpu, AllreduceEveryFloatTypeFusedAndScaled) {
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,

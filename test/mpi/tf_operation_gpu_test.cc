@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_fixture.h"
 #include "test_util.h"
 #include "tf_operation.h"
 #include "tf_outcome.h"
@@ -27,37 +28,19 @@ void ReadDevice(const KoloTfResult& r, std::vector<uint8_t>* out) {
   }
 }
 
-class TfOperationGpu : public RuntimeTest {
+class TfOperationGpu : public OneGpuPerRankTest {
  protected:
   void SetUp() override {
-    if (GpuCount() == 0) {
-      GTEST_SKIP() << (BuiltWithCuda() ? "no CUDA device on this machine"
-                                       : "this build has no GPU support (KOLO_WITH_CUDA)");
-    }
-    int local = 0, local_size = 1;
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_size = std::atoi(v);
-    if (local_size > GpuCount()) {
-      GTEST_SKIP() << local_size << " ranks on this host share " << GpuCount()
-                   << " GPU(s): NCCL needs one per rank";
-    }
-    device_ = local % GpuCount();
-    ASSERT_EQ(cudaSetDevice(device_), cudaSuccess);
+    OneGpuPerRankTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-    RuntimeTest::SetUp();
   }
   void TearDown() override {
     RuntimeTest::TearDown();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   KoloTfRequest Request(int32_t kind, const char* name) {
-    KoloTfRequest r{};
-    r.kind = kind;
-    r.name = name;
-    r.call_site = "";
-    r.reduce_op = static_cast<int32_t>(ReduceOp::kSum);
-    r.prescale = 1;
-    r.postscale = 1;
+    KoloTfRequest r = TfRequest(kind, name);
     r.cuda_stream = stream_;
     return r;
   }
@@ -81,7 +64,6 @@ class TfOperationGpu : public RuntimeTest {
     return out;
   }
 
-  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> buffers_;
 };
@@ -129,17 +111,7 @@ TEST_F(TfOperationGpu, AllgatherResultStaysInDeviceMemory) {
   ASSERT_EQ(outcome.results.size(), 1u);
   const TfResultCopy& r = outcome.results[0];
   EXPECT_EQ(r.device, device_);
-  const int64_t all_rows = size_ * (size_ + 1) / 2;
-  ASSERT_EQ(r.shape, (std::vector<int64_t>{all_rows, 3}));
-  ASSERT_EQ(r.bytes.size(), static_cast<size_t>(all_rows * 3) * sizeof(int64_t));
-  std::vector<int64_t> got(all_rows * 3);
-  std::memcpy(got.data(), r.bytes.data(), r.bytes.size());
-  size_t at = 0;
-  for (int from = 0; from < size_; ++from) {
-    for (int64_t i = 0; i < (from + 1) * 3; ++i, ++at) {
-      ASSERT_EQ(got[at], from + 10) << "rank " << rank_ << " elem " << at;
-    }
-  }
+  ExpectGatheredRows(r, size_, 3, 10, rank_);
 }
 
 TEST_F(TfOperationGpu, AlltoallAndBroadcastOnTheDevice) {

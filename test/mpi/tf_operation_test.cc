@@ -13,20 +13,7 @@
 namespace kolo::test {
 namespace {
 
-class TfOperation : public RuntimeTest {
- protected:
-  KoloTfRequest Request(int32_t kind, const char* name, bool caller_waits = false) {
-    KoloTfRequest r{};
-    r.kind = kind;
-    r.name = name;
-    r.call_site = "";
-    r.reduce_op = static_cast<int32_t>(ReduceOp::kSum);
-    r.prescale = 1;
-    r.postscale = 1;
-    r.caller_waits = caller_waits ? 1 : 0;
-    return r;
-  }
-};
+class TfOperation : public RuntimeTest {};
 
 TEST_F(TfOperation, AllreduceOnHostMemoryInPlaceAndByTheCaller) {
   for (bool caller_waits : {false, true}) {
@@ -36,7 +23,7 @@ TEST_F(TfOperation, AllreduceOnHostMemoryInPlaceAndByTheCaller) {
     KoloTfTensor t{data.data(), KOLO_TF_FLOAT32, 1, shape, KOLO_TF_HOST};
     TfOutcome outcome;
     const std::string name = caller_waits ? "tf.allreduce.caller" : "tf.allreduce.background";
-    StartTfOperation(rt_.get(), Request(KOLO_TF_ALLREDUCE, name.c_str(), caller_waits), 1, &t, &t,
+    StartTfOperation(rt_.get(), TfRequest(KOLO_TF_ALLREDUCE, name.c_str(), caller_waits), 1, &t, &t,
                      &TfOutcome::Done, &outcome);
     ASSERT_TRUE(outcome.Wait());
     ASSERT_EQ(outcome.code, KOLO_TF_OK) << outcome.message;
@@ -54,24 +41,14 @@ TEST_F(TfOperation, AllgatherResultIsHostMemoryWithItsShape) {
   const int64_t shape[] = {rows, 2};
   KoloTfTensor t{data.data(), KOLO_TF_INT64, 2, shape, KOLO_TF_HOST};
   TfOutcome outcome;
-  StartTfOperation(rt_.get(), Request(KOLO_TF_ALLGATHER, "tf.allgather"), 1, &t, nullptr,
+  StartTfOperation(rt_.get(), TfRequest(KOLO_TF_ALLGATHER, "tf.allgather"), 1, &t, nullptr,
                    &TfOutcome::Done, &outcome);
   ASSERT_TRUE(outcome.Wait());
   ASSERT_EQ(outcome.code, KOLO_TF_OK) << outcome.message;
   ASSERT_EQ(outcome.results.size(), 1u);
   const TfResultCopy& r = outcome.results[0];
   EXPECT_EQ(r.device, KOLO_TF_HOST);
-  const int64_t all_rows = size_ * (size_ + 1) / 2;
-  ASSERT_EQ(r.shape, (std::vector<int64_t>{all_rows, 2}));
-  ASSERT_EQ(r.bytes.size(), static_cast<size_t>(all_rows * 2) * sizeof(int64_t));
-  std::vector<int64_t> got(all_rows * 2);
-  std::memcpy(got.data(), r.bytes.data(), r.bytes.size());
-  size_t at = 0;
-  for (int from = 0; from < size_; ++from) {
-    for (int64_t i = 0; i < (from + 1) * 2; ++i, ++at) {
-      ASSERT_EQ(got[at], from) << "rank " << rank_ << " elem " << at;
-    }
-  }
+  ExpectGatheredRows(r, size_, 2, 0, rank_);
 }
 
 // A tensor on a device that no machine here has: refused on every rank with
@@ -81,7 +58,7 @@ TEST_F(TfOperation, TensorOnAnUnusableDeviceIsRefusedOnEveryRank) {
   std::vector<float> data(4, 1.0f);
   const int64_t shape[] = {4};
   KoloTfTensor t{data.data(), KOLO_TF_FLOAT32, 1, shape, 99};
-  KoloTfRequest r = Request(KOLO_TF_ALLREDUCE, "tf.unusable_device");
+  KoloTfRequest r = TfRequest(KOLO_TF_ALLREDUCE, "tf.unusable_device");
   r.cuda_stream = nullptr;
   TfOutcome outcome;
   StartTfOperation(rt_.get(), r, 1, &t, &t, &TfOutcome::Done, &outcome);
@@ -94,7 +71,7 @@ TEST_F(TfOperation, TensorOnAnUnusableDeviceIsRefusedOnEveryRank) {
   // kolo goes on: the next collective runs.
   KoloTfTensor host{data.data(), KOLO_TF_FLOAT32, 1, shape, KOLO_TF_HOST};
   TfOutcome next;
-  StartTfOperation(rt_.get(), Request(KOLO_TF_ALLREDUCE, "tf.after_refusal"), 1, &host, &host,
+  StartTfOperation(rt_.get(), TfRequest(KOLO_TF_ALLREDUCE, "tf.after_refusal"), 1, &host, &host,
                    &TfOutcome::Done, &next);
   ASSERT_TRUE(next.Wait());
   ASSERT_EQ(next.code, KOLO_TF_OK) << next.message;
@@ -106,7 +83,7 @@ TEST_F(TfOperation, DeviceCodeThatIsNoDeviceIsRefusedAtOnce) {
   const int64_t shape[] = {1};
   KoloTfTensor t{&x, KOLO_TF_FLOAT32, 1, shape, -7};
   TfOutcome outcome;
-  StartTfOperation(rt_.get(), Request(KOLO_TF_ALLREDUCE, "tf.bad_device_code"), 1, &t, &t,
+  StartTfOperation(rt_.get(), TfRequest(KOLO_TF_ALLREDUCE, "tf.bad_device_code"), 1, &t, &t,
                    &TfOutcome::Done, &outcome);
   ASSERT_EQ(outcome.reports(), 1) << "a refusal reports before start() returns";
   EXPECT_EQ(outcome.code, KOLO_TF_INVALID_ARGUMENT);

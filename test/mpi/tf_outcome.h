@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kolo/types.h"
 #include "tensorflow/kolo_tf_abi.h"
 
 namespace kolo::test {
@@ -22,6 +23,20 @@ struct TfResultCopy {
   std::vector<uint8_t> bytes;  // read back to host memory
   std::vector<int64_t> shape, received_splits;
 };
+
+// A request as the op library makes one: summing, no scale factors, no call
+// site; the tests set what else they need.
+inline KoloTfRequest TfRequest(int32_t kind, const char* name, bool caller_waits = false) {
+  KoloTfRequest r{};
+  r.kind = kind;
+  r.name = name;
+  r.call_site = "";
+  r.reduce_op = static_cast<int32_t>(ReduceOp::kSum);
+  r.prescale = 1;
+  r.postscale = 1;
+  r.caller_waits = caller_waits ? 1 : 0;
+  return r;
+}
 
 class TfOutcome {
  public:
@@ -87,5 +102,22 @@ class TfOutcome {
   std::condition_variable cv_;
   int reported_ = 0;
 };
+
+// An allgather of int64 rows, `cols` wide, where rank r sent r + 1 rows of
+// `first_value + r`: the result's shape, size and every value, in rank order.
+inline void ExpectGatheredRows(const TfResultCopy& r, int size, int64_t cols, int64_t first_value,
+                               int rank) {
+  const int64_t all_rows = size * (size + 1) / 2;
+  ASSERT_EQ(r.shape, (std::vector<int64_t>{all_rows, cols}));
+  ASSERT_EQ(r.bytes.size(), static_cast<size_t>(all_rows * cols) * sizeof(int64_t));
+  std::vector<int64_t> got(all_rows * cols);
+  std::memcpy(got.data(), r.bytes.data(), r.bytes.size());
+  size_t at = 0;
+  for (int from = 0; from < size; ++from) {
+    for (int64_t i = 0; i < (from + 1) * cols; ++i, ++at) {
+      ASSERT_EQ(got[at], first_value + from) << "rank " << rank << " elem " << at;
+    }
+  }
+}
 
 }  // namespace kolo::test
