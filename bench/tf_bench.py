@@ -19,6 +19,11 @@ Paths (`alone`), all on ResNet-50's gradients as kolo.torch's DistributedOptimiz
   grouped_eager     hvd.grouped_allreduce(gradients, op=hvd.Sum), eagerly
   grouped_function  the same inside tf.function
   plain_tape        tf.GradientTape alone: the tape's own cost, no allreduce
+  keras_fit         a whole training step, as Horovod's tensorflow2_keras_synthetic_benchmark.py
+                    takes one: keras.applications.ResNet50 (64x64 images, batch 32 per rank,
+                    10 classes) compiled with kolo.tensorflow.keras.DistributedOptimizer(SGD),
+                    one model.train_on_batch on synthetic data (model compute included; --model
+                    does not apply)
 The tape's loss has a custom gradient that returns the prepared gradient tensors, so a step
 is the tape plus the allreduce, with no model compute. kolo.torch's side is
 bench/torch_bench.py's `alone` (strategies kolo: allreduce_async_ per tensor, as
@@ -159,11 +164,42 @@ def tf_step(path, hvd, tf, grads):
             "plain_tape": lambda: tape_step(False)}[path]
 
 
+def keras_fit_step(hvd):
+    """One Keras training step of ResNet-50 on synthetic data through kolo's
+    DistributedOptimizer; the ranks start from rank 0's weights."""
+    import keras
+    import kolo.tensorflow.keras as hvd_keras
+    model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
+    model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.01)),
+                  loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(hvd.rank())
+    x = rng.random((32, 64, 64, 3), dtype=np.float32)
+    y = rng.integers(0, 10, 32)
+    model.train_on_batch(x, y)
+    hvd_keras.broadcast_global_variables(0, model)
+
+    def check_equal_weights():
+        """The averaged steps keep every rank's trainable weights equal (batch norm's moving
+        statistics are each rank's own, as under Horovod): else the timing is moot."""
+        checksum = float(sum(np.sum(w.numpy(), dtype=np.float64) for w in model.trainable_weights))
+        if len(set(hvd.allgather_object(checksum))) != 1:
+            raise SystemExit("keras_fit: the ranks' weights differ after a step")
+
+    return lambda: model.train_on_batch(x, y), check_equal_weights
+
+
 def alone(args):
     import tensorflow as tf
     import kolo.tensorflow as hvd
     tf.config.threading.set_intra_op_parallelism_threads(1)
     hvd.init()
+    if args.path == "keras_fit":
+        step, check = keras_fit_step(hvd)
+        step()
+        check()
+        result = time_steps(step, hvd, "tensorflow", args, {"tensorflow": tf.__version__})
+        check()
+        return hvd, result
     grads = [tf.fill(s, 1.0) for s in reversed(MODELS[args.model]())]
     step = tf_step(args.path, hvd, tf, grads)
     out = step()
@@ -365,7 +401,7 @@ def main():
     parser.add_argument("--out", help="write the JSON here as well as to stdout")
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("alone")
-    p.add_argument("--path", choices=TF_PATHS, default="tape_eager")
+    p.add_argument("--path", choices=TF_PATHS + ("keras_fit",), default="tape_eager")
     p.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
@@ -376,7 +412,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5, help="calls per path and round")
     add_compare_arguments(sub.add_parser("jobs"), "tf", TF_PATHS)
     add_compare_arguments(sub.add_parser("ops"), "tf", ("grouped_function", "tape_function",
-                                                        "grouped_eager", "tape_eager"))
+                                                        "grouped_eager", "tape_eager",
+                                                        "keras_fit"))
     args = parser.parse_args()
     hvd, result = {"alone": alone, "copies": copies, "jobs": jobs,
                    "ops": ops_vs_numpy_function}[args.what](args)
