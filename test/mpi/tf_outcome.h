@@ -85,15 +85,18 @@ class TfOutcome {
       }
       copies.push_back(std::move(c));
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      code = o.code;
-      message = o.message;
-      value = o.value;
-      results = std::move(copies);
-      ++reported_;
-    }
+    const int32_t code_now = o.code;
+    std::string message_now = o.message;
+    const int32_t value_now = o.value;
     o.release(o.keep);
+    // Notified under the lock: the waiter may destroy this object as soon as it
+    // sees the report, so nothing of it is touched after the lock is released.
+    std::lock_guard<std::mutex> lock(mu_);
+    code = code_now;
+    message = std::move(message_now);
+    value = value_now;
+    results = std::move(copies);
+    ++reported_;
     cv_.notify_all();
   }
 
