@@ -27,7 +27,7 @@ else
 fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-rm -rf "$work/dist" "$work/venv" "$work/hide" "$work/tools"
+rm -rf "$work/dist" "$work/venv" "$work/hide" "$work/tools" "$work/home"
 fail() {
   echo "sdist test: FAILED: $*"
   exit 1
