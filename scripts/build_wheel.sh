@@ -17,8 +17,9 @@
 #   scripts/build_wheel.sh [--cuda AUTO|ON|OFF] [--out DIR] [--sdist]
 #
 # --sdist also writes dist/kolo-<version>.tar.gz, the source distribution (what
-# `pip install` builds where no wheel fits: it needs a compiler, an MPI, flatc and
-# the Boost.Asio, CLI11 and flatbuffers headers; docs/install.md).
+# `pip install` builds where no wheel fits: it needs only a compiler, taking MPI,
+# Boost.Asio, CLI11 and flatbuffers from the system when present, else from PyPI or
+# third_party/; docs/install.md).
 #
 # Environment: KOLO_TF_PYTHON (default .venv/bin/python: the Python whose
 # TensorFlow the op library is built for and whose jaxlib gives XLA's FFI
