@@ -44,8 +44,8 @@ struct Config {
   // KOLO_MPI_HOME: the MPI kolorun runs and kolo's package loads; kolorun
   // (launcher/mpi_choice.h) and kolo/_mpi_library.py read it, not the runtime.
   std::string mpi_home;
-  double start_timeout_seconds = 30.0;      // kolorun's --start-timeout default, not the runtime's
-  double elastic_timeout_seconds = 600.0;   // kolorun's --elastic-timeout default (Horovod's)
+  double start_timeout_seconds = 30.0;     // kolorun's --start-timeout default, not the runtime's
+  double elastic_timeout_seconds = 600.0;  // kolorun's --elastic-timeout default (Horovod's)
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;
   bool tf_ops = true;  // read by kolo.tensorflow, not by the runtime
