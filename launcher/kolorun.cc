@@ -30,6 +30,7 @@
 #include "mpi_choice.h"
 #include "options.h"
 #include "preflight.h"
+#include "program_check.h"
 #include "rendezvous.h"
 #include "supervise.h"
 
@@ -117,10 +118,7 @@ Result<JobMpi> FindJobMpi(const Options& o, const Variables& environment) {
       MpiChoice choice,
       ChooseMpirun(setting, flag ? "--mpi-home" : "KOLO_MPI_HOME",
                    path == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : path->second,
-                   SelfDir(), [](const std::string& p) {
-                     std::error_code ec;
-                     return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
-                   }));
+                   SelfDir(), IsExecutableFile));
   Result<std::string> said = CaptureStdout({choice.mpirun, "--version"});
   if (!said.ok()) {
     return Status::InvalidArgument(choice.mpirun + " (" + choice.why +

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "program_check.h"
+
 namespace kolo::launcher {
 namespace {
 
@@ -60,15 +62,9 @@ Result<MpiChoice> ChooseMpirun(const std::string& setting, const std::string& se
                                    "(no executable " +
                                    inside + ")");
   }
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t colon = path.find(':', start);
-    if (colon == std::string::npos) colon = path.size();
-    std::string dir = path.substr(start, colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/mpirun";
+  for (const std::string& dir : SplitPath(path)) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/mpirun";
     if (executable(candidate)) return MpiChoice{candidate, "the first mpirun on PATH", true};
-    start = colon + 1;
   }
   const std::string beside = self_dir + "/mpirun";
   if (executable(beside)) return MpiChoice{beside, "beside kolorun (no mpirun on PATH)"};

@@ -8,7 +8,6 @@
 #include "command.h"
 
 namespace kolo::launcher {
-namespace {
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st {};
@@ -25,8 +24,6 @@ std::vector<std::string> SplitPath(const std::string& path) {
   }
   return dirs;
 }
-
-}  // namespace
 
 std::vector<std::string> ProgramCheck::Programs() const {
   std::vector<std::string> programs;

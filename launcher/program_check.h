@@ -18,6 +18,13 @@ struct ProgramCheck {
   std::vector<std::string> Programs() const;
 };
 
+// Whether `path` is a regular file this process may execute.
+bool IsExecutableFile(const std::string& path);
+
+// PATH's entries in order; an empty entry (the working directory to execvp)
+// stays empty.
+std::vector<std::string> SplitPath(const std::string& path);
+
 // What is wrong with one program on one host: "missing", "isdir", "notexec",
 // "notfound" (a bare name on no PATH entry), or "" when it can be started.
 using ProgramState = std::string;
