@@ -26,13 +26,6 @@ fi
 
 "$src/scripts/gpu_kit.sh" "$work/kit"
 
-# Whiteouts (character device 0:0) for every non-directory /usr path of the
-# packages the kit stands in for, and for update-alternatives' links into them.
-rm -rf "$work/upper" "$work/overlay-work"
-mkdir -p "$work/upper" "$work/overlay-work"
-/usr/bin/python3 "$src/test/packaging/hide_packages.py" "$work/upper" \
-  '^(openmpi|libopenmpi|libpmix|libhwloc|libevent|libboost|flatbuffers|libflatbuffers|libgtest|libgmock|googletest|libcli11|pybind11|python3-pybind11|python3-mpi4py|libfabric|libucx)'
-
 # Inside: the clean environment. The build folder and the kit live under $work.
 inner=$(cat <<'EOF'
 set -euo pipefail
@@ -72,10 +65,9 @@ fi
 echo "gpu kit: OK"
 EOF
 )
-unshare --mount --propagation private bash -c '
-  set -e
-  mount -t overlay overlay -o "lowerdir=/usr,upperdir=$1/upper,workdir=$1/overlay-work" /usr
-  [ ! -d /etc/openmpi ] || mount -t tmpfs none /etc/openmpi
-  exec env -i HOME="$HOME" PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
-    SRC="$2" WORK="$1" GPU_CHECK_PYTHON=/usr/bin/python3 GPU_KIT_DIR="$1/kit-unpacked" OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash -c "$3"' _ "$work" "$src" "$inner"
+# The packages the kit stands in for are hidden from the build and the tests.
+"$src/test/packaging/without_packages.sh" "$work/hide" \
+  '^(openmpi|libopenmpi|libpmix|libhwloc|libevent|libboost|flatbuffers|libflatbuffers|libgtest|libgmock|googletest|libcli11|pybind11|python3-pybind11|python3-mpi4py|libfabric|libucx)' \
+  env -i HOME="$HOME" PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+  SRC="$src" WORK="$work" GPU_CHECK_PYTHON=/usr/bin/python3 GPU_KIT_DIR="$work/kit-unpacked" OMPI_ALLOW_RUN_AS_ROOT=1 \
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash -c "$inner"

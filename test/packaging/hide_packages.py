@@ -4,11 +4,9 @@
 
 Writes into <upper> an overlayfs upper layer for /usr: a whiteout (character
 device 0:0) for every non-directory /usr path of each installed package whose
-name matches the regex, and for update-alternatives' links into them. A test
-then mounts it over /usr in a private mount namespace (`unshare --mount`):
-    mount -t overlay overlay -o lowerdir=/usr,upperdir=<upper>,workdir=<work> /usr
-Used by gpu_kit_test.sh (the GPU kit stands in for the system's libraries) and
-wheel_test.sh (kolo on PyPI's Open MPI with Debian's hidden). Needs root.
+name matches the regex, and for update-alternatives' links into them.
+without_packages.sh mounts it over /usr in a private mount namespace and runs a
+command there; the packaging tests use that. Needs root.
 """
 import os
 import re

