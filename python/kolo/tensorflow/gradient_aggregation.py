@@ -133,14 +133,11 @@ class LocalGradientAggregation:
                 "apply_gradients() of DistributedOptimizer %r with backward_passes_per_step "
                 "> 1 needs the gradients of its compute_gradients() (which aggregates them "
                 "over the passes); minimize() calls both" % self._name)
-        with tf.control_dependencies([g.op for g in grads if g is not None]):
-            applied = tf.cond(tf.equal(self._counter, 0), lambda: tf.group(apply()),
-                              tf.no_op)
-
         def count_the_run():
             if global_step is None:
                 return tf.no_op()
             return tf.group(global_step.assign_add(tf.constant(1, global_step.dtype),
                                                    read_value=False))
-        with tf.control_dependencies([applied]):
-            return tf.group(tf.cond(tf.equal(self._counter, 0), tf.no_op, count_the_run))
+        with tf.control_dependencies([g.op for g in grads if g is not None]):
+            return tf.group(tf.cond(tf.equal(self._counter, 0), lambda: tf.group(apply()),
+                                    count_the_run))
