@@ -71,6 +71,35 @@ void ModuleState::Shutdown() {
   if (!s.ok()) Raise(s);
 }
 
+void ModuleState::ShrinkInPlace() {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
+  if (!runtime_ || shut_down_here_) {
+    Raise(Status::PreconditionFailed("kolo is not running here: nothing to shrink"));
+  }
+  Status failed;
+  std::unique_ptr<Runtime> created;
+  {
+    py::gil_scoped_release release;
+    Result<MPI_Comm> shrunk = runtime_->ShrinkAfterFailure();
+    if (!shrunk.ok()) {
+      failed = shrunk.status();
+    } else {
+      InitOptions options;
+      options.comm = shrunk.value();
+      Result<std::unique_ptr<Runtime>> made = Runtime::Create(options);  // duplicates the comm
+      MPI_Comm_free(&options.comm);
+      if (made.ok()) {
+        created = std::move(made).value();
+      } else {
+        failed = made.status();
+      }
+    }
+  }
+  if (!created) Raise(failed);
+  runtime_ = std::move(created);
+  shut_down_here_ = false;
+}
+
 Runtime& ModuleState::runtime() {
   if (!runtime_ || shut_down_here_) {
     Raise(Status(StatusCode::kPreconditionFailed,

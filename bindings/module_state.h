@@ -38,6 +38,10 @@ class ModuleState {
   void Init(const InitOptions& options);
   // Marks the runtime shut down here, then shuts it down without the GIL.
   void Shutdown();
+  // After a lost rank, under fault tolerance: the runtime stopped and
+  // replaced by one on the survivors (Runtime::ShrinkAfterFailure), with the
+  // global process set only. Collective over the survivors.
+  void ShrinkInPlace();
 
   // The runtime, for queries and enqueues; raises when kolo is not
   // initialized or this process shut it down. After another rank's shutdown

@@ -35,6 +35,8 @@ struct LaunchPlan {
   std::map<std::string, std::string> env;
   // An incarnation of an elastic job: its ranks, once they must end, end at once.
   bool elastic = false;
+  // ... recovered in place (KOLO_ELASTIC_IN_PLACE): PRRTE's fault tolerance on.
+  bool fault_tolerant = false;
   std::vector<std::string> extra_mpi_args;  // --mpi-args, already split
   std::string rank_exec;                    // the per-rank wrapper that maps the environment
   std::vector<std::string> command;         // the user's program and its arguments

@@ -63,6 +63,7 @@ class ElasticLoop {
 
   int Run() {
     CatchStopSignals();
+    Say(run_.recovery);
     if (script_) {
       // The first run must work (Horovod's rule): a script that fails now is misconfigured.
       Result<std::vector<HostSlots>> first = script_->RunNow();
@@ -99,20 +100,32 @@ class ElasticLoop {
     const int np = TotalSlots(hosts_);
     Say("starting incarnation " + std::to_string(generation_) + " at np=" + std::to_string(np) +
         " on " + FormatHostSpec(hosts_));
-    Result<Job> job = plan_(hosts_, IncarnationVariables(run_.job_id, generation_));
+    Result<Job> job = plan_(hosts_, IncarnationVariables(run_.job_id, generation_, run_.in_place));
     if (!job.ok()) return Fail(job.status().message());
     if (generation_ > 0) job.value().append_output = true;
+    job.value().ranks_may_fail = run_.in_place;
     server_.NewIncarnation(generation_, np);
     restart_.reset();
     update_ = HostUpdate::kSame;
-    JobOutcome outcome = RunJob(job.value(), server_, [this] { EachTurn(); });
+    rank_hosts_ = job.value().rank_hosts;
+    running_np_ = np;
+    handled_exits_ = 0;
+    shrunk_.reset();
+    loss_since_.reset();
+    JobOutcome outcome = RunJob(job.value(), server_, [this](const std::vector<RankExit>& exits) {
+      return EachTurn(exits);
+    });
     HandleEvents();
+    // Failures that the survivors recovered from in place are past.
+    outcome.exits.erase(outcome.exits.begin(), outcome.exits.begin() + handled_exits_);
     return Decide(outcome, job.value().rank_hosts);
   }
 
   // While the job runs: the discovery script again every second, CHECK's
-  // answer kept current, rank 0's RESTART and RESUMED taken. Never blocks.
-  void EachTurn() {
+  // answer kept current, rank 0's RESTART, RESUMED and SHRUNK taken. Never
+  // blocks. Returns true to end the job: in place, the survivors of a lost
+  // rank did not say SHRUNK within kInPlaceGrace.
+  bool EachTurn(const std::vector<RankExit>& exits) {
     if (script_) {
       if (Clock::now() - last_discovery_ >= std::chrono::seconds(1)) script_->Start();
       std::optional<Result<std::vector<HostSlots>>> found = script_->Poll();
@@ -123,7 +136,82 @@ class ElasticLoop {
     }
     update_ = CompareHosts(hosts_, pool_.Available(Seconds(Clock::now())), run_.settings.max_np);
     server_.SetCheckReply(CheckReply(update_));
+    if (!run_.in_place) {
+      HandleEvents();
+      return false;
+    }
+    const bool limit_reached = run_.settings.reset_limit >= 0 && resets_ >= run_.settings.reset_limit;
+    server_.SetShrinkPolicy(
+        limit_reached ? "--reset-limit " + std::to_string(run_.settings.reset_limit) + " reached"
+                      : std::string(),
+        run_.settings.min_np);
+    exits_ = &exits;
+    if (exits.size() > static_cast<size_t>(handled_exits_) && !loss_since_) {
+      loss_since_ = Clock::now();
+    }
     HandleEvents();
+    TakeShrink();
+    exits_ = nullptr;
+    if (loss_since_ && Clock::now() - *loss_since_ > kInPlaceGrace) {
+      Say("the survivors of " + DescribeLoss(exits) + " did not recover in place within " +
+          std::to_string(kInPlaceGrace.count()) + " s; ending incarnation " +
+          std::to_string(generation_) + " to restart it");
+      return true;
+    }
+    return false;
+  }
+
+  // The survivors said SHRUNK: once kolorun has seen the exits of the ranks
+  // they lost, the incarnation goes on in place as the next generation.
+  void TakeShrink() {
+    if (!shrunk_) return;
+    const std::vector<RankExit>& exits = *exits_;
+    const int lost = running_np_ - shrunk_->request.size;
+    const int unhandled = static_cast<int>(exits.size()) - handled_exits_;
+    // The survivors may learn of the loss before kolo-rank's marker reaches
+    // kolorun: wait for it (a few turns), then go on with what is known.
+    if (unhandled < lost && Clock::now() - shrunk_->when < std::chrono::seconds(5)) return;
+    const std::string what = DescribeLoss(exits);
+    std::map<std::string, int> lost_on;
+    for (size_t i = static_cast<size_t>(handled_exits_); i < exits.size(); ++i) {
+      ++lost_on[HostOf(exits[i])];
+    }
+    std::vector<std::string> gone;
+    for (HostSlots& h : hosts_) {
+      auto it = lost_on.find(h.host);
+      if (it == lost_on.end()) continue;
+      h.slots -= it->second;
+      if (h.slots <= 0) gone.push_back(h.host);
+    }
+    hosts_.erase(std::remove_if(hosts_.begin(), hosts_.end(),
+                                [](const HostSlots& h) { return h.slots <= 0; }),
+                 hosts_.end());
+    const std::string blacklisted = gone.empty() ? "" : "; " + BlacklistFailed(gone);
+    ++resets_;
+    ++generation_;  // the server moved to it when it accepted SHRUNK
+    since_ = Since{what + blacklisted, loss_since_.value_or(shrunk_->when), true};
+    Say("incarnation " + std::to_string(generation_ - 1) + " lost " + what + blacklisted +
+        "; its " + std::to_string(shrunk_->request.size) + " survivors go on in place as incarnation " +
+        std::to_string(generation_));
+    running_np_ = shrunk_->request.size;
+    handled_exits_ = static_cast<int>(exits.size());
+    shrunk_.reset();
+    loss_since_.reset();
+  }
+
+  // "rank 3 on host h was killed by signal 9 (SIGKILL)" for the first exit not handled yet,
+  // "and N more ranks" for the rest.
+  std::string DescribeLoss(const std::vector<RankExit>& exits) const {
+    if (exits.size() <= static_cast<size_t>(handled_exits_)) return "a rank";
+    const RankExit& first = exits[static_cast<size_t>(handled_exits_)];
+    const size_t more = exits.size() - static_cast<size_t>(handled_exits_) - 1;
+    return DescribeRankExit(first, HostOf(first)) +
+           (more == 0 ? "" : " and " + std::to_string(more) + " more rank(s)");
+  }
+
+  std::string HostOf(const RankExit& e) const {
+    return e.rank >= 0 && e.rank < static_cast<int>(rank_hosts_.size()) ? rank_hosts_[e.rank]
+                                                                         : e.host;
   }
 
   // A discovery result: the new host list, or a warning (once per message)
@@ -152,6 +240,8 @@ class ElasticLoop {
             DescribeUpdate(update_) + ")");
       } else if (e.request.verb == ElasticRequest::Verb::kResumed && since_.has_value()) {
         SayResumed(e);
+      } else if (e.request.verb == ElasticRequest::Verb::kShrunk) {
+        shrunk_ = e;
       }
     }
   }
@@ -164,7 +254,8 @@ class ElasticLoop {
     std::string limit = run_.settings.reset_limit >= 0
                             ? " of " + std::to_string(run_.settings.reset_limit)
                             : std::string();
-    Say("resumed at np=" + std::to_string(e.request.size) + " (" + FormatHostSpec(hosts_) +
+    Say(std::string(since_->in_place ? "resumed in place" : "resumed") + " at np=" +
+        std::to_string(e.request.size) + " (" + FormatHostSpec(hosts_) +
         ") from " + from + ", " + Fixed(seconds) + " s after " + since_->what + " (reset " +
         std::to_string(resets_) + limit + ")");
     since_.reset();
@@ -299,7 +390,12 @@ class ElasticLoop {
   struct Since {
     std::string what;
     Clock::time_point when;
+    bool in_place = false;
   };
+  // How long the survivors of a lost rank have to say SHRUNK before the
+  // incarnation is ended and restarted: a survivor learns of the loss at its
+  // next collective, after the step it is computing.
+  static constexpr std::chrono::seconds kInPlaceGrace{120};
 
   const ElasticRun& run_;
   const PlanIncarnation& plan_;
@@ -315,16 +411,29 @@ class ElasticLoop {
   HostUpdate update_ = HostUpdate::kSame;
   std::optional<Restart> restart_;
   std::optional<Since> since_;
+  // In place: the incarnation's rank -> host, its ranks now, the exits
+  // (RunJob's) already recovered from, a SHRUNK waiting for its exits, and
+  // since when a loss waits for the survivors.
+  std::vector<std::string> rank_hosts_;
+  int running_np_ = 0;
+  int handled_exits_ = 0;
+  std::optional<ElasticEvent> shrunk_;
+  std::optional<Clock::time_point> loss_since_;
+  const std::vector<RankExit>* exits_ = nullptr;  // RunJob's, during EachTurn
   std::mt19937 rng_{std::random_device{}()};
   std::uniform_real_distribution<double> random_{0.0, 1.0};
 };
 
 }  // namespace
 
-std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation) {
-  return {{env::kElastic, "1"},
-          {env::kElasticJob, job_id},
-          {env::kElasticGeneration, std::to_string(generation)}};
+std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation,
+                                                        bool in_place) {
+  std::map<std::string, std::string> variables = {
+      {env::kElastic, "1"},
+      {env::kElasticJob, job_id},
+      {env::kElasticGeneration, std::to_string(generation)}};
+  if (in_place) variables[env::kElasticInPlace] = "1";
+  return variables;
 }
 
 // The job's commit store on this machine (<KOLO_ELASTIC_DIR or /dev/shm>/kolo-elastic-<job>),

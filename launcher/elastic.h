@@ -30,14 +30,21 @@ struct ElasticRun {
   int slots_per_host = 1;             // for the script's lines without ":slots"
   std::vector<HostSlots> fixed_pool;  // without a script
   std::string job_id;                 // KOLO_ELASTIC_JOB, the same for every incarnation
+  // Lost ranks recovered in place (Open MPI 5's fault tolerance: the
+  // survivors shrink and go on, docs/elastic.md "Reset in place"), else by
+  // restarting every worker; `recovery` says which and why, in one line.
+  bool in_place = false;
+  std::string recovery;
 };
 
 // Plans one incarnation on `hosts`; its ranks also get `variables`.
 using PlanIncarnation = std::function<Result<Job>(
     const std::vector<HostSlots>& hosts, const std::map<std::string, std::string>& variables)>;
 
-// What every rank of incarnation `generation` gets: KOLO_ELASTIC=1, KOLO_ELASTIC_JOB, _GENERATION.
-std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation);
+// What every rank of incarnation `generation` gets: KOLO_ELASTIC=1, KOLO_ELASTIC_JOB,
+// _GENERATION, and KOLO_ELASTIC_IN_PLACE=1 when `in_place`.
+std::map<std::string, std::string> IncarnationVariables(const std::string& job_id, int generation,
+                                                        bool in_place = false);
 
 // Runs incarnations until the job is done or cannot go on; returns kolorun's exit code.
 int RunElastic(const ElasticRun& run, const PlanIncarnation& plan, RendezvousServer& server);

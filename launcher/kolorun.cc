@@ -386,6 +386,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   if (!network.ok()) return network.status();
   KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores, l.mpi, l.environment));
   plan.elastic = extra.count(env::kElastic) > 0;
+  plan.fault_tolerant = extra.count(env::kElasticInPlace) > 0;
   if (plan.bind_library.empty() && !o.dry_run && l.checked.empty()) {
     std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
               << "); Open MPI will listen on every network interface\n";
@@ -455,10 +456,31 @@ Result<ElasticRun> ElasticFlags(const Options& o, const Variables& environment, 
   return run;
 }
 
+// Whether an elastic job recovers lost ranks in place: on Open MPI 5 (PRRTE,
+// whose fault tolerance kolorun turns on), unless KOLO_ELASTIC_IN_PLACE=0.
+void ChooseRecovery(const JobMpi& mpi, const Variables& environment, ElasticRun* run) {
+  auto setting = environment.find(env::kElasticInPlace);
+  const bool refused = setting != environment.end() && setting->second == "0";
+  run->in_place = mpi.version.dialect == MpiDialect::kPrrte && !refused;
+  if (run->in_place) {
+    run->recovery =
+        "a lost rank or host is recovered in place: the survivors shrink and go on in the same "
+        "processes (Open MPI 5, fault tolerance on)";
+  } else if (refused) {
+    run->recovery =
+        "a lost rank or host restarts every worker from the last commit (KOLO_ELASTIC_IN_PLACE=0)";
+  } else {
+    run->recovery =
+        "a lost rank or host restarts every worker from the last commit (this Open MPI has no "
+        "fault tolerance; Open MPI 5 recovers in place)";
+  }
+}
+
 // Elastic mode: incarnations planned here, run by elastic.cc.
 int RunElasticJob(Launcher& l) {
   Result<ElasticRun> run = ElasticFlags(l.o, l.environment, l.cores);
   if (!run.ok()) return Fail(run.status().message());
+  ChooseRecovery(l.mpi, l.environment, &run.value());
   const PlanIncarnation plan = [&l](const std::vector<HostSlots>& hosts,
                                     const Variables& variables) -> Result<Job> {
     l.o.np = TotalSlots(hosts);
@@ -478,7 +500,8 @@ int RunElasticJob(Launcher& l) {
     const std::vector<HostSlots> hosts = ChooseIncarnationHosts(pool, run.value().settings.max_np);
     if (hosts.empty()) return Fail("elastic: --dry-run: the discovery script lists no hosts");
     l.o.np = TotalSlots(hosts);
-    Result<PlannedJob> planned = PlanJob(l, hosts, IncarnationVariables(run.value().job_id, 0));
+    Result<PlannedJob> planned =
+        PlanJob(l, hosts, IncarnationVariables(run.value().job_id, 0, run.value().in_place));
     if (!planned.ok()) return Fail(planned.status().message());
     std::cout << planned.value().shown << std::endl;
     return 0;

@@ -238,5 +238,14 @@ int main(int argc, char** argv) {
   sa.sa_handler = Forward;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  return ReportExit(WaitForCommand(StopLimitSeconds()));
+  const int code = ReportExit(WaitForCommand(StopLimitSeconds()));
+  if (code != 0 && Get(kolo::env::kElasticInPlace) == "1") {
+    // Open MPI 5's fault tolerance tells the other ranks about a process
+    // that died by a signal, but not about one that exited with a code
+    // (measured: they waited forever). In-place elastic mode ends this rank
+    // by SIGKILL, so that the survivors learn of the loss and shrink; the
+    // marker above keeps the command's own code for kolorun's report.
+    kill(getpid(), SIGKILL);
+  }
+  return code;
 }

@@ -87,9 +87,12 @@ Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::s
   } else if (w[2] == "RESUMED") {
     r.verb = ElasticRequest::Verb::kResumed;
     fields = 6;
+  } else if (w[2] == "SHRUNK") {
+    r.verb = ElasticRequest::Verb::kShrunk;
+    fields = 5;
   } else {
     return Status::InvalidArgument("unknown elastic verb '" + w[2].substr(0, 20) +
-                                   "' (expected CHECK, RESTART or RESUMED)");
+                                   "' (expected CHECK, RESTART, RESUMED or SHRUNK)");
   }
   if (w.size() != fields) {
     return Status::InvalidArgument(w[2] + " expects " + std::to_string(fields - 3) +
@@ -98,6 +101,12 @@ Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::s
   Result<long> generation = ParseSigned(w[3], "generation", 0);
   if (!generation.ok()) return generation.status();
   r.generation = static_cast<int>(generation.value());
+  if (r.verb == ElasticRequest::Verb::kShrunk) {
+    Result<long> size = ParseSigned(w[4], "size", 1);
+    if (!size.ok()) return size.status();
+    r.size = static_cast<int>(size.value());
+    return r;
+  }
   if (fields >= 5) {
     Result<long> commit = ParseSigned(w[4], "commit", -1);
     if (!commit.ok()) return commit.status();
@@ -121,6 +130,9 @@ std::string ElasticRequestMessage(const std::string& token, const ElasticRequest
     case ElasticRequest::Verb::kResumed:
       return "KOLOE " + token + " RESUMED " + std::to_string(r.generation) + " " +
              std::to_string(r.commit) + " " + std::to_string(r.size) + "\n";
+    case ElasticRequest::Verb::kShrunk:
+      return "KOLOE " + token + " SHRUNK " + std::to_string(r.generation) + " " +
+             std::to_string(r.size) + "\n";
   }
   return "";
 }
@@ -189,6 +201,12 @@ class RendezvousServer::Impl {
   void SetCheckReply(const std::string& reply) {
     std::lock_guard<std::mutex> lock(mu_);
     check_reply_ = reply;
+  }
+
+  void SetShrinkPolicy(const std::string& refusal, int min_size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    shrink_refusal_ = refusal;
+    shrink_min_size_ = min_size;
   }
 
  private:
@@ -283,6 +301,15 @@ class RendezvousServer::Impl {
              " is not the running one (" + std::to_string(generation_) + ")\n";
     }
     if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
+    if (r.value().verb == ElasticRequest::Verb::kShrunk) {
+      if (!shrink_refusal_.empty()) return "ERR " + shrink_refusal_ + "\n";
+      if (r.value().size < shrink_min_size_) {
+        return "ERR " + std::to_string(r.value().size) + " ranks are left, fewer than --min-np " +
+               std::to_string(shrink_min_size_) + "; the job restarts once enough slots are there\n";
+      }
+      ++generation_;  // the survivors' RESUMED comes as the next generation's
+      check_reply_ = "SAME";
+    }
     events_.push_back({r.value(), std::chrono::steady_clock::now()});
     return "OK\n";
   }
@@ -301,6 +328,8 @@ class RendezvousServer::Impl {
   int np_;                            // guarded by mu_
   int generation_ = -1;               // guarded by mu_; -1: not elastic
   std::string check_reply_ = "SAME";  // guarded by mu_
+  std::string shrink_refusal_ = "kolorun runs this job without in-place recovery";  // mu_
+  int shrink_min_size_ = 1;                                                      // mu_
   std::vector<ElasticEvent> events_;  // guarded by mu_
 };
 
@@ -310,6 +339,10 @@ RendezvousServer::~RendezvousServer() { Stop(); }
 Result<int> RendezvousServer::Start(const std::string& address) { return impl_->Start(address); }
 void RendezvousServer::Stop() { impl_->Stop(); }
 RendezvousServer::Snapshot RendezvousServer::Take() { return impl_->Take(); }
+void RendezvousServer::SetShrinkPolicy(const std::string& refusal, int min_size) {
+  impl_->SetShrinkPolicy(refusal, min_size);
+}
+
 void RendezvousServer::NewIncarnation(int generation, int np) {
   impl_->NewIncarnation(generation, np);
 }

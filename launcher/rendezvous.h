@@ -45,18 +45,18 @@ std::string NewToken();
 
 // One of rank 0's elastic verbs.
 struct ElasticRequest {
-  enum class Verb { kCheck, kRestart, kResumed };
+  enum class Verb { kCheck, kRestart, kResumed, kShrunk };
   Verb verb = Verb::kCheck;
   int generation = 0;
   long commit = -1;  // RESTART, RESUMED: -1 = no commit
-  int size = 0;      // RESUMED
+  int size = 0;      // RESUMED; SHRUNK: the survivors
 };
 
 // Parses and checks one elastic request (without its newline) against the token.
 Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::string& token);
 std::string ElasticRequestMessage(const std::string& token, const ElasticRequest& r);
 
-// A RESTART or RESUMED as the server received it.
+// A RESTART, RESUMED or accepted SHRUNK as the server received it.
 struct ElasticEvent {
   ElasticRequest request;
   std::chrono::steady_clock::time_point when;
@@ -86,6 +86,12 @@ class RendezvousServer {
   void NewIncarnation(int generation, int np);
   // What CHECK for the running incarnation answers ("SAME", "UPDATED added", ...).
   void SetCheckReply(const std::string& reply);
+  // Whether SHRUNK (the in-place path: the survivors of a lost rank go on in
+  // the same processes) is accepted: `refusal` "" accepts it from at least
+  // `min_size` survivors, which then run as the next generation (the server
+  // moves to it at once, so that their RESUMED is in time); else SHRUNK is
+  // answered "ERR <refusal>". Refused until set.
+  void SetShrinkPolicy(const std::string& refusal, int min_size);
 
  private:
   class Impl;

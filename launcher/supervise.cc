@@ -374,8 +374,7 @@ int RankExitCode(const RankExit& e) { return e.signal != 0 ? 128 + e.signal : e.
 
 int Report(const JobOutcome& outcome) { return ReportOutcome(outcome); }
 
-JobOutcome RunJob(const Job& job, RendezvousServer& server,
-                  const std::function<void()>& each_turn) {
+JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each_turn) {
   JobOutcome outcome;
   Result<Mpirun> started = StartMpirun(job.mpirun_argv, job.mpirun_env);
   if (!started.ok()) {
@@ -398,20 +397,22 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server,
   constexpr auto kRankFailureGrace = std::chrono::seconds(10);
   std::optional<Clock::time_point> first_failure;
   bool said_overdue = false;
+  bool end_now = false;  // each_turn asked for the end
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     if (ended.empty()) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       ended = CheckRendezvous(server, job.rank_hosts, elapsed, job.start_timeout);
     }
-    if (each_turn) each_turn();
+    end_now = end_now || (each_turn && each_turn(sink.exits()));
     if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
-    const bool overdue = first_failure && Clock::now() - *first_failure > kRankFailureGrace;
+    const bool overdue = !job.ranks_may_fail && first_failure &&
+                         Clock::now() - *first_failure > kRankFailureGrace;
     if (overdue && !said_overdue) {
       said_overdue = true;
       std::fprintf(stderr, "kolorun: %s\n", Unreported(job.rank_hosts, sink.exits()).c_str());
       outcome.silent_hosts = SilentHosts(job.rank_hosts, sink.exits());
     }
-    if (!teardown.Step(g_signal != 0 || !ended.empty() || overdue)) break;
+    if (!teardown.Step(g_signal != 0 || !ended.empty() || overdue || end_now)) break;
     if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     ForwardOutput(fds, assembler, sink);
   }

@@ -23,6 +23,9 @@ struct Job {
   bool verbose = false;                           // Open MPI's own lines on the console too
   bool space_after_tag = false;  // PRRTE's --tag-output: "[1,0]<stdout>: " (output.h)
   bool append_output = false;    // add to --output-filename's files (a later elastic incarnation)
+  // In-place elastic mode (Open MPI 5's fault tolerance): a failed rank does
+  // not end the job, whose survivors go on; `each_turn` decides instead.
+  bool ranks_may_fail = false;
 };
 
 // How one job ended: what kolorun's report says, and what elastic mode decides from.
@@ -41,9 +44,13 @@ struct JobOutcome {
   int open_mpi_lines = 0;
 };
 
-// Runs `job` to its end, calling `each_turn` (when set) at least every 200
-// ms on kolorun's thread while the job runs: it must not block.
-JobOutcome RunJob(const Job& job, RendezvousServer& server, const std::function<void()>& each_turn);
+// Called at least every 200 ms on kolorun's thread while a job runs, with the
+// rank failures seen so far; it must not block. Returning true ends the job
+// (the bounded teardown) as a rank's failure does.
+using EachTurn = std::function<bool(const std::vector<RankExit>& exits)>;
+
+// Runs `job` to its end, calling `each_turn` (when set) every turn.
+JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each_turn);
 // kolorun's last line for `outcome` (nothing when the job succeeded and
 // Open MPI said nothing) and its exit code.
 int Report(const JobOutcome& outcome);

@@ -6,6 +6,7 @@
 
 #include "base/rows.h"
 #include "ops/mpi_mover.h"
+#include "ops/ulfm.h"
 
 namespace kolo {
 namespace {
@@ -20,6 +21,10 @@ class HierarchicalMover : public MpiMover {
       : MpiMover(comm, ops, piece_bytes), hierarchy_(std::move(hierarchy)) {}
 
   const char* AllreduceActivity() const override { return "MPI_HIERARCHICAL_ALLREDUCE"; }
+  void Abort() override {
+    RevokeIfUsable(hierarchy_->local.get());
+    RevokeIfUsable(hierarchy_->cross.get());
+  }
 
  protected:
   Status AllreducePiece(char* p, int count, size_t elem, MPI_Datatype type, MPI_Op op) override {

@@ -58,6 +58,11 @@ class HostMover {
   // The timeline's name for the allreduce's data phase, in Horovod's style
   // ("MPI_ALLREDUCE"); the other collectives are MPI's in every host mover.
   virtual const char* AllreduceActivity() const = 0;
+  // The job lost a rank (issue 47): stops this rank's part in the mover's own
+  // channels for good, so that a peer waiting on this rank there stops too
+  // (the shared-memory segment's failed mark, the hierarchy's communicators
+  // revoked). The set's communicator is the runtime's to revoke.
+  virtual void Abort() {}
 };
 
 // The communicators of a hierarchical allreduce: the ranks on this host

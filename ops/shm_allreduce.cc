@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -271,6 +272,15 @@ Status ShmAllreduce::ReadPeer(int peer, uint64_t address, void* to, size_t bytes
   return Status::OK();
 }
 
+bool ShmAllreduce::PeerGone(int peer) const {
+  return kill(peer_pid_[peer], 0) != 0 && errno == ESRCH;
+}
+
+void ShmAllreduce::Abort() {
+  broken_ = true;
+  if (control_ != nullptr) control_[rank_].failed.store(1, std::memory_order_release);
+}
+
 Status ShmAllreduce::Fail(Status status) {
   broken_ = true;
   control_[rank_].failed.store(1, std::memory_order_release);
@@ -297,6 +307,14 @@ Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
       }
       sched_yield();
       if (spins % 256 != 0) continue;
+      // A peer that died waits for nobody: where the probe proved that the
+      // peers' pids are theirs (single copy), a pid that is gone fails now
+      // instead of at the timeout (a rank killed mid-allreduce, issue 47).
+      if (single_copy_ && PeerGone(r)) {
+        return Fail(Status::Internal("rank " + std::to_string(r) + " (pid " +
+                                     std::to_string(peer_pid_[r]) +
+                                     ") died during a shared-memory allreduce"));
+      }
       if (deadline == Clock::time_point{}) {
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeout_seconds_));

@@ -117,6 +117,10 @@ class ShmAllreduce {
   ShmAllreduce(const ShmAllreduce&) = delete;
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
 
+  // Marks the segment broken on this rank and tells the peers, so that one
+  // that waits for this rank stops (the job lost a rank: issue 47).
+  void Abort();
+
   // In place on `buffer`; the same call, with the same count, on every rank.
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
     return Allreduce(buffer, buffer, count, dtype, op);
@@ -152,6 +156,8 @@ class ShmAllreduce {
   // Reads `bytes` at `address` in rank `peer`'s memory into `to`.
   Status ReadPeer(int peer, uint64_t address, void* to, size_t bytes);
   Status WaitFor(int which, uint64_t at_least);
+  // Whether rank `peer`'s process is gone (its pid no longer exists).
+  bool PeerGone(int peer) const;
   // Marks the segment as broken on this rank and tells the peers; returns `status`.
   Status Fail(Status status);
   uint8_t* Slot(int rank, uint64_t seq) const;

@@ -24,6 +24,7 @@ class ShmMover : public MpiMover {
   }
   void SetPieceBytes(int64_t piece_bytes) override { shm_->SetPieceBytes(piece_bytes); }
   const char* AllreduceActivity() const override { return "SHM_ALLREDUCE"; }
+  void Abort() override { shm_->Abort(); }
 
  private:
   std::unique_ptr<ShmAllreduce> shm_;

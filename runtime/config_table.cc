@@ -414,6 +414,13 @@ const std::vector<Setting>& Settings() {
        "--host-discovery-script): the ranks commit their state where the next incarnation "
        "finds it and report to kolorun.",
        NoHorovodName()},
+      {env::kElasticInPlace, Boolean(&Config::elastic_in_place),
+       "Elastic mode on Open MPI 5: set to 1 by kolorun when the job runs with fault tolerance "
+       "(--with-ft ulfm), so that the survivors of a lost rank or host shrink their "
+       "communicators and go on in the same processes (docs/elastic.md, \"Reset in place\"). "
+       "Set it to 0 in kolorun's environment to restart every worker instead, as on Open MPI "
+       "4.1.",
+       NoHorovodName()},
       {env::kElasticJob, Path(&Config::elastic_job, "(none)"),
        "Set by kolorun in elastic mode: the job's random id (32 hex digits), the same for "
        "every incarnation; names the commit store.",

@@ -8,6 +8,7 @@
 
 #include "input_checks.h"
 #include "logging.h"
+#include "ops/ulfm.h"
 #include "runtime_impl.h"
 
 namespace kolo {
@@ -31,6 +32,7 @@ Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int
 bool BuiltWithCuda() { return NcclBuilt(); }
 int GpuCount() { return MakeGpu(false)->DeviceCount(); }
 int NcclVersion() { return NcclVersionCode(); }
+std::string InPlaceRecoveryUnavailable() { return UlfmUnavailableReason(); }
 
 Status CopyDeviceResult(const WorkResult& result, void* dst) {
   if (result.device == kCpuDevice || !result.device_data) {
@@ -58,6 +60,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
 }
 
 Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
+
+Result<MPI_Comm> Runtime::ShrinkAfterFailure() {
+  if (!impl_) return Status::PreconditionFailed("kolo is not running");
+  return impl_->ShrinkAfterFailure();
+}
 
 bool Runtime::is_running() const { return impl_->running(); }
 

@@ -238,6 +238,7 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome, patience);
     if (!s.ok()) {
       KOLO_LOG(kError) << "negotiation failed, kolo stops: " << s.message();
+      RevokeAll();
       FailEverything(Status::Internal("kolo's background thread stopped: " + s.message()));
       return CycleEnd::kStop;
     }

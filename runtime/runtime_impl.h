@@ -40,6 +40,7 @@ class RuntimeImpl {
   ~RuntimeImpl();
 
   Status Shutdown() EXCLUDES(shutdown_mutex_);
+  Result<MPI_Comm> ShrinkAfterFailure() EXCLUDES(shutdown_mutex_);
   bool running() const { return running_.load(); }
   std::string stop_reason() EXCLUDES(queue_mutex_) {
     MutexLock lock(&queue_mutex_);
@@ -121,6 +122,13 @@ class RuntimeImpl {
   // (the other set may ask only after that set decided); null if neither.
   const Request* HeldElsewhere(const std::string& name, int except) const REQUIRES(round_mutex_);
   void FailEverything(const Status& status) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
+  // With fault tolerance on (ops/ulfm.h), after a failed negotiation: revokes
+  // the global and every set's communicator and aborts the sets' host movers,
+  // so that no other rank waits on this one in a collective it has left.
+  void RevokeAll() REQUIRES(round_mutex_);
+  // Shutdown's local part: the background thread joined, the sets, executor,
+  // GPU state and MPI ops released (the global communicator stays).
+  void StopLocally() REQUIRES(shutdown_mutex_);
   // The one place an entry completes (data, control, error, cancelled):
   // its timeline spans end, its name is free again, its Work gets `status`
   // (and `result`) and wakes the caller once every part has one.

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "logging.h"
+#include "ops/ulfm.h"
 #include "runtime_impl.h"
 
 namespace kolo {
@@ -336,6 +337,16 @@ RuntimeImpl::~RuntimeImpl() {
 Status RuntimeImpl::Shutdown() {
   MutexLock shutting_down(&shutdown_mutex_);
   if (shut_down_) return Status::OK();
+  StopLocally();
+  global_comm_ = MpiComm();
+  if (owns_mpi_) {
+    owns_mpi_ = false;
+    return MpiStatus(MPI_Finalize(), "MPI_Finalize");
+  }
+  return Status::OK();
+}
+
+void RuntimeImpl::StopLocally() {
   shut_down_ = true;
   {
     MutexLock lock(&queue_mutex_);
@@ -355,12 +366,32 @@ Status RuntimeImpl::Shutdown() {
   }
   gpu_.reset();  // streams and buffers
   mpi_ops_.reset();
-  global_comm_ = MpiComm();
-  if (owns_mpi_) {
-    owns_mpi_ = false;
-    return MpiStatus(MPI_Finalize(), "MPI_Finalize");
+}
+
+void RuntimeImpl::RevokeAll() {
+  if (!UlfmUnavailableReason().empty()) return;
+  RevokeIfUsable(global_comm_.get());
+  for (auto& [id, set] : sets_) {
+    RevokeIfUsable(set->comm());
+    if (set->movers().host != nullptr) set->movers().host->Abort();
   }
-  return Status::OK();
+}
+
+Result<MPI_Comm> RuntimeImpl::ShrinkAfterFailure() {
+  MutexLock shutting_down(&shutdown_mutex_);
+  if (shut_down_) return Status::PreconditionFailed("kolo was shut down on this rank");
+  const std::string why_not = UlfmUnavailableReason();
+  if (!why_not.empty()) return Status::PreconditionFailed("cannot recover in place: " + why_not);
+  // The background thread may wait in a collective on the global set: the
+  // revoke ends it there (and on every rank), and its cycle revokes the rest.
+  RevokeIfUsable(global_comm_.get());
+  StopLocally();
+  Result<MPI_Comm> shrunk = ShrinkSurvivors(global_comm_.get());
+  global_comm_ = MpiComm();
+  // MPI_Finalize would wait for the processes that died: MPI ends with the
+  // process (docs/elastic.md, "Reset in place").
+  owns_mpi_ = false;
+  return shrunk;
 }
 
 }  // namespace kolo

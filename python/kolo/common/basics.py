@@ -102,6 +102,24 @@ def shutdown():
 atexit.register(shutdown)
 
 
+def in_place_unavailable():
+    """Why this process cannot recover from a lost rank in place ("" when it can): its MPI
+    has no ULFM (Open MPI 5's fault tolerance), or kolorun did not turn it on
+    (KOLO_ELASTIC_IN_PLACE)."""
+    return _core.in_place_unavailable()
+
+
+def shrink_in_place():
+    """After a lost rank or host (a collective failed with KoloInternalError), on every
+    survivor: kolo's runtime is rebuilt on the survivors, ranked in their old order, with
+    the global process set only (registered sets are gone, as after shutdown()). Used by
+    kolo.common.elastic's run; raises KoloInternalError naming why where it cannot."""
+    _core.shrink_in_place()
+    _reset_run()
+    _ps._reset()
+    _ps._finish_init([], [], _core.size())
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline (rank 0 writes it). Unlike Horovod, no
     HOROVOD_TIMELINE setting is needed beforehand."""

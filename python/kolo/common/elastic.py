@@ -305,19 +305,46 @@ def _run_plain(func, state, args, kwargs):
 
 
 def _run_elastic(env, func, state, args, kwargs):
-    try:
-        commit = _resume(env, state)
-        if basics.rank() == 0:
-            elastic_env.resumed(env, commit, basics.size())
-        result = func(state, *args, **kwargs)
-        _barrier()  # every rank finished: the commits are no longer needed
-    except HostsUpdatedInterrupt:
-        _leave_for_restart(env, state)
-    except KoloInternalError as e:
-        _leave_after_failure(state, e)
+    while True:
+        try:
+            commit = _resume(env, state)
+            if basics.rank() == 0:
+                elastic_env.resumed(env, commit, basics.size())
+            result = func(state, *args, **kwargs)
+            _barrier()  # every rank finished: the commits are no longer needed
+            break
+        except HostsUpdatedInterrupt:
+            _leave_for_restart(env, state)
+        except KoloInternalError as e:
+            env = _shrink_in_place(env, state, e)
     state._store.close(remove=True)
     state._env = None
     return result
+
+
+def _shrink_in_place(env, state, error):
+    """A collective failed. Under Open MPI 5 with fault tolerance (kolorun sets
+    KOLO_ELASTIC_IN_PLACE=1) the survivors shrink kolo's communicators to themselves, kolorun
+    agrees (rank 0 asks), and the returned environment is the next incarnation's, in these
+    same processes: run() then resumes from the newest commit as after a restart. Elsewhere,
+    or when the shrink or kolorun refuses, this process leaves for kolorun's restart."""
+    if not env.in_place:
+        _leave_after_failure(state, error)
+    old_rank = basics.rank()
+    try:
+        reason = basics.in_place_unavailable()
+        if reason:
+            raise KoloInternalError("cannot recover in place: " + reason)
+        basics.shrink_in_place()
+        _rank0_answer(lambda: elastic_env.shrunk(env, basics.size()) or 0, "kolo.elastic.shrunk")
+    except (KoloInternalError, elastic_env.RendezvousError) as e:
+        _leave_after_failure(state, e)
+    if basics.rank() == 0:
+        message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        sys.stderr.write("kolo: elastic: %s; the %d survivors go on in place (rank %d was %d)\n"
+                         % (message, basics.size(), basics.rank(), old_rank))
+        sys.stderr.flush()
+    return env._replace(generation=env.generation + 1)
 
 
 def _resume(env, state):

@@ -5,7 +5,10 @@ One request line per connection, one reply line:
     KOLOE <token> CHECK <g>                   -> OK SAME | OK UPDATED added|removed|both
     KOLOE <token> RESTART <g> <commit>        -> OK
     KOLOE <token> RESUMED <g> <commit> <size> -> OK
-and "ERR <reason>" for a bad request.
+    KOLOE <token> SHRUNK <g> <size>           -> OK (go on as incarnation g + 1) | ERR <why>
+and "ERR <reason>" for a bad request. SHRUNK is the in-place path's (KOLO_ELASTIC_IN_PLACE):
+the survivors of a lost rank shrank their communicators, and kolorun says whether the job
+may go on at that size.
 """
 import collections
 import os
@@ -13,7 +16,7 @@ import re
 import socket
 
 ElasticEnv = collections.namedtuple(
-    "ElasticEnv", "job generation rendezvous token directory")
+    "ElasticEnv", "job generation rendezvous token directory in_place", defaults=(False,))
 
 
 def _job(value):
@@ -41,6 +44,12 @@ def _token(value):
     return value
 
 
+def _flag(value):
+    if value not in ("0", "1"):
+        raise ValueError("0 or 1")
+    return value == "1"
+
+
 # name, field, default (None: required), meaning, parser
 SETTINGS = [
     ("KOLO_ELASTIC_JOB", "job", None, "the kolorun run (the same for every incarnation)",
@@ -51,6 +60,9 @@ SETTINGS = [
     ("KOLORUN_TOKEN", "token", None, "the run's token", _token),
     ("KOLO_ELASTIC_DIR", "directory", "/dev/shm",
      "where commits are kept (each host's own; tmpfs)", str),
+    ("KOLO_ELASTIC_IN_PLACE", "in_place", "0",
+     "1: a lost rank is recovered in place (Open MPI 5 with fault tolerance)",
+     _flag),
 ]
 
 
@@ -126,3 +138,10 @@ def restart(env, commit):
 
 def resumed(env, commit, size):
     ask(env, ["RESUMED", env.generation, commit, size])
+
+
+def shrunk(env, size):
+    """Tells kolorun that the survivors of incarnation g go on at ``size`` in place; raises
+    RendezvousError with kolorun's reason when it refuses (--reset-limit reached, fewer than
+    --min-np ranks left)."""
+    ask(env, ["SHRUNK", env.generation, size])

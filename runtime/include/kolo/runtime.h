@@ -34,6 +34,9 @@ class HandleTable;
 bool BuiltWithCuda();
 // NCCL's version code (e.g. 21805 for 2.18.5) in a GPU build, else 0.
 int NcclVersion();
+// Why a lost rank cannot be recovered from in place in this process ("" when
+// it can): its MPI has no ULFM, or the job runs without fault tolerance.
+std::string InPlaceRecoveryUnavailable();
 // CUDA devices this process can use: 0 without a GPU build, driver or GPU.
 int GpuCount();
 // Copies a device result (allgather, alltoall, reducescatter) into `dst`, a
@@ -52,6 +55,16 @@ class Runtime {
   // finalized when kolo initialized it. Idempotent.
   Status Shutdown();
   ~Runtime();  // calls Shutdown() and logs a failure; never throws
+
+  // After a rank or host was lost, with fault tolerance on (Open MPI 5's ULFM,
+  // kolorun's in-place elastic mode): revokes this runtime's communicators,
+  // stops it without talking to the other ranks (and without MPI_Finalize,
+  // which would wait for the dead), and returns the survivors' communicator,
+  // ranked in their old order, for a new runtime (the caller frees it).
+  // Collective over the survivors. Fails, naming why, where the job cannot
+  // recover in place (ops/ulfm.h: the runtime is then left as it was), or
+  // when the shrink itself failed (the runtime is then stopped).
+  Result<MPI_Comm> ShrinkAfterFailure();
 
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
