@@ -15,7 +15,10 @@ Environment (set by the test):
   ELASTIC_PAUSE_STEP  in generation 0, every rank stops after this global step,
                       writes reached.0.<rank> ("<pid> <hostname>") and waits
                       for the file go.0 (a kill test never writes it)
-Rank 0 prints "START gen=G size=S step=N" after each (re)start and
+  ELASTIC_GO_RANKS    (optional) ranks that go on at the pause step without go.0:
+                      each writes entering.0.<rank> before its next step's backward
+                      pass (whose allreduce waits for the paused ranks)
+Rank 0 prints "START gen=G size=S step=N pid=P" after each (re)start and
 "FINAL size=S step=N params=<float.hex ...>" at the end.
 """
 import os
@@ -51,16 +54,23 @@ def main():
     test_dir = os.environ["ELASTIC_TEST_DIR"]
     generation = int(os.environ.get("KOLO_ELASTIC_GENERATION", "0"))
     pause_step = int(os.environ.get("ELASTIC_PAUSE_STEP", "-1"))
+    go_ranks = {int(r) for r in os.environ.get("ELASTIC_GO_RANKS", "").split(",") if r}
+    first_rank = hvd.rank()  # in generation 0 (a reset in place renumbers the ranks)
 
     @hvd.elastic.run
     def train(state):
         if hvd.rank() == 0:
-            print(f"START gen={generation} size={hvd.size()} step={state.step}", flush=True)
+            print(f"START gen={generation} size={hvd.size()} step={state.step} pid={os.getpid()}",
+                  flush=True)
         while state.epoch < EPOCHS:
             loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH,
                                                  sampler=state.train_sampler)
             for idx, (x,) in enumerate(loader):
                 state.optimizer.zero_grad()
+                if generation == 0 and state.step == pause_step and first_rank in go_ranks:
+                    mark = os.path.join(test_dir, f"entering.0.{first_rank}")
+                    with open(mark, "w") as f:
+                        f.write("\n")
                 state.model(x).sum().backward()
                 state.optimizer.step()
                 state.train_sampler.record_batch(idx, BATCH)
@@ -68,7 +78,8 @@ def main():
                 if generation == 0 and state.step == pause_step:
                     with open(os.path.join(test_dir, f"reached.0.{hvd.rank()}"), "w") as f:
                         f.write(f"{os.getpid()} {socket.gethostname()}\n")
-                    wait_for(os.path.join(test_dir, "go.0"))
+                    if first_rank not in go_ranks:
+                        wait_for(os.path.join(test_dir, "go.0"))
                 if state.step % COMMIT_EVERY == 0:
                     state.commit()
             state.epoch += 1

@@ -7,7 +7,9 @@ they must equal reference.py's replay of the same sizes and restart points.
 The test orders itself by the job's marks (reached.0.<rank>, written by every
 rank at the pause step) and kolorun's own lines, never by sleeping.
 
-Run by CTest with KOLORUN and TEST_PYTHON_DIR set.
+Run by CTest with KOLORUN and TEST_PYTHON_DIR set; with ELASTIC_IN_PLACE=1 (and
+KOLO_MPI_HOME naming Open MPI 5) the jobs recover in place (docs/elastic.md, "Reset in
+place"): the survivors go on in the same processes, which the START lines' pids show.
 """
 import os
 import re
@@ -29,6 +31,7 @@ FAKE_SSH = os.path.join(HERE, "..", "launcher", "fake_ssh.sh")
 TRAIN = os.path.join(HERE, "elastic_train.py")
 KERAS_TRAIN = os.path.join(HERE, "keras_elastic_train.py")
 HOST_A, HOST_B = "127.0.0.1", "127.0.0.2"
+IN_PLACE = os.environ.get("ELASTIC_IN_PLACE") == "1"
 # Each job bounds its own waits (wait_reached, finish); this is conftest's backstop.
 pytestmark = pytest.mark.limit_s(600)
 
@@ -36,7 +39,7 @@ pytestmark = pytest.mark.limit_s(600)
 class Job:
     """kolorun running `script` (elastic_train.py), its output collected by a thread."""
 
-    def __init__(self, tmp_path, hosts, args, pause_step, script=TRAIN):
+    def __init__(self, tmp_path, hosts, args, pause_step, script=TRAIN, go_ranks=()):
         self.dir = tmp_path
         self.hosts_file = tmp_path / "hosts"
         self.set_hosts(hosts)
@@ -44,7 +47,8 @@ class Job:
         discover.write_text(f"#!/bin/sh\ncat {self.hosts_file}\n")
         discover.chmod(0o755)
         env = dict(os.environ, PYTHONPATH=PYTHON_DIR, ELASTIC_TEST_DIR=str(tmp_path),
-                   ELASTIC_PAUSE_STEP=str(pause_step))
+                   ELASTIC_PAUSE_STEP=str(pause_step),
+                   ELASTIC_GO_RANKS=",".join(str(r) for r in go_ranks))
         cmd = [KOLORUN, *args, "--host-discovery-script", str(discover),
                "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, sys.executable, script]
         self.lines = []
@@ -120,13 +124,36 @@ def final_params(out):
     return int(m.group(1)), [float.fromhex(v) for v in m.group(3).split()]
 
 
-def kill_host_b(job, timeout=90):
-    """SIGKILL to the ranks on 127.0.0.2 once all 4 ranks wait at the pause step."""
+def kill_host_b(job, timeout=90, entering=()):
+    """SIGKILL to the ranks on 127.0.0.2 once all 4 ranks reached the pause step (and the
+    `entering` ranks went on into the next step's allreduce); then the go-ahead, which a
+    job that recovers in place needs to go on (a restarted one never reads it)."""
     ranks = job.wait_reached(4, timeout)
+    deadline = time.monotonic() + timeout
+    while not all((job.dir / f"entering.0.{r}").exists() for r in entering):
+        if time.monotonic() > deadline or job.proc.poll() is not None:
+            job.kill()
+            pytest.fail(f"ranks {entering} did not go on past the pause; output:\n"
+                        + job.output())
+        time.sleep(0.05)
     on_b = [pid for pid, host in ranks.values() if host == "kolo-" + HOST_B]
     assert len(on_b) == 2, ranks
     for pid in on_b:
         os.kill(pid, signal.SIGKILL)
+    (job.dir / "go.0").write_text("go\n")
+
+
+def resumed_at_np2_from_step_4(out):
+    """The job went on at np=2 from step 4's commit: restarted (a new process, generation 1)
+    or, in place, in the process that was rank 0 before."""
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert len(starts) == 2, out
+    assert starts[1][1:3] == ("2", "4"), out
+    if IN_PLACE:
+        assert starts[1][3] == starts[0][3], out  # the same process
+        assert re.search(r"kolorun: elastic: resumed in place at np=2 ", out), out
+    else:
+        assert starts[1][0] == "1" and starts[1][3] != starts[0][3], out
 
 
 def test_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
@@ -136,8 +163,22 @@ def test_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
     code, out = job.finish()
     assert code == 0, out
     # Step 5 was not committed: the job resumes from step 4's commit, at np=2.
-    assert re.search(r"START gen=1 size=2 step=4\b", out), out
+    resumed_at_np2_from_step_4(out)
     assert re.search(r"kolorun: elastic: .*" + re.escape(HOST_B), out), out
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+def test_killed_while_the_others_wait_in_an_allreduce_the_job_continues_at_np2(tmp_path):
+    # Ranks 0 and 1 (127.0.0.1) go on into step 6, whose allreduce waits for the paused
+    # ranks of 127.0.0.2; those are killed there.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, go_ranks=(0, 1))
+    kill_host_b(job, entering=(0, 1))
+    code, out = job.finish()
+    assert code == 0, out
+    resumed_at_np2_from_step_4(out)
     size, params = final_params(out)
     assert size == 2
     assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
@@ -152,6 +193,7 @@ def test_a_host_added_by_discovery_grows_to_np4_at_the_next_commit(tmp_path):
     (tmp_path / "go.0").write_text("go\n")
     code, out = job.finish()
     assert code == 0, out
+    # Growing restarts the workers, in place or not (docs/elastic.md).
     assert re.search(r"START gen=1 size=4 step=4\b", out), out
     size, params = final_params(out)
     assert size == 4
@@ -183,6 +225,6 @@ def test_past_the_reset_limit_the_job_ends_naming_it_with_the_failed_ranks_code(
     code, out = job.finish()
     assert code == 128 + signal.SIGKILL, out
     assert re.search(r"kolorun: .*--reset-limit", out), out
-    assert "START gen=1" not in out
+    assert not re.search(r"START gen=\d+ size=2", out), out
     # The ranks' last commits (both "hosts" are this machine) went with the job.
     assert commit_stores() <= stores, commit_stores() - stores
