@@ -3,16 +3,17 @@ SGD + momentum under kolo.torch.elastic, one commit per step: a state of
 25.6 M float32 parameters plus as many momentum values (195 MiB).
 
 Environment: ELASTIC_BENCH_DIR (marks), ELASTIC_PAUSE_STEP (generation 0 stops
-there, every rank writes reached.<rank> "<pid> <hostname>" and waits to be
-killed), ELASTIC_STEPS (steps in all). Rank 0 prints, per incarnation,
-"PHASE gen=G <name>=<unix time>" for: started (interpreter up), imported
-(torch, torchvision, kolo), init (after kolo.init), resumed (after run's load
-and sync), first_step (after the first step of the incarnation).
+there, every rank writes reached.<rank> "<pid> <hostname>" and waits for the
+file go, which the bench writes once it killed a host), ELASTIC_STEPS (steps in
+all). Rank 0 prints, per incarnation, "PHASE gen=G <name>=<unix time>" for:
+started (interpreter up), imported (torch, torchvision, kolo), init (after
+kolo.init) -- these three only in a new process --, resumed (after run's load
+and sync), first_step (after the first step of the incarnation). G counts the
+incarnations whether they restarted the processes or went on in place.
 """
 import os
 import socket
 import sys
-import threading
 import time
 
 STARTED = time.time()
@@ -32,9 +33,12 @@ def main():
     pause = int(os.environ.get("ELASTIC_PAUSE_STEP", "3"))
     steps = int(os.environ.get("ELASTIC_STEPS", "6"))
 
+    starts = [0]  # train() calls in this process: a reset in place calls it again
+
     def phase(name, when=None):
         if hvd.rank() == 0:
-            print(f"PHASE gen={generation} {name}={when or time.time():.3f}", flush=True)
+            incarnation = generation + max(starts[0] - 1, 0)
+            print(f"PHASE gen={incarnation} {name}={when or time.time():.3f}", flush=True)
 
     phase("started", STARTED)
     phase("imported", IMPORTED)
@@ -47,6 +51,7 @@ def main():
 
     @hvd.elastic.run
     def train(state):
+        starts[0] += 1
         phase("resumed")
         first = True
         while state.step < steps:
@@ -58,10 +63,13 @@ def main():
             if first:
                 phase("first_step")
                 first = False
-            if generation == 0 and state.step == pause:
+            if generation == 0 and starts[0] == 1 and state.step == pause:
                 with open(os.path.join(out_dir, f"reached.{hvd.rank()}"), "w") as f:
                     f.write(f"{os.getpid()} {socket.gethostname()}\n")
-                threading.Event().wait()  # until the bench kills this host, or mpirun the rest
+                # Until the bench killed a host and says go (restarting, mpirun ends the
+                # rest first).
+                while not os.path.exists(os.path.join(out_dir, "go")):
+                    time.sleep(0.01)
 
     state = hvd.elastic.TorchState(model, optimizer, step=0)
     train(state)

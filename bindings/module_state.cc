@@ -5,7 +5,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <future>
+#include <thread>
 
 namespace py = pybind11;
 
@@ -71,6 +74,12 @@ void ModuleState::Shutdown() {
   if (!s.ok()) Raise(s);
 }
 
+namespace {
+// How long ShrinkInPlace waits for the other survivors (kolorun waits as long
+// for their SHRUNK, launcher/elastic.cc).
+constexpr std::chrono::seconds kShrinkPatience{30};
+}  // namespace
+
 void ModuleState::ShrinkInPlace() {
   std::unique_lock<std::mutex> lock = LockLifecycle();
   if (!runtime_ || shut_down_here_) {
@@ -80,7 +89,21 @@ void ModuleState::ShrinkInPlace() {
   std::unique_ptr<Runtime> created;
   {
     py::gil_scoped_release release;
-    Result<MPI_Comm> shrunk = runtime_->ShrinkAfterFailure();
+    // The shrink waits for every living rank: one alive but not answering
+    // (stuck in its own code) would hold the others forever. Past the
+    // patience the shrink is left to its thread, and this process to leave.
+    auto shrinking = std::make_shared<std::promise<Result<MPI_Comm>>>();
+    std::future<Result<MPI_Comm>> done = shrinking->get_future();
+    std::thread([old = runtime_, shrinking] {
+      shrinking->set_value(old->ShrinkAfterFailure());
+    }).detach();
+    Result<MPI_Comm> shrunk =
+        done.wait_for(kShrinkPatience) == std::future_status::ready
+            ? done.get()
+            : Result<MPI_Comm>(Status::Aborted(
+                  "the survivors did not all join the shrink within " +
+                  std::to_string(kShrinkPatience.count()) +
+                  " s: a rank is alive but does not answer (stuck in its own code, or stopped)"));
     if (!shrunk.ok()) {
       failed = shrunk.status();
     } else {

@@ -189,10 +189,19 @@ class ElasticLoop {
     const std::string blacklisted = gone.empty() ? "" : "; " + BlacklistFailed(gone);
     ++resets_;
     ++generation_;  // the server moved to it when it accepted SHRUNK
-    since_ = Since{what + blacklisted, loss_since_.value_or(shrunk_->when), true};
-    Say("incarnation " + std::to_string(generation_ - 1) + " lost " + what + blacklisted +
-        "; its " + std::to_string(shrunk_->request.size) + " survivors go on in place as incarnation " +
-        std::to_string(generation_));
+    const std::string next = " go on in place as incarnation " + std::to_string(generation_);
+    if (unhandled == 0) {
+      // A collective failed on every rank (a stall, a mismatch) without a loss:
+      // Horovod's elastic run resets then too.
+      since_ = Since{"a failed collective (no rank lost)", shrunk_->when, true};
+      Say("incarnation " + std::to_string(generation_ - 1) +
+          " failed a collective without losing a rank; its " +
+          std::to_string(shrunk_->request.size) + " ranks" + next);
+    } else {
+      since_ = Since{what + blacklisted, loss_since_.value_or(shrunk_->when), true};
+      Say("incarnation " + std::to_string(generation_ - 1) + " lost " + what + blacklisted +
+          "; its " + std::to_string(shrunk_->request.size) + " survivors" + next);
+    }
     running_np_ = shrunk_->request.size;
     handled_exits_ = static_cast<int>(exits.size());
     shrunk_.reset();
@@ -394,8 +403,9 @@ class ElasticLoop {
   };
   // How long the survivors of a lost rank have to say SHRUNK before the
   // incarnation is ended and restarted: a survivor learns of the loss at its
-  // next collective, after the step it is computing.
-  static constexpr std::chrono::seconds kInPlaceGrace{120};
+  // next collective, after the step it is computing, and gives up a shrink
+  // that a living rank does not join after as long (ModuleState).
+  static constexpr std::chrono::seconds kInPlaceGrace{30};
 
   const ElasticRun& run_;
   const PlanIncarnation& plan_;

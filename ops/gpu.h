@@ -39,6 +39,9 @@ struct GpuOutput {
 class GpuComms {
  public:
   virtual ~GpuComms() = default;
+  // The job lost a rank (issue 47): aborts every device communicator, whose
+  // work may wait for the dead forever (ncclCommAbort, not a finalize).
+  virtual void Abort() {}
 };
 
 class Gpu {

@@ -127,8 +127,9 @@ class RuntimeImpl {
   // so that no other rank waits on this one in a collective it has left.
   void RevokeAll() REQUIRES(round_mutex_);
   // Shutdown's local part: the background thread joined, the sets, executor,
-  // GPU state and MPI ops released (the global communicator stays).
-  void StopLocally() REQUIRES(shutdown_mutex_);
+  // GPU state and MPI ops released (the global communicator stays); after
+  // `lost_ranks`, everything revoked and aborted first (RevokeAll).
+  void StopLocally(bool lost_ranks) REQUIRES(shutdown_mutex_);
   // The one place an entry completes (data, control, error, cancelled):
   // its timeline spans end, its name is free again, its Work gets `status`
   // (and `result`) and wakes the caller once every part has one.

@@ -337,7 +337,7 @@ RuntimeImpl::~RuntimeImpl() {
 Status RuntimeImpl::Shutdown() {
   MutexLock shutting_down(&shutdown_mutex_);
   if (shut_down_) return Status::OK();
-  StopLocally();
+  StopLocally(/*lost_ranks=*/false);
   global_comm_ = MpiComm();
   if (owns_mpi_) {
     owns_mpi_ = false;
@@ -346,7 +346,7 @@ Status RuntimeImpl::Shutdown() {
   return Status::OK();
 }
 
-void RuntimeImpl::StopLocally() {
+void RuntimeImpl::StopLocally(bool lost_ranks) {
   shut_down_ = true;
   {
     MutexLock lock(&queue_mutex_);
@@ -361,6 +361,8 @@ void RuntimeImpl::StopLocally() {
     // tries one finds cycles_ended_.
     MutexLock round(&round_mutex_);
     cycles_ended_ = true;
+    // A finalize of an NCCL communicator would wait for the dead: abort them.
+    if (lost_ranks) RevokeAll();
     sets_.clear();  // with their NCCL communicators, before the streams of gpu_
     executor_.reset();
   }
@@ -374,6 +376,7 @@ void RuntimeImpl::RevokeAll() {
   for (auto& [id, set] : sets_) {
     RevokeIfUsable(set->comm());
     if (set->movers().host != nullptr) set->movers().host->Abort();
+    if (set->movers().device_comms != nullptr) set->movers().device_comms->Abort();
   }
 }
 
@@ -385,7 +388,7 @@ Result<MPI_Comm> RuntimeImpl::ShrinkAfterFailure() {
   // The background thread may wait in a collective on the global set: the
   // revoke ends it there (and on every rank), and its cycle revokes the rest.
   RevokeIfUsable(global_comm_.get());
-  StopLocally();
+  StopLocally(/*lost_ranks=*/true);
   Result<MPI_Comm> shrunk = ShrinkSurvivors(global_comm_.get());
   global_comm_ = MpiComm();
   // MPI_Finalize would wait for the processes that died: MPI ends with the

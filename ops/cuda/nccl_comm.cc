@@ -105,14 +105,24 @@ Status CommState::CheckAsyncErrors() {
     ncclResult_t r = Nccl().CommGetAsyncError(comm->get(), &async);
     if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
     Status why = NcclStatus(r != ncclSuccess ? r : async, "NCCL (asynchronous error)", comm->get());
-    broken = why.message() + "; the NCCL communicator was aborted, restart the job";
-    flat.Abort();
-    local.Abort();
-    cross.Abort();
-    host.Abort();
+    AbortAll(why.message() + "; the NCCL communicator was aborted, restart the job");
     return Status::Internal(broken);
   }
   return Status::OK();
+}
+
+void CommState::AbortAll(const std::string& why) {
+  broken = why;
+  flat.Abort();
+  local.Abort();
+  cross.Abort();
+  host.Abort();
+}
+
+void NcclSetComms::Abort() {
+  for (auto& [device, state] : by_device_) {
+    if (state->broken.empty()) state->AbortAll("the job lost a rank; the NCCL communicators were aborted");
+  }
 }
 
 Result<std::shared_ptr<CommState>> NcclSetComms::Get(int device) {

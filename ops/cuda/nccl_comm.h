@@ -56,6 +56,8 @@ struct CommState {
   // one, aborts all of them (work queued on them may never finish) and
   // returns why, as every later call does.
   Status CheckAsyncErrors();
+  // Aborts every communicator, saying `why` from now on.
+  void AbortAll(const std::string& why);
 };
 
 // The communicators of one process set, per device. Not thread-safe: the GPU
@@ -75,6 +77,7 @@ class NcclSetComms : public GpuComms {
   // Makes Adasum's communicators in `c` (device `device`) on its first use,
   // collectively, as Get does.
   Status PrepareAdasum(CommState& c, int device);
+  void Abort() override;
 
  private:
   MPI_Comm mpi_;

@@ -184,6 +184,21 @@ def test_killed_while_the_others_wait_in_an_allreduce_the_job_continues_at_np2(t
     assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
 
 
+def test_killed_while_the_others_commit_the_job_goes_on_from_the_last_whole_commit(tmp_path):
+    # Ranks 0 and 1 go on past step 6 into its commit, which waits for the paused ranks of
+    # 127.0.0.2 (the sampler's indices are shared before the save); those are killed
+    # there. Step 6's commit is complete nowhere: the job goes on from step 4's.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=6, go_ranks=(0, 1))
+    kill_host_b(job)
+    code, out = job.finish()
+    assert code == 0, out
+    resumed_at_np2_from_step_4(out)
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
 def test_a_host_added_by_discovery_grows_to_np4_at_the_next_commit(tmp_path):
     job = Job(tmp_path, [f"{HOST_A}:2"], ["-np", "2", "--min-np", "2", "--max-np", "4"],
               pause_step=3)

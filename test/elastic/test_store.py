@@ -72,6 +72,37 @@ def test_writing_keeps_the_newest_commit_until_the_next_is_complete(tmp_path):
     assert_same(s.newest(CODEC), tree_of(4))
 
 
+def test_the_chunks_that_differ_make_one_commit_equal_to_anothers(tmp_path):
+    # A reset in place: two survivors' commits of the same key and layout that differ in
+    # a few values (a statistic each rank keeps) become equal by the differing chunks.
+    mine, rank0 = store.CommitStore(), store.CommitStore()
+    mine.attach(str(tmp_path / "a"), 0, 1)
+    rank0.attach(str(tmp_path / "b"), 0, 0)
+    big = torch.arange(3 << 18, dtype=torch.float32)  # 3 MiB: spans whole chunks
+    theirs = dict(tree_of(5), big=big.clone())
+    ours = dict(tree_of(5), big=big.clone())
+    ours["big"][-1] = -1.0  # in the last chunk of the leaves
+    ours["weights"][0, 0] = 0.5  # in the first
+    key = store.commit_key(0, 5)
+    mine.write(key, ours, CODEC)
+    rank0.write(key, theirs, CODEC)
+    end = mine.newest_end()
+    assert end == rank0.newest_end() and end % 8 == 0
+    differ = np.flatnonzero(np.any(mine.chunk_digests(end) != rank0.chunk_digests(end),
+                                   axis=1)).tolist()
+    assert 1 <= len(differ) <= 2 and len(mine.chunk_digests(end)) >= 4, differ
+    mine.write_chunks(differ, end, rank0.read_chunks(differ, end))
+    assert (mine.chunk_digests(end) == rank0.chunk_digests(end)).all()
+    assert_same({k: v for k, v in mine.newest(CODEC).items() if k != "big"}, tree_of(5))
+    assert torch.equal(mine.newest(CODEC)["big"], big)
+    # Renamed for a new generation and rank, the commit stays.
+    mine.rename(1, 0)
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["g1-r0-s0.commit"]  # one written
+    assert store.key_parts(store.newest_in(str(tmp_path / "a"))[0]) == (0, 5)
+    mine.close(remove=True)
+    rank0.close(remove=True)
+
+
 def test_a_later_generation_wins_over_a_higher_commit_number(tmp_path):
     old, new = store.CommitStore(), store.CommitStore()
     old.attach(str(tmp_path), 0, 5)

@@ -17,7 +17,8 @@ STALL_ENV = {"KOLO_STALL_CHECK_TIME_SECONDS": "2", "KOLO_STALL_SHUTDOWN_TIME_SEC
 
 
 def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=False, timeout=60,
-              python="/usr/bin/python3", hosts=None, extra_env=None):
+              python="/usr/bin/python3", hosts=None, extra_env=None, job=FAULT_JOB,
+              kolorun_args=()):
     """One job. Returns a dict: fault, rank, step, hung, returncode, seconds (fault until
     kolorun returned), seen {rank: (seconds after the fault, error line)}, named (the
     lines that name the faulty rank), output. `hosts` ("a:2,b:2") places the ranks on
@@ -27,12 +28,12 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
         stamp = os.path.join(tmp, "stamp")
         env = dict(os.environ, PYTHONPATH=python_dir, FAULT=fault, FAULT_RANK=str(rank),
                    FAULT_STEP=str(step), FAULT_STAMP=stamp, **STALL_ENV, **(extra_env or {}))
-        cmd = [kolorun, "-np", str(np)]
+        cmd = [kolorun, "-np", str(np), *kolorun_args]
         if two_hosts and not hosts:
             hosts = "127.0.0.1:%d,127.0.0.2:%d" % (np // 2, np - np // 2)
         if hosts:
             cmd += ["-H", hosts, "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
-        cmd += [python, FAULT_JOB]
+        cmd += [python, job]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
             hung, out, code = False, r.stdout + r.stderr, r.returncode

@@ -187,7 +187,13 @@ TEST(ElasticVerbs, ParseAndFormat) {
   EXPECT_EQ(resumed.value().generation, 1);
   EXPECT_EQ(resumed.value().commit, -1);
   EXPECT_EQ(resumed.value().size, 2);
-  for (const ElasticRequest& r : {check.value(), restart.value(), resumed.value()}) {
+  Result<ElasticRequest> shrunk = ParseElasticRequest("KOLOE " + token + " SHRUNK 0 2", token);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
+  EXPECT_EQ(shrunk.value().verb, ElasticRequest::Verb::kShrunk);
+  EXPECT_EQ(shrunk.value().generation, 0);
+  EXPECT_EQ(shrunk.value().size, 2);
+  for (const ElasticRequest& r :
+       {check.value(), restart.value(), resumed.value(), shrunk.value()}) {
     std::string line = ElasticRequestMessage(token, r);
     ASSERT_EQ(line.back(), '\n');
     line.pop_back();
@@ -216,6 +222,8 @@ TEST(ElasticVerbs, BadRequestsSayWhatIsWrong) {
   ExpectError(ParseElasticRequest("KOLOE tok RESTART 0 -2", t).status(), "commit '-2'");
   ExpectError(ParseElasticRequest("KOLOE tok RESUMED 0 3 0", t).status(),
               "size must be at least 1");
+  ExpectError(ParseElasticRequest("KOLOE tok SHRUNK 0", t).status(), "SHRUNK expects 2");
+  ExpectError(ParseElasticRequest("KOLOE tok SHRUNK 0 0", t).status(), "size must be at least 1");
 }
 
 }  // namespace

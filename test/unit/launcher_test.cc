@@ -265,6 +265,22 @@ TEST(Command, AnElasticIncarnationEndsAtOnceUnlessTheUserSaysOtherwise) {
   EXPECT_NE(line.find("odls_base_sigkill_timeout 2"), std::string::npos) << line;
 }
 
+TEST(Command, InPlaceElasticTurnsOnFaultToleranceAndOffHanOnOpenMpi5) {
+  LaunchPlan p;
+  p.hosts = {{"localhost", 2}};
+  p.elastic = p.fault_tolerant = true;
+  // Open MPI 4.1 has no fault tolerance: nothing is added (kolorun restarts instead).
+  EXPECT_EQ(ShellQuote(BuildMpirunCommand(p)).find("--with-ft"), std::string::npos);
+  p.dialect = MpiDialect::kPrrte;
+  std::string line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_NE(line.find("--with-ft ulfm --mca coll ^han"), std::string::npos) << line;
+  // A coll choice of the user's own is left alone (mpirun refuses a parameter twice).
+  p.extra_mpi_args = {"--mca", "coll", "^tuned"};
+  line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_EQ(line.find("^han"), std::string::npos) << line;
+  EXPECT_NE(line.find("--with-ft ulfm"), std::string::npos) << line;
+}
+
 TEST(Command, ManyHostsDisableTreeSpawn) {
   LaunchPlan p;
   for (int i = 0; i < 64; ++i) p.hosts.push_back({"h" + std::to_string(i), 1});

@@ -2,13 +2,15 @@
 State classes that the framework states extend, and ``run_fn``, under which a training
 function survives hosts that leave or join.
 
-MPI cannot change a job's size, so kolo restarts the workers instead, as torchrun does
-(docs/elastic.md): elastic kolorun (``--min-np``/``--max-np``/``--host-discovery-script``)
-starts each incarnation of the job with KOLO_ELASTIC=1; ``state.commit()`` keeps the
+Elastic kolorun (``--min-np``/``--max-np``/``--host-discovery-script``) starts each
+incarnation of the job with KOLO_ELASTIC=1 (docs/elastic.md); ``state.commit()`` keeps the
 state where the next incarnation finds it (kolo.common.elastic_store, each host's
 /dev/shm) and asks kolorun whether the hosts changed; a change ends every worker with
 exit code 0 and kolorun starts the next incarnation, whose ``run`` loads the newest
-commit that any rank holds and broadcasts it.
+commit that any rank holds and broadcasts it. A lost rank: on Open MPI 5
+(KOLO_ELASTIC_IN_PLACE=1) the survivors shrink kolo's runtime to themselves and ``run``
+resumes in the same processes (``_shrink_in_place``); elsewhere every worker exits and
+kolorun restarts them.
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
 without its reset: it syncs from rank 0 and calls the function; commits stay in memory
@@ -244,6 +246,12 @@ def _allgather_int64(value, name):
     return out.tolist()
 
 
+def _allgather_int64_rows(values, name):
+    """Every rank's ``values`` (the same number on each), as a list of tuples by rank."""
+    [out] = host.allgather_kernel(name, 0)([np.array([values], np.int64)])
+    return [tuple(row) for row in out.tolist()]
+
+
 def _broadcast_int64(value, root, name):
     [out] = host.broadcast_kernel(root, name, 0)([np.array([value], np.int64)])
     return int(out[0])
@@ -305,9 +313,10 @@ def _run_plain(func, state, args, kwargs):
 
 
 def _run_elastic(env, func, state, args, kwargs):
+    shrunk = False
     while True:
         try:
-            commit = _resume(env, state)
+            commit = _resume_in_place(env, state) if shrunk else _resume(env, state)
             if basics.rank() == 0:
                 elastic_env.resumed(env, commit, basics.size())
             result = func(state, *args, **kwargs)
@@ -317,6 +326,7 @@ def _run_elastic(env, func, state, args, kwargs):
             _leave_for_restart(env, state)
         except KoloInternalError as e:
             env = _shrink_in_place(env, state, e)
+            shrunk = True
     state._store.close(remove=True)
     state._env = None
     return result
@@ -381,6 +391,44 @@ def _resume(env, state):
     state._commit = commit - 1
     state.save()
     state._commit = commit
+    store.remove_older_generations(directory, env.generation)
+    return commit
+
+
+def _resume_in_place(env, state):
+    """The start of an incarnation that shrank in place. The survivors committed together,
+    so they usually all hold the same newest commit in their own slots (the same key and
+    layout, and no newer commit in any of their hosts' stores). Then, instead of loading
+    the commit on one rank and broadcasting all of it, each survivor makes its slot equal
+    to rank 0's by receiving only the 1 MiB chunks that differ (the statistics that ranks
+    keep from their own data; usually nothing else), loads its own copy, and renames its
+    slot files to the new generation and rank: the state ends as after ``_resume`` (rank
+    0's commit everywhere), without moving what every rank already holds. Otherwise this is
+    ``_resume``."""
+    directory = store.job_directory(env.directory, env.job)
+    own, end = state._store.newest_key(), state._store.newest_end()
+    on_host, _ = store.newest_in(directory)
+    rows = _allgather_int64_rows([own, on_host, end], "kolo.elastic.resume_in_place")
+    if own < 0 or any(row[0] != own or row[1] > own or row[2] != end for row in rows):
+        return _resume(env, state)
+    digests = state._store.chunk_digests(end)
+    [zero] = host.broadcast_kernel(0, "kolo.elastic.resume_digests", 0)([digests])
+    differ = np.any(zero != digests, axis=1).astype(np.int64)
+    [every] = host.allgather_kernel("kolo.elastic.resume_differ", 0)([differ[None, :]])
+    chunks = np.flatnonzero(every.any(axis=0)).tolist()
+    if chunks:
+        payload = state._store.read_chunks(chunks, end)
+        [payload] = host.broadcast_kernel(0, "kolo.elastic.resume_chunks", 0)([payload])
+        if basics.rank() != 0:
+            state._store.write_chunks(chunks, end, payload)
+    _, commit = store.key_parts(own)
+    state._load_snapshot(state._store.newest(state._codec))
+    state._generation = env.generation
+    state._store.rename(env.generation, basics.rank())
+    state._env = env
+    state.on_reset()
+    state._commit = commit
+    _barrier()  # every survivor renamed its files: the older generations' can go
     store.remove_older_generations(directory, env.generation)
     return commit
 

@@ -339,6 +339,68 @@ class CommitStore:
             return None
         return self._newest.read(codec)
 
+    def newest_key(self):
+        """The key of the newest commit (NO_COMMIT if none)."""
+        return NO_COMMIT if self._newest is None else self._newest.key
+
+    # A reset in place (kolo.common.elastic._resume_in_place) makes every survivor's newest
+    # slot equal to rank 0's by sending only the chunks that differ: usually a few (the
+    # BatchNorm statistics that each rank keeps from its own data), not the whole state.
+    CHUNK = 1 << 20
+
+    def newest_end(self):
+        """The bytes of the newest commit in its slot (header, leaves, skeleton), rounded
+        up to whole 8-byte words; 0 if none."""
+        if self._newest is None:
+            return 0
+        _, _, skel_off, skel_len, _ = _parse_header(bytes(self._newest.map[:_HEADER_END]),
+                                                    len(self._newest.map))
+        return (skel_off + skel_len + 7) // 8 * 8
+
+    def chunk_digests(self, end):
+        """(chunks, 2) int64: per CHUNK bytes of the newest slot's first ``end`` bytes, the
+        wrapping sum and the xor of its 8-byte words."""
+        words = np.frombuffer(self._newest.map, np.uint64, count=end // 8)
+        per = self.CHUNK // 8
+        out = np.empty(((len(words) + per - 1) // per, 2), np.uint64)
+        full = len(words) // per
+        if full:
+            blocks = words[:full * per].reshape(full, per)
+            np.add.reduce(blocks, axis=1, dtype=np.uint64, out=out[:full, 0])
+            np.bitwise_xor.reduce(blocks, axis=1, out=out[:full, 1])
+        if len(words) > full * per:
+            tail = words[full * per:]
+            out[full] = (np.add.reduce(tail, dtype=np.uint64), np.bitwise_xor.reduce(tail))
+        return out.view(np.int64)
+
+    def _chunk_ranges(self, chunks, end):
+        return [(c * self.CHUNK, min((c + 1) * self.CHUNK, end)) for c in chunks]
+
+    def read_chunks(self, chunks, end):
+        """The newest slot's ``chunks`` (indices), one after the other, as a uint8 copy."""
+        data = self._newest.bytes
+        return np.concatenate([data[a:b] for a, b in self._chunk_ranges(chunks, end)]
+                              or [np.empty(0, np.uint8)])
+
+    def write_chunks(self, chunks, end, payload):
+        """Overwrites the newest slot's ``chunks`` with ``payload`` (read_chunks' layout):
+        with rank 0's chunks, its slot becomes rank 0's commit, header included."""
+        data, at = self._newest.bytes, 0
+        for a, b in self._chunk_ranges(chunks, end):
+            data[a:b] = payload[at:at + b - a]
+            at += b - a
+
+    def rename(self, generation, rank):
+        """Gives the slot files the names of ``generation`` and ``rank`` (a reset in place
+        renumbers the ranks); their mappings and commits stay as they are."""
+        for i, slot in enumerate(self._slots):
+            if slot.path is None:
+                continue
+            path = os.path.join(self.directory, "g%d-r%d-s%d.commit" % (generation, rank, i))
+            if slot.map is not None:
+                os.rename(slot.path, path)
+            slot.path = path
+
     def close(self, remove=False):
         """Releases the slots (and removes their files when ``remove``)."""
         for slot in self._slots:
