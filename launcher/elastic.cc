@@ -43,11 +43,17 @@ std::string Fixed(double v) {
   return text;
 }
 
+// The exit code of a survivor that gave up recovering in place because a
+// rank alive did not join the shrink (kolo.common.elastic; EX_TEMPFAIL): it
+// is not a cause, the rank that did not answer is.
+constexpr int kGaveUpInPlace = 75;
+
 // The rank whose failure ended the job: the first that was not ended by the
-// teardown (SIGTERM, SIGINT from mpirun), else the first.
+// teardown (SIGTERM, SIGINT from mpirun) nor gave up in place, else the first.
 const RankExit* Cause(const std::vector<RankExit>& exits) {
   for (const RankExit& e : exits) {
-    if (e.signal != SIGTERM && e.signal != SIGINT) return &e;
+    if (e.signal != SIGTERM && e.signal != SIGINT && !(e.signal == 0 && e.code == kGaveUpInPlace))
+      return &e;
   }
   return exits.empty() ? nullptr : &exits.front();
 }
@@ -112,6 +118,8 @@ class ElasticLoop {
     handled_exits_ = 0;
     shrunk_.reset();
     loss_since_.reset();
+    unanswering_.clear();
+    gave_up_since_.reset();
     JobOutcome outcome = RunJob(job.value(), server_, [this](const std::vector<RankExit>& exits) {
       return EachTurn(exits);
     });
@@ -152,6 +160,24 @@ class ElasticLoop {
     HandleEvents();
     TakeShrink();
     exits_ = nullptr;
+    if (GaveUp(exits) && !gave_up_since_) gave_up_since_ = Clock::now();
+    if (gave_up_since_ && Clock::now() - *gave_up_since_ >= kGaveUpWindow) {
+      // The survivors' shrink waited for ranks alive that never joined it
+      // (stuck in their own code, stopped, or gone without a failure): those
+      // are the ranks that have not exited once the others gave up (their
+      // patience ends within moments of each other). They are blamed, and the
+      // incarnation restarts without their hosts.
+      std::vector<bool> exited(rank_hosts_.size(), false);
+      for (const RankExit& e : exits) {
+        if (e.rank >= 0 && e.rank < static_cast<int>(exited.size())) exited[e.rank] = true;
+      }
+      for (size_t r = 0; r < exited.size(); ++r) {
+        if (!exited[r]) unanswering_.push_back(static_cast<int>(r));
+      }
+      Say(DescribeUnanswering() + "; ending incarnation " + std::to_string(generation_) +
+          " to restart it without them");
+      return true;
+    }
     if (loss_since_ && Clock::now() - *loss_since_ > kInPlaceGrace) {
       Say("the survivors of " + DescribeLoss(exits) + " did not recover in place within " +
           std::to_string(kInPlaceGrace.count()) + " s; ending incarnation " +
@@ -206,6 +232,24 @@ class ElasticLoop {
     handled_exits_ = static_cast<int>(exits.size());
     shrunk_.reset();
     loss_since_.reset();
+  }
+
+  // Whether a survivor gave up recovering in place (kGaveUpInPlace).
+  bool GaveUp(const std::vector<RankExit>& exits) const {
+    return std::any_of(exits.begin() + handled_exits_, exits.end(), [](const RankExit& e) {
+      return e.signal == 0 && e.code == kGaveUpInPlace;
+    });
+  }
+
+  // "rank(s) 3 on host h did not join ..." for unanswering_.
+  std::string DescribeUnanswering() const {
+    std::string ranks;
+    for (int r : unanswering_) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " on host " + rank_hosts_[r];
+    }
+    return (unanswering_.size() == 1 ? "rank " : "ranks ") + ranks +
+           " did not join the survivors' recovery in place (stuck, stopped, or gone without "
+           "failing)";
   }
 
   // "rank 3 on host h was killed by signal 9 (SIGKILL)" for the first exit not handled yet,
@@ -277,8 +321,13 @@ class ElasticLoop {
     end.mpirun_ok = WIFEXITED(outcome.mpirun_status) && WEXITSTATUS(outcome.mpirun_status) == 0 &&
                     outcome.exits.empty();
     end.restart_requested = restart_.has_value();
-    const RankExit* cause = Cause(outcome.exits);
+    const RankExit* cause = unanswering_.empty() ? Cause(outcome.exits) : nullptr;
     std::string host;
+    for (int r : unanswering_) {
+      if (std::find(end.failed_hosts.begin(), end.failed_hosts.end(), rank_hosts[r]) ==
+          end.failed_hosts.end())
+        end.failed_hosts.push_back(rank_hosts[r]);
+    }
     if (cause != nullptr) {
       host = cause->rank >= 0 && cause->rank < static_cast<int>(rank_hosts.size())
                  ? rank_hosts[cause->rank]
@@ -289,7 +338,8 @@ class ElasticLoop {
       if (std::find(end.failed_hosts.begin(), end.failed_hosts.end(), h) == end.failed_hosts.end())
         end.failed_hosts.push_back(h);
     }
-    const std::string what = cause != nullptr
+    const std::string what = !unanswering_.empty() ? DescribeUnanswering()
+                             : cause != nullptr
                                  ? DescribeRankExit(*cause, host)
                                  : "hosts " + JoinComma(end.failed_hosts) + " stopped answering";
     if (cause != nullptr) failure_code_ = RankExitCode(*cause);
@@ -430,6 +480,10 @@ class ElasticLoop {
   std::optional<ElasticEvent> shrunk_;
   std::optional<Clock::time_point> loss_since_;
   const std::vector<RankExit>* exits_ = nullptr;  // RunJob's, during EachTurn
+  std::vector<int> unanswering_;  // ranks blamed for not joining the survivors' shrink
+  std::optional<Clock::time_point> gave_up_since_;  // the first survivor that gave up
+  // How long after the first survivor gave up the others have to give up too.
+  static constexpr std::chrono::seconds kGaveUpWindow{5};
   std::mt19937 rng_{std::random_device{}()};
   std::uniform_real_distribution<double> random_{0.0, 1.0};
 };

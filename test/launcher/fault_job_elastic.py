@@ -4,7 +4,8 @@ kolorun on Open MPI 5, where the survivors of a lost rank shrink and go on).
 
 Environment: FAULT, FAULT_RANK, FAULT_STEP, FAULT_STAMP and FAULT_STEPS as for
 fault_job.py; the fault fires once, in the process that was rank FAULT_RANK at the start
-(a reset in place renumbers the ranks, and repeats the steps since the last commit).
+(a reset in place renumbers the ranks, and repeats the steps since the last commit,
+which are then run without the fault).
 
 kill / stop: the rank submits the step's gradients, then sends itself SIGKILL / SIGSTOP.
 raise: it raises between two steps (uncaught). badinput: it submits a complex64 gradient
@@ -47,9 +48,10 @@ x, y = torch.randn(32, 64), torch.randn(32, 8)
 @hvd.elastic.run
 def train(state):
     while state.step < steps:
-        me = first_rank == fault_rank and state.step == fault_step and not fired[0]
-        if me:
-            fired[0] = True
+        at_fault = state.step == fault_step and not fired[0]
+        if at_fault:
+            fired[0] = True  # in every process: the step is not faulty when it is redone
+        me = at_fault and first_rank == fault_rank
         if me and fault == "raise":
             stamp()
             raise RuntimeError("a user error on rank %d at step %d" % (first_rank, state.step))
@@ -67,7 +69,7 @@ def train(state):
                               name="fault.step.%d" % state.step)
             except Exception:  # refused here; the others must hear of it
                 pass
-        elif fault == "badinput" and state.step == fault_step and first_rank != fault_rank:
+        elif fault == "badinput" and at_fault:
             hvd.allreduce(torch.zeros(4), name="fault.step.%d" % state.step)
         state.optimizer.zero_grad()
         torch.nn.functional.mse_loss(state.model(x), y).backward()

@@ -338,17 +338,20 @@ def _shrink_in_place(env, state, error):
     agrees (rank 0 asks), and the returned environment is the next incarnation's, in these
     same processes: run() then resumes from the newest commit as after a restart. Elsewhere,
     or when the shrink or kolorun refuses, this process leaves for kolorun's restart."""
-    if not env.in_place:
+    if not env.in_place or basics.in_place_unavailable():
         _leave_after_failure(state, error)
     old_rank = basics.rank()
     try:
-        reason = basics.in_place_unavailable()
-        if reason:
-            raise KoloInternalError("cannot recover in place: " + reason)
         basics.shrink_in_place()
+    except KoloInternalError as e:
+        # A shrink that a rank alive did not join (kolo._core gives up after 30 s): kolorun
+        # blames the ranks that did not exit, not this one (code 75, launcher/elastic.cc).
+        gave_up = "did not all join the shrink" in str(e)
+        _leave_after_failure(state, e, rank=old_rank, code=_GAVE_UP_IN_PLACE if gave_up else 1)
+    try:
         _rank0_answer(lambda: elastic_env.shrunk(env, basics.size()) or 0, "kolo.elastic.shrunk")
-    except (KoloInternalError, elastic_env.RendezvousError) as e:
-        _leave_after_failure(state, e)
+    except (KoloInternalError, elastic_env.RendezvousError) as e:  # --reset-limit, --min-np
+        _leave_after_failure(state, e, rank=old_rank)
     if basics.rank() == 0:
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
         sys.stderr.write("kolo: elastic: %s; the %d survivors go on in place (rank %d was %d)\n"
@@ -442,11 +445,15 @@ def _leave_for_restart(env, state):
     raise SystemExit(0)
 
 
-def _leave_after_failure(state, error):
+_GAVE_UP_IN_PLACE = 75  # EX_TEMPFAIL; kolorun's kGaveUpInPlace
+
+
+def _leave_after_failure(state, error, rank=None, code=1):
     """A collective failed (a rank died, or the job broke): this process cannot go on,
-    and kolorun restarts the job from the newest commit. One line, then exit 1 at once
-    (MPI_Finalize could wait for ranks that are gone)."""
-    rank = basics.rank() if basics.is_initialized() else -1
+    and kolorun restarts the job from the newest commit. One line, then exit ``code`` (1)
+    at once (MPI_Finalize could wait for ranks that are gone)."""
+    if rank is None:
+        rank = basics.rank() if basics.is_initialized() else -1
     message = (str(error).strip().splitlines() or [type(error).__name__])[0]
     where = "its last commit (commit %d here)" % state._commit if state._commit >= 0 \
         else "the start (no commit yet)"
@@ -454,7 +461,7 @@ def _leave_after_failure(state, error):
     sys.stderr.write("kolo: elastic: rank %d: %s; the job will be restarted by kolorun "
                      "from %s\n" % (rank, message, where))
     sys.stderr.flush()
-    os._exit(1)
+    os._exit(code)
 
 
 __all__ = ["State", "ObjectState", "StateHandler", "HandlerState", "HostsUpdatedInterrupt",
