@@ -148,7 +148,8 @@ class ElasticLoop {
       HandleEvents();
       return false;
     }
-    const bool limit_reached = run_.settings.reset_limit >= 0 && resets_ >= run_.settings.reset_limit;
+    const bool limit_reached =
+        run_.settings.reset_limit >= 0 && resets_ >= run_.settings.reset_limit;
     server_.SetShrinkPolicy(
         limit_reached ? "--reset-limit " + std::to_string(run_.settings.reset_limit) + " reached"
                       : std::string(),
@@ -236,9 +237,8 @@ class ElasticLoop {
 
   // Whether a survivor gave up recovering in place (kGaveUpInPlace).
   bool GaveUp(const std::vector<RankExit>& exits) const {
-    return std::any_of(exits.begin() + handled_exits_, exits.end(), [](const RankExit& e) {
-      return e.signal == 0 && e.code == kGaveUpInPlace;
-    });
+    return std::any_of(exits.begin() + handled_exits_, exits.end(),
+                       [](const RankExit& e) { return e.signal == 0 && e.code == kGaveUpInPlace; });
   }
 
   // "rank(s) 3 on host h did not join ..." for unanswering_.
@@ -264,7 +264,7 @@ class ElasticLoop {
 
   std::string HostOf(const RankExit& e) const {
     return e.rank >= 0 && e.rank < static_cast<int>(rank_hosts_.size()) ? rank_hosts_[e.rank]
-                                                                         : e.host;
+                                                                        : e.host;
   }
 
   // A discovery result: the new host list, or a warning (once per message)
@@ -307,9 +307,9 @@ class ElasticLoop {
     std::string limit = run_.settings.reset_limit >= 0
                             ? " of " + std::to_string(run_.settings.reset_limit)
                             : std::string();
-    Say(std::string(since_->in_place ? "resumed in place" : "resumed") + " at np=" +
-        std::to_string(e.request.size) + " (" + FormatHostSpec(hosts_) +
-        ") from " + from + ", " + Fixed(seconds) + " s after " + since_->what + " (reset " +
+    Say(std::string(since_->in_place ? "resumed in place" : "resumed") +
+        " at np=" + std::to_string(e.request.size) + " (" + FormatHostSpec(hosts_) + ") from " +
+        from + ", " + Fixed(seconds) + " s after " + since_->what + " (reset " +
         std::to_string(resets_) + limit + ")");
     since_.reset();
   }

@@ -305,7 +305,8 @@ class RendezvousServer::Impl {
       if (!shrink_refusal_.empty()) return "ERR " + shrink_refusal_ + "\n";
       if (r.value().size < shrink_min_size_) {
         return "ERR " + std::to_string(r.value().size) + " ranks are left, fewer than --min-np " +
-               std::to_string(shrink_min_size_) + "; the job restarts once enough slots are there\n";
+               std::to_string(shrink_min_size_) +
+               "; the job restarts once enough slots are there\n";
       }
       ++generation_;  // the survivors' RESUMED comes as the next generation's
       check_reply_ = "SAME";
@@ -329,7 +330,7 @@ class RendezvousServer::Impl {
   int generation_ = -1;               // guarded by mu_; -1: not elastic
   std::string check_reply_ = "SAME";  // guarded by mu_
   std::string shrink_refusal_ = "kolorun runs this job without in-place recovery";  // mu_
-  int shrink_min_size_ = 1;                                                      // mu_
+  int shrink_min_size_ = 1;                                                         // mu_
   std::vector<ElasticEvent> events_;  // guarded by mu_
 };
 

@@ -405,8 +405,8 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
     }
     end_now = end_now || (each_turn && each_turn(sink.exits()));
     if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
-    const bool overdue = !job.ranks_may_fail && first_failure &&
-                         Clock::now() - *first_failure > kRankFailureGrace;
+    const bool overdue =
+        !job.ranks_may_fail && first_failure && Clock::now() - *first_failure > kRankFailureGrace;
     if (overdue && !said_overdue) {
       said_overdue = true;
       std::fprintf(stderr, "kolorun: %s\n", Unreported(job.rank_hosts, sink.exits()).c_str());

@@ -49,7 +49,7 @@ struct Config {
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;
   bool elastic_in_place = false;  // KOLO_ELASTIC_IN_PLACE (ops/ulfm.h reads the variable)
-  bool tf_ops = true;  // read by kolo.tensorflow, not by the runtime
+  bool tf_ops = true;             // read by kolo.tensorflow, not by the runtime
   std::string elastic_job;
   int64_t elastic_generation = 0;
   std::string elastic_dir = "/dev/shm";

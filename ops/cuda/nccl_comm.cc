@@ -121,7 +121,8 @@ void CommState::AbortAll(const std::string& why) {
 
 void NcclSetComms::Abort() {
   for (auto& [device, state] : by_device_) {
-    if (state->broken.empty()) state->AbortAll("the job lost a rank; the NCCL communicators were aborted");
+    if (state->broken.empty())
+      state->AbortAll("the job lost a rank; the NCCL communicators were aborted");
   }
 }
 

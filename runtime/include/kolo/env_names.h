@@ -32,7 +32,7 @@ inline constexpr const char* kAutotuneFile = "KOLO_AUTOTUNE_FILE";
 inline constexpr const char* kElastic = "KOLO_ELASTIC";                       // "1"
 inline constexpr const char* kElasticJob = "KOLO_ELASTIC_JOB";                // 32 hex digits
 inline constexpr const char* kElasticGeneration = "KOLO_ELASTIC_GENERATION";  // 0, 1, ...
-inline constexpr const char* kElasticInPlace = "KOLO_ELASTIC_IN_PLACE";  // "1": ULFM on
+inline constexpr const char* kElasticInPlace = "KOLO_ELASTIC_IN_PLACE";       // "1": ULFM on
 inline constexpr const char* kElasticDir = "KOLO_ELASTIC_DIR";          // the commit store's parent
 inline constexpr const char* kElasticTimeout = "KOLO_ELASTIC_TIMEOUT";  // --elastic-timeout
 
