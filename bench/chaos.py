@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -67,7 +68,7 @@ def main():
                   and (r["returncode"] != 0 or (args.in_place and finished))
                   and r["seconds"] is not None and r["seconds"] < bound)
         # A job that finished without losing a rank (badinput) has nobody to name.
-        if args.in_place and finished and "lost rank" not in r["output"]:
+        if args.in_place and finished and not re.search(r"lost rank \d", r["output"]):
             r["named"] = r["named"] or ["finished, no rank lost"]
         row = {"job": job, "fault": fault, "rank": rank, "step": step, "hung": r["hung"],
                "returncode": r["returncode"], "named": bool(r["named"]),

@@ -124,6 +124,9 @@ class ElasticLoop {
       return EachTurn(exits);
     });
     HandleEvents();
+    // The survivors gave up and every rank ended before kolorun blamed anyone:
+    // a rank gone without a marker (exit code 0) left them waiting.
+    if (unanswering_.empty() && GaveUp(outcome.exits)) BlameUnanswering(outcome.exits);
     // Failures that the survivors recovered from in place are past.
     outcome.exits.erase(outcome.exits.begin(), outcome.exits.begin() + handled_exits_);
     return Decide(outcome, job.value().rank_hosts);
@@ -163,18 +166,7 @@ class ElasticLoop {
     exits_ = nullptr;
     if (GaveUp(exits) && !gave_up_since_) gave_up_since_ = Clock::now();
     if (gave_up_since_ && Clock::now() - *gave_up_since_ >= kGaveUpWindow) {
-      // The survivors' shrink waited for ranks alive that never joined it
-      // (stuck in their own code, stopped, or gone without a failure): those
-      // are the ranks that have not exited once the others gave up (their
-      // patience ends within moments of each other). They are blamed, and the
-      // incarnation restarts without their hosts.
-      std::vector<bool> exited(rank_hosts_.size(), false);
-      for (const RankExit& e : exits) {
-        if (e.rank >= 0 && e.rank < static_cast<int>(exited.size())) exited[e.rank] = true;
-      }
-      for (size_t r = 0; r < exited.size(); ++r) {
-        if (!exited[r]) unanswering_.push_back(static_cast<int>(r));
-      }
+      BlameUnanswering(exits);
       Say(DescribeUnanswering() + "; ending incarnation " + std::to_string(generation_) +
           " to restart it without them");
       return true;
@@ -233,6 +225,22 @@ class ElasticLoop {
     handled_exits_ = static_cast<int>(exits.size());
     shrunk_.reset();
     loss_since_.reset();
+  }
+
+  // The survivors' shrink waited for ranks alive that never joined it (stuck
+  // in their own code, stopped, or gone without a failure): those are the
+  // ranks that have not exited with a marker once the others gave up (their
+  // patience ends within moments of each other). They are blamed, and the
+  // incarnation restarts without their hosts.
+  void BlameUnanswering(const std::vector<RankExit>& exits) {
+    std::vector<bool> exited(rank_hosts_.size(), false);
+    for (const RankExit& e : exits) {
+      if (e.rank >= 0 && e.rank < static_cast<int>(exited.size())) exited[e.rank] = true;
+    }
+    unanswering_.clear();
+    for (size_t r = 0; r < exited.size(); ++r) {
+      if (!exited[r]) unanswering_.push_back(static_cast<int>(r));
+    }
   }
 
   // Whether a survivor gave up recovering in place (kGaveUpInPlace).

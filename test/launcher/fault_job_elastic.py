@@ -5,7 +5,7 @@ kolorun on Open MPI 5, where the survivors of a lost rank shrink and go on).
 Environment: FAULT, FAULT_RANK, FAULT_STEP, FAULT_STAMP and FAULT_STEPS as for
 fault_job.py; the fault fires once, in the process that was rank FAULT_RANK at the start
 (a reset in place renumbers the ranks, and repeats the steps since the last commit,
-which are then run without the fault).
+which are then run without the fault; a restarted job runs without it).
 
 kill / stop: the rank submits the step's gradients, then sends itself SIGKILL / SIGSTOP.
 raise: it raises between two steps (uncaught). badinput: it submits a complex64 gradient
@@ -30,7 +30,8 @@ first_rank, first_size = hvd.rank(), hvd.size()
 fault_rank = int(os.environ.get("FAULT_RANK", first_size - 1))
 fault_step = int(os.environ.get("FAULT_STEP", 3))
 steps = int(os.environ.get("FAULT_STEPS", 10))
-fired = [False]
+# Once per job: not again in a process that a restart started (generation 1, 2, ...).
+fired = [os.environ.get("KOLO_ELASTIC_GENERATION", "0") != "0"]
 
 
 def stamp():
