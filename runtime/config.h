@@ -49,6 +49,8 @@ struct Config {
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;
   bool tf_ops = true;  // read by kolo.tensorflow, not by the runtime
+  // Set by kolorun: where the counters go once a second ("token@address:port"), or "".
+  std::string monitor_report;
   std::string elastic_job;
   int64_t elastic_generation = 0;
   std::string elastic_dir = "/dev/shm";

@@ -439,6 +439,16 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
         stall_.check_seconds > 0 && age >= stall_.check_seconds &&
         (!e.warned ||
          std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
+    if (stall_.check_seconds > 0 && age >= stall_.check_seconds && !shutdown_due) {
+      StalledTensor t;
+      t.name = e.first.name;
+      t.call_site = e.first.call_site;
+      t.seconds = age;
+      for (int r = 0; r < size_; ++r) {
+        if (!e.submitted.Test(r)) t.missing.push_back(r);
+      }
+      outcome->stalled.push_back(std::move(t));
+    }
     if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
     const std::string detail =
         DescribeTensor(e.first) +

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "message.h"
+#include "metrics.h"
 
 namespace kolo {
 
@@ -79,6 +80,9 @@ struct StallSettings {
 struct CoordinatorOutcome {
   std::vector<Response> responses;
   std::vector<std::string> warnings;  // one line per stalled tensor
+  // Every tensor past the stall check time now (ranks within the set), for the
+  // monitor; empty when none is.
+  std::vector<StalledTensor> stalled;
 };
 
 class Coordinator {

@@ -186,6 +186,7 @@ Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) 
   }
   running_ = true;
   thread_ = std::thread([this] { BackgroundLoop(); });
+  reporter_ = MetricsReporter::Start(config_.monitor_report, placement_.rank, &metrics_);
   return Status::OK();
 }
 
@@ -343,6 +344,7 @@ Status RuntimeImpl::Shutdown() {
   }
   queue_cv_.Signal();
   if (thread_.joinable()) thread_.join();
+  reporter_.reset();  // after the last cycle: its final snapshot has every count
   running_ = false;
   timeline_.Stop();
   {

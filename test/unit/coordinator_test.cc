@@ -235,6 +235,26 @@ TEST_F(CoordinatorTest, StallWarningNamesMissingRanks) {
   EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).warnings.size(), 1u);
 }
 
+TEST_F(CoordinatorTest, StalledTensorsAreListedEveryRoundForTheMonitor) {
+  Coordinator c(4, StallSettings{10, 0});
+  Request r = Allreduce("slow");
+  r.call_site = "train.py:57 in step";
+  c.AddRequests(0, {r}, t0);
+  c.AddRequests(2, {r}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).stalled.empty());
+  for (int s : {11, 12}) {  // every round, not only with the warnings
+    auto out = c.ComputeResponses(t0 + std::chrono::seconds(s));
+    ASSERT_EQ(out.stalled.size(), 1u) << "at " << s << " s";
+    EXPECT_EQ(out.stalled[0].name, "slow");
+    EXPECT_EQ(out.stalled[0].call_site, "train.py:57 in step");
+    EXPECT_EQ(out.stalled[0].missing, (std::vector<int>{1, 3}));
+    EXPECT_DOUBLE_EQ(out.stalled[0].seconds, s);
+  }
+  c.AddRequests(1, {r}, t0 + std::chrono::seconds(13));
+  c.AddRequests(3, {r}, t0 + std::chrono::seconds(13));
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(13)).stalled.empty());
+}
+
 TEST_F(CoordinatorTest, StalledTensorAsksTheMissingRanksWithEveryWarningAndTheirAnswerIsAMismatch) {
   Coordinator c(3, StallSettings{10, 0}, /*process_set=*/0);
   c.AddRequests(0, {Allreduce("x")}, t0);
