@@ -191,6 +191,11 @@ class RendezvousServer::Impl {
     check_reply_ = reply;
   }
 
+  void SetMonitorSink(MonitorSink sink) {
+    std::lock_guard<std::mutex> lock(mu_);
+    monitor_sink_ = std::move(sink);
+  }
+
  private:
   struct Connection {
     explicit Connection(asio::io_context& io) : socket(io), timer(io) {}
@@ -235,6 +240,8 @@ class RendezvousServer::Impl {
       reply = "ERR bad message\n";
     } else if (c->buffer.rfind("KOLOE ", 0) == 0) {
       reply = Elastic(c->buffer.substr(0, n - 1), peer);
+    } else if (c->buffer.rfind("KOLOM ", 0) == 0) {
+      reply = Monitor(c->buffer.substr(0, n - 1), peer);
     } else {
       Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, Np());
       if (!r.ok()) {
@@ -287,6 +294,21 @@ class RendezvousServer::Impl {
     return "OK\n";
   }
 
+  // A rank's counters: to the monitor, outside the lock.
+  std::string Monitor(const std::string& line, const std::string& peer) {
+    MonitorSink sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sink = monitor_sink_;
+    }
+    if (!sink) return "ERR kolorun's monitor is off\n";
+    std::string reply = sink(line);
+    if (reply.rfind("ERR", 0) == 0) {
+      Note("refused counters from " + peer + ": " + reply.substr(0, reply.size() - 1));
+    }
+    return reply;
+  }
+
   void Note(const std::string& note) {
     std::lock_guard<std::mutex> lock(mu_);
     state_.notes.push_back(note);
@@ -302,6 +324,7 @@ class RendezvousServer::Impl {
   int generation_ = -1;               // guarded by mu_; -1: not elastic
   std::string check_reply_ = "SAME";  // guarded by mu_
   std::vector<ElasticEvent> events_;  // guarded by mu_
+  MonitorSink monitor_sink_;          // guarded by mu_
 };
 
 RendezvousServer::RendezvousServer(std::string token, int np)
@@ -317,6 +340,7 @@ std::vector<ElasticEvent> RendezvousServer::TakeElasticEvents() {
   return impl_->TakeElasticEvents();
 }
 void RendezvousServer::SetCheckReply(const std::string& reply) { impl_->SetCheckReply(reply); }
+void RendezvousServer::SetMonitorSink(MonitorSink sink) { impl_->SetMonitorSink(std::move(sink)); }
 
 Status Register(const std::string& address, int port, const std::string& message,
                 double timeout_seconds) {

@@ -13,9 +13,14 @@
 //   "KOLOE <token> RESUMED <g> <commit> <size>\n" -> "OK\n"
 // and a malformed request or a bad token gets "ERR <reason>\n". Each
 // incarnation's ranks register again (NewIncarnation).
+//
+// With the monitor on, every rank also sends its counters once a second, one
+// "KOLOM <token> ..." line per connection (runtime/metrics_snapshot.h), which
+// the server hands to the monitor's sink.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +32,7 @@
 
 namespace kolo::launcher {
 
-constexpr size_t kMaxMessageBytes = 512;
+constexpr size_t kMaxMessageBytes = 1024;  // a rank's snapshot (KOLOM) is the longest
 
 struct Registration {
   int rank = -1;
@@ -86,6 +91,10 @@ class RendezvousServer {
   void NewIncarnation(int generation, int np);
   // What CHECK for the running incarnation answers ("SAME", "UPDATED added", ...).
   void SetCheckReply(const std::string& reply);
+  // Where "KOLOM" lines go: `sink` returns the reply ("OK\n", "ERR <reason>\n").
+  // Without a sink they are refused.
+  using MonitorSink = std::function<std::string(const std::string& line)>;
+  void SetMonitorSink(MonitorSink sink);
 
  private:
   class Impl;

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "monitor.h"
 #include "output.h"
+#include "progress_line.h"
 #include "rendezvous.h"
 
 namespace kolo::launcher {
@@ -23,6 +25,8 @@ struct Job {
   bool verbose = false;                           // Open MPI's own lines on the console too
   bool space_after_tag = false;  // PRRTE's --tag-output: "[1,0]<stdout>: " (output.h)
   bool append_output = false;    // add to --output-filename's files (a later elastic incarnation)
+  Monitor* monitor = nullptr;    // --monitor or the status line: told of rank exits
+  ProgressLine* progress = nullptr;  // the terminal's status line, or none
 };
 
 // How one job ended: what kolorun's report says, and what elastic mode decides from.
