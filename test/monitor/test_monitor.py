@@ -334,3 +334,21 @@ def test_no_progress_turns_the_status_line_off(tmp_path):
     raw = run_on_a_terminal(tmp_path, ["--no-progress"], wait_for_status=False)
     assert "steps/s" not in raw and "\033[K" not in raw, raw
     assert "[1]<stdout>:rank 1 done" in raw
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it)")
+def test_the_page_draws_a_thousand_ranks_quickly(tmp_path):
+    # The page kolorun would serve for 1,024 ranks on 128 hosts (page_fixture.cc), drawn
+    # by the browser: every row there, the straggler marked, and the drawing timed by the
+    # page itself (data-render-ms: its render() for one state, which it repeats each second).
+    page = tmp_path / "page.html"
+    subprocess.run([os.environ["MONITOR_PAGE_FIXTURE"], str(page), "1024"], check=True,
+                   timeout=60)
+    dom = chromium("--virtual-time-budget=2000", "--dump-dom", "file://" + str(page))
+    rows = re.findall(r'<tr class="([^"]*)" data-rank="(\d+)"', dom)
+    assert len(rows) == 1024, len(rows)
+    assert [r for cls, r in rows if "straggler" in cls.split()] == [str(1024 * 2 // 3)]
+    assert "train.py:88 in step" in dom
+    ms = float(re.search(r'data-render-ms="([\d.]+)"', dom).group(1))
+    print("render of 1,024 ranks: %.1f ms" % ms)
+    assert ms < 250, "drawing 1,024 ranks took %.1f ms of the page's 1 s refresh" % ms
