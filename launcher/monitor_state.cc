@@ -110,6 +110,7 @@ double MonitorState::Seconds(Clock::time_point t) const {
 void MonitorState::NewJob(const std::vector<std::string>& rank_hosts, Clock::time_point now) {
   ranks_.assign(rank_hosts.size(), Rank());
   straggler_ = Straggler();
+  last_arrivals_.clear();
   std::set<std::string> hosts(rank_hosts.begin(), rank_hosts.end());
   for (size_t r = 0; r < rank_hosts.size(); ++r) ranks_[r].host = rank_hosts[r];
   AddEvent("start",
@@ -133,6 +134,10 @@ std::string MonitorState::Receive(const std::string& line, Clock::time_point now
     AddEvent("rank", "rank " + std::to_string(s.rank) + " reporting again", now);
   }
   NoteStalls(s, r.last, now);
+  for (const auto& [rank, count] : s.sample.last_arrivals) {
+    int64_t& seen = last_arrivals_[{s.rank, rank}];
+    seen = std::max(seen, count);
+  }
   r.previous = std::move(r.last);
   r.previous_at = r.last_at;
   r.host = s.host;
@@ -166,6 +171,12 @@ void MonitorState::AddEvent(const std::string& kind, const std::string& text,
                             Clock::time_point now) {
   events_.push_back({Seconds(now), kind, text});
   while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+std::map<int, int64_t> MonitorState::LastArrivals() const {
+  std::map<int, int64_t> total;
+  for (const auto& [key, count] : last_arrivals_) total[key.second] += count;
+  return total;
 }
 
 bool MonitorState::Reporting(const Rank& r, Clock::time_point now) const {
@@ -307,6 +318,13 @@ std::string MonitorState::Prometheus(Clock::time_point now) const {
              Number(static_cast<double>(ranks_[r].last.sample.*s.field) / 1e6) + "\n";
     }
   }
+  family("kolo_last_arrivals_total", "counter",
+         "Collectives decided by a coordinator that this rank reached last, its ranks having "
+         "come in different negotiation rounds.");
+  for (const auto& [rank, count] : LastArrivals()) {
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    out += "kolo_last_arrivals_total{" + rank_labels(rank) + "} " + std::to_string(count) + "\n";
+  }
   family("kolo_steps_total", "counter", "Training steps the binding counted (optimizer steps).");
   for (size_t r = 0; r < ranks_.size(); ++r) {
     out += "kolo_steps_total{" + rank_labels(r) + "} " +
@@ -334,6 +352,7 @@ std::string MonitorState::Prometheus(Clock::time_point now) const {
 
 std::string MonitorState::Json(Clock::time_point now) const {
   const Straggler& straggler = straggler_;
+  const std::map<int, int64_t> last_arrivals = LastArrivals();
   std::string ranks, stalls;
   struct HostView {
     std::vector<int> ranks;
@@ -382,6 +401,9 @@ std::string MonitorState::Json(Clock::time_point now) const {
         ",\"negotiation_seconds\":" + Number(static_cast<double>(m.negotiate_us) / 1e6) +
         ",\"data_movement_seconds\":" + Number(static_cast<double>(m.move_us) / 1e6) +
         ",\"wait_seconds\":" + Number(static_cast<double>(m.wait_us) / 1e6) +
+        ",\"last_arrivals\":" +
+        std::to_string(
+            last_arrivals.count(static_cast<int>(r)) ? last_arrivals.at(static_cast<int>(r)) : 0) +
         ",\"straggler\":" + (straggler.rank == static_cast<int>(r) ? "true" : "false") +
         ",\"collectives\":[" + collectives + "]}";
     for (const StalledTensor& t : m.stalled) {

@@ -78,6 +78,11 @@ class MonitorState {
     double t;
     std::string kind, text;
   };
+  // How often each rank came last to a collective its coordinator decided:
+  // (reporting coordinator, rank) -> count (the highest count seen, so that a
+  // rank that leaves a coordinator's top list never counts down).
+  std::map<std::pair<int, int>, int64_t> last_arrivals_;
+  std::map<int, int64_t> LastArrivals() const;     // rank -> count, over coordinators
   std::deque<Event> events_;                       // the latest kMaxEvents
   std::deque<std::pair<double, double>> history_;  // (seconds since start, steps/s)
   Clock::time_point last_tick_;

@@ -17,6 +17,16 @@ void Metrics::SetStalls(int process_set, std::vector<StalledTensor> stalled) {
   has_stalls_.store(!stalled_.empty(), std::memory_order_relaxed);
 }
 
+void Metrics::CountLastArrivals(const std::vector<int>& ranks) {
+#if KOLO_METRICS_ENABLED
+  MutexLock lock(&stall_mutex_);
+  for (int r : ranks) ++last_arrivals_[r];
+  has_last_arrivals_.store(true, std::memory_order_relaxed);
+#else
+  (void)ranks;
+#endif
+}
+
 MetricsSample Metrics::Sample() const {
   MetricsSample s;
   for (int o = 0; o < kCountedOps; ++o) {
@@ -29,10 +39,13 @@ MetricsSample Metrics::Sample() const {
   s.move_us = move_us_.load(std::memory_order_relaxed);
   s.wait_us = wait_us_.load(std::memory_order_relaxed);
   s.steps = steps_.load(std::memory_order_relaxed);
-  if (has_stalls()) {
+  if (has_stalls() || has_last_arrivals_.load(std::memory_order_relaxed)) {
     MutexLock lock(&stall_mutex_);
     s.stalled = stalled_;
+    s.last_arrivals.assign(last_arrivals_.begin(), last_arrivals_.end());
   }
+  std::stable_sort(s.last_arrivals.begin(), s.last_arrivals.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   return s;
 }
 

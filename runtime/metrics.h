@@ -15,7 +15,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -53,6 +55,9 @@ struct MetricsSample {
   int64_t wait_us = 0;
   int64_t steps = 0;
   std::vector<StalledTensor> stalled;
+  // On a set's rank 0: (global rank, how often it came last to a collective
+  // that the coordinator decided), most often first.
+  std::vector<std::pair<int, int64_t>> last_arrivals;
 };
 
 class Metrics {
@@ -85,6 +90,10 @@ class Metrics {
   }
   // The stalls the coordinator of `process_set` sees now (cold: a lock).
   void SetStalls(int process_set, std::vector<StalledTensor> stalled) EXCLUDES(stall_mutex_);
+  // The coordinator decided collectives whose last rank came a round after
+  // the first: one count for each of `ranks` (cold: only the coordinator's
+  // rounds, a lock).
+  void CountLastArrivals(const std::vector<int>& ranks) EXCLUDES(stall_mutex_);
   // Whether any set reported stalls: skips the lock when none did.
   bool has_stalls() const { return has_stalls_.load(std::memory_order_relaxed); }
 
@@ -109,6 +118,8 @@ class Metrics {
   std::atomic<bool> has_stalls_{false};
   mutable Mutex stall_mutex_;
   std::vector<StalledTensor> stalled_ GUARDED_BY(stall_mutex_);
+  std::map<int, int64_t> last_arrivals_ GUARDED_BY(stall_mutex_);
+  std::atomic<bool> has_last_arrivals_{false};
 };
 
 }  // namespace kolo

@@ -132,6 +132,15 @@ std::string EncodeSnapshot(const std::string& token, const RankSnapshot& s) {
     }
   }
   bool truncated = false;
+  for (size_t i = 0; i < m.last_arrivals.size() && i < kMaxLastArrivals; ++i) {
+    const std::string field = " l=" + std::to_string(m.last_arrivals[i].first) + "," +
+                              std::to_string(m.last_arrivals[i].second);
+    if (line.size() + field.size() + 4 >= kMaxSnapshotBytes) {
+      truncated = true;
+      break;
+    }
+    line += field;
+  }
   for (const StalledTensor& t : m.stalled) {
     std::string field = StallField(t);
     if (line.size() + field.size() + 4 >= kMaxSnapshotBytes) {
@@ -166,6 +175,12 @@ Result<RankSnapshot> ParseSnapshot(const std::string& line, const std::string& t
       KOLO_RETURN_IF_ERROR(ParseCollective(value, &s.sample));
     } else if (key == "s") {
       KOLO_RETURN_IF_ERROR(ParseStall(value, &s.sample));
+    } else if (key == "l") {
+      std::vector<std::string> f = Split(value, ',');
+      if (f.size() != 2) return Status::InvalidArgument("l= expects rank,count");
+      KOLO_ASSIGN_OR_RETURN(int64_t rank, Whole(f[0], "a last arrival's rank"));
+      KOLO_ASSIGN_OR_RETURN(int64_t count, Whole(f[1], "a last arrival count"));
+      s.sample.last_arrivals.emplace_back(static_cast<int>(rank), count);
     } else if (key == "t") {
       s.truncated = true;
     } else if (key == "n" || key == "g" || key == "m" || key == "w") {

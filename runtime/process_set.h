@@ -43,6 +43,9 @@ struct NegotiationOutcome {
   bool unfinished = false;
   // The set's rank 0: the tensors stalled now changed (ProcessSet::stalled).
   bool stalls_changed = false;
+  // The set's rank 0: for the tensors its coordinator decided, the global rank
+  // that came last, where the ranks came in different rounds.
+  std::vector<int> last_arrivals;
 };
 
 class ProcessSet {
@@ -138,6 +141,7 @@ class ProcessSet {
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
   std::vector<StalledTensor> stalled_;        // rank 0: see stalled()
   bool stalls_changed_ = false;               // since the last outcome said so
+  std::vector<int> last_arrivals_;            // rank 0: for the next outcome
   bool joined_ = false;
   bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;

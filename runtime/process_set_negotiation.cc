@@ -159,6 +159,8 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
     CacheResponses(slow);
     for (Response& r : slow) outcome->responses.push_back(std::move(r));
     outcome->stalls_changed = std::exchange(stalls_changed_, false);
+    outcome->last_arrivals.swap(last_arrivals_);
+    last_arrivals_.clear();
   }
   return Status::OK();
 }
@@ -240,6 +242,7 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
     coordinator_->AddReference(reference, whole, partial, now);
     CoordinatorOutcome decided = coordinator_->ComputeResponses(now);
     for (const std::string& w : decided.warnings) KOLO_LOG(kWarning) << w;
+    for (int r : decided.last_arrivals) last_arrivals_.push_back(info_->ranks[r]);
     if (!decided.stalled.empty() || !stalled_.empty()) {
       for (StalledTensor& t : decided.stalled) {
         for (int& r : t.missing) r = info_->ranks[r];

@@ -264,6 +264,7 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
     if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     if (outcome.stalls_changed) metrics_.SetStalls(id, set.stalled());
+    if (!outcome.last_arrivals.empty()) metrics_.CountLastArrivals(outcome.last_arrivals);
     Dispatch(set, outcome.responses);
   }
   executor_->PollGpu();

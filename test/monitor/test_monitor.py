@@ -124,7 +124,7 @@ def touch(path):
 
 def check_metrics(text):
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    for name in ("kolo_collectives", "kolo_collective_bytes", "kolo_steps",
+    for name in ("kolo_collectives", "kolo_collective_bytes", "kolo_steps", "kolo_last_arrivals",
                  "kolo_wait_seconds", "kolo_negotiation_seconds",
                  "kolo_data_movement_seconds"):
         assert families[name].type == "counter", name

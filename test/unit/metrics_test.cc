@@ -71,6 +71,17 @@ TEST(MetricsTest, StallsArePerSetAndReplacedByTheNextReport) {
   EXPECT_FALSE(m.has_stalls());
 }
 
+TEST(MetricsTest, LastArrivalsAreCountedPerRankMostOftenFirst) {
+  Metrics m;
+  m.CountLastArrivals({3, 1});
+  m.CountLastArrivals({3});
+  MetricsSample s = m.Sample();
+  if (!KOLO_METRICS_ENABLED) GTEST_SKIP() << "counters compiled out";
+  ASSERT_EQ(s.last_arrivals.size(), 2u);
+  EXPECT_EQ(s.last_arrivals[0], (std::pair<int, int64_t>{3, 2}));
+  EXPECT_EQ(s.last_arrivals[1], (std::pair<int, int64_t>{1, 1}));
+}
+
 RankSnapshot Example() {
   RankSnapshot s;
   s.rank = 3;
@@ -82,6 +93,7 @@ RankSnapshot Example() {
   s.sample.wait_us = 250000;
   s.sample.steps = 40;
   s.sample.stalled.push_back({0, "allreduce.noname.7", "train.py:57 in step, 100%", {1, 2}, 3.5});
+  s.sample.last_arrivals = {{5, 12}, {2, 1}};
   return s;
 }
 
@@ -107,6 +119,7 @@ TEST(SnapshotTest, RoundTripsThroughItsLine) {
   EXPECT_EQ(s.sample.stalled[0].call_site, "train.py:57 in step, 100%");
   EXPECT_EQ(s.sample.stalled[0].missing, (std::vector<int>{1, 2}));
   EXPECT_DOUBLE_EQ(s.sample.stalled[0].seconds, 3.5);
+  EXPECT_EQ(s.sample.last_arrivals, (std::vector<std::pair<int, int64_t>>{{5, 12}, {2, 1}}));
   EXPECT_FALSE(s.truncated);
 }
 
@@ -115,6 +128,7 @@ TEST(SnapshotTest, StaysWithinItsLimitWithEveryCounterAndManyStalls) {
   for (auto& op : s.sample.ops) {
     for (auto& c : op) c = {999999999999, 999999999999999};
   }
+  for (int r = 0; r < 50; ++r) s.sample.last_arrivals.emplace_back(1000000 + r, 999999999999);
   for (int i = 0; i < 20; ++i) {
     s.sample.stalled.push_back(
         {i, std::string(200, 'n'), std::string(200, ' '), std::vector<int>(40, 1000000), 1e6});

@@ -146,6 +146,28 @@ TEST_F(MonitorStateTest, StallsComeAndGoAsEvents) {
   EXPECT_NE(state.Json(now).find("no longer stalled: 'grad.w'"), std::string::npos);
 }
 
+TEST_F(MonitorStateTest, LastArrivalsAddUpOverCoordinatorsAndNeverCountDown) {
+  state.NewJob({"a", "a", "b"}, now);
+  auto send = [&](int from, std::vector<std::pair<int, int64_t>> last) {
+    RankSnapshot s;
+    s.rank = from;
+    s.host = "a";
+    s.sample.last_arrivals = std::move(last);
+    std::string line = EncodeSnapshot("tok", s);
+    EXPECT_EQ(state.Receive(line.substr(0, line.size() - 1), now), "OK\n");
+  };
+  send(0, {{2, 5}, {1, 1}});
+  send(1, {{2, 3}});  // the coordinator of another set
+  send(0, {{2, 6}});  // rank 1 left rank 0's list: its count stays
+  const std::string text = state.Prometheus(now);
+  EXPECT_NE(text.find("kolo_last_arrivals_total{rank=\"2\",host=\"b\"} 9\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kolo_last_arrivals_total{rank=\"1\",host=\"a\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(state.Json(now).find("\"rank\":2,\"host\":\"b\""), std::string::npos);
+  EXPECT_NE(state.Json(now).find("\"last_arrivals\":9,"), std::string::npos);
+}
+
 TEST_F(MonitorStateTest, RefusesAWrongTokenAndRanksOutsideTheJob) {
   state.NewJob({"a", "a"}, now);
   EXPECT_EQ(state.Receive(Line(0, 1, 1, 0, "guess"), now), "ERR wrong job token\n");
