@@ -352,3 +352,22 @@ def test_the_page_draws_a_thousand_ranks_quickly(tmp_path):
     ms = float(re.search(r'data-render-ms="([\d.]+)"', dom).group(1))
     print("render of 1,024 ranks: %.1f ms" % ms)
     assert ms < 250, "drawing 1,024 ranks took %.1f ms of the page's 1 s refresh" % ms
+
+
+def test_bad_monitor_flags_are_named_before_anything_starts(tmp_path):
+    def run(*args):
+        return subprocess.run([KOLORUN, *args, "-np", "1", "true"], capture_output=True,
+                              text=True, timeout=30)
+    r = run("--monitor=http")
+    assert r.returncode == 2 and r.stderr == "kolorun: --monitor=http: not a port (0 to 65535)\n"
+    r = run("--monitor-address", "127.0.0.1")
+    assert r.returncode == 2 and "add --monitor" in r.stderr, r.stderr
+    r = run("--monitor", "--monitor-address", "not-an-ip")
+    assert r.returncode == 2 and "--monitor-address 'not-an-ip' is not an IP address" in r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run("--monitor=%d" % port)
+    assert r.returncode == 2, r.stderr
+    assert "the monitor cannot listen on 127.0.0.1:%d: Address already in use" % port in r.stderr
