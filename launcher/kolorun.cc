@@ -497,6 +497,18 @@ int RunElasticJob(Launcher& l) {
   return RunElastic(run.value(), plan, l.server);
 }
 
+// An elastic verb as the monitor's events show it.
+std::string DescribeElastic(const ElasticEvent& e) {
+  const ElasticRequest& r = e.request;
+  const std::string commit =
+      r.commit < 0 ? std::string("no commit yet") : "commit " + std::to_string(r.commit);
+  if (r.verb == ElasticRequest::Verb::kRestart) {
+    return "generation " + std::to_string(r.generation) + " asks to restart (" + commit + ")";
+  }
+  return "generation " + std::to_string(r.generation) + " resumed with " + std::to_string(r.size) +
+         " rank(s) from " + commit;
+}
+
 // The monitor, when --monitor asks for it or the status line needs it (stderr
 // is a terminal and --no-progress was not given); its address printed.
 Status StartMonitor(const Options& o, const std::string& token, std::unique_ptr<Monitor>* monitor,
@@ -538,6 +550,8 @@ int Run(Options& o) {
   if (monitor) {
     server.SetMonitorSink(
         [m = monitor.get()](const std::string& line) { return m->Receive(line); });
+    server.SetElasticEventSink(
+        [m = monitor.get()](const ElasticEvent& e) { m->AddEvent("elastic", DescribeElastic(e)); });
   }
   Launcher l{o, environment, cores, server, token, o.network_interfaces, mpi.value(), "", {}};
   l.monitor = monitor.get();

@@ -196,6 +196,11 @@ class RendezvousServer::Impl {
     monitor_sink_ = std::move(sink);
   }
 
+  void SetElasticEventSink(ElasticEventSink sink) {
+    std::lock_guard<std::mutex> lock(mu_);
+    elastic_sink_ = std::move(sink);
+  }
+
  private:
   struct Connection {
     explicit Connection(asio::io_context& io) : socket(io), timer(io) {}
@@ -283,14 +288,20 @@ class RendezvousServer::Impl {
       Note("refused an elastic request from " + peer + ": " + r.status().message());
       return "ERR " + r.status().message() + "\n";
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (generation_ < 0) return "ERR kolorun is not in elastic mode\n";
-    if (r.value().generation != generation_) {
-      return "ERR generation " + std::to_string(r.value().generation) +
-             " is not the running one (" + std::to_string(generation_) + ")\n";
+    ElasticEventSink sink;
+    ElasticEvent event{r.value(), std::chrono::steady_clock::now()};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (generation_ < 0) return "ERR kolorun is not in elastic mode\n";
+      if (r.value().generation != generation_) {
+        return "ERR generation " + std::to_string(r.value().generation) +
+               " is not the running one (" + std::to_string(generation_) + ")\n";
+      }
+      if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
+      events_.push_back(event);
+      sink = elastic_sink_;
     }
-    if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
-    events_.push_back({r.value(), std::chrono::steady_clock::now()});
+    if (sink) sink(event);  // outside the lock: the monitor takes its own
     return "OK\n";
   }
 
@@ -325,6 +336,7 @@ class RendezvousServer::Impl {
   std::string check_reply_ = "SAME";  // guarded by mu_
   std::vector<ElasticEvent> events_;  // guarded by mu_
   MonitorSink monitor_sink_;          // guarded by mu_
+  ElasticEventSink elastic_sink_;     // guarded by mu_
 };
 
 RendezvousServer::RendezvousServer(std::string token, int np)
@@ -341,6 +353,9 @@ std::vector<ElasticEvent> RendezvousServer::TakeElasticEvents() {
 }
 void RendezvousServer::SetCheckReply(const std::string& reply) { impl_->SetCheckReply(reply); }
 void RendezvousServer::SetMonitorSink(MonitorSink sink) { impl_->SetMonitorSink(std::move(sink)); }
+void RendezvousServer::SetElasticEventSink(ElasticEventSink sink) {
+  impl_->SetElasticEventSink(std::move(sink));
+}
 
 Status Register(const std::string& address, int port, const std::string& message,
                 double timeout_seconds) {

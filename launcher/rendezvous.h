@@ -95,6 +95,10 @@ class RendezvousServer {
   // Without a sink they are refused.
   using MonitorSink = std::function<std::string(const std::string& line)>;
   void SetMonitorSink(MonitorSink sink);
+  // Told of every RESTART and RESUMED as it is accepted (the monitor shows
+  // them), on the server's thread; TakeElasticEvents still hands them out.
+  using ElasticEventSink = std::function<void(const ElasticEvent&)>;
+  void SetElasticEventSink(ElasticEventSink sink);
 
  private:
   class Impl;

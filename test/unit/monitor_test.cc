@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <mutex>
 
 #include "monitor.h"
 #include "monitor_state.h"
 #include "progress_line.h"
+#include "rendezvous.h"
 
 namespace kolo::launcher {
 namespace {
@@ -214,6 +216,50 @@ TEST_F(MonitorStateTest, ThousandRanksRenderQuickly) {
   EXPECT_NE(json.find("\"straggler\":{\"rank\":700"), std::string::npos);
   EXPECT_LT(json.size(), 1u << 20);
   EXPECT_NE(page.find("var initial = {\"schema\""), std::string::npos);
+}
+
+// The rendezvous hands the ranks' counters to the monitor's sink and tells it
+// of the elastic verbs as they come; without a sink, counters are refused.
+TEST(RendezvousForTheMonitor, CountersAndElasticEventsReachTheirSinks) {
+  RendezvousServer server("tok", 2);
+  Result<int> port = server.Start("127.0.0.1");
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  RankSnapshot s;
+  s.rank = 1;
+  s.host = "a";
+  s.sample.steps = 3;
+  const std::string line = EncodeSnapshot("tok", s);
+  Status refused = Register("127.0.0.1", port.value(), line, 5);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("monitor is off"), std::string::npos) << refused.message();
+
+  MonitorState state(Clock::now(), "tok");
+  state.NewJob({"a", "a"}, Clock::now());
+  std::mutex mu;
+  std::vector<std::string> elastic;
+  server.SetMonitorSink([&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    return state.Receive(l, Clock::now());
+  });
+  server.SetElasticEventSink([&](const ElasticEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    elastic.push_back(std::to_string(static_cast<int>(e.request.verb)) + " " +
+                      std::to_string(e.request.generation));
+  });
+  EXPECT_TRUE(Register("127.0.0.1", port.value(), line, 5).ok());
+  server.NewIncarnation(0, 2);
+  ElasticRequest restart;
+  restart.verb = ElasticRequest::Verb::kRestart;
+  restart.generation = 0;
+  EXPECT_TRUE(Register("127.0.0.1", port.value(), ElasticRequestMessage("tok", restart), 5).ok());
+  ElasticRequest check;
+  check.verb = ElasticRequest::Verb::kCheck;
+  EXPECT_TRUE(Register("127.0.0.1", port.value(), ElasticRequestMessage("tok", check), 5).ok());
+  server.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(state.Json(Clock::now()).find("\"steps\":3"), std::string::npos);
+  EXPECT_EQ(elastic, std::vector<std::string>{"1 0"}) << "RESTART only: CHECK is no event";
+  EXPECT_EQ(server.TakeElasticEvents().size(), 1u) << "still handed to the elastic loop";
 }
 
 TEST(ProgressLineTest, FitsTheTerminal) {
