@@ -124,9 +124,16 @@ int RankBits::Count() const {
 
 int RankBits::Merge(const RankBits& other, int* first_added) {
   int added = 0;
+  if (first_added == nullptr) {  // the common loop, without the search's branch
+    for (size_t i = 0; i < words_.size(); ++i) {
+      added += PopCount(other.words_[i] & ~words_[i]);
+      words_[i] |= other.words_[i];
+    }
+    return added;
+  }
   for (size_t i = 0; i < words_.size(); ++i) {
     const uint64_t fresh = other.words_[i] & ~words_[i];
-    if (fresh != 0 && first_added != nullptr && *first_added < 0) {
+    if (fresh != 0 && *first_added < 0) {
       *first_added = static_cast<int>(i * 64) + __builtin_ctzll(fresh);
     }
     added += PopCount(fresh);
@@ -250,8 +257,10 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
         if (holders.Test(r) && !entry.submitted.Test(r)) entry.dim0[r] = q.shape[0];
       }
     }
+    // Who came last matters only for an entry that began in an earlier round.
     int first_added = -1;
-    entry.count += entry.submitted.Merge(holders, &first_added);
+    entry.count +=
+        entry.submitted.Merge(holders, entry.first_round < rounds_ ? &first_added : nullptr);
     if (first_added >= 0) {
       entry.last_rank = first_added;
       entry.last_round = rounds_;
