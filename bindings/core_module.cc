@@ -79,6 +79,16 @@ PYBIND11_MODULE(_core, m) {
     Status s = Rt().StartTimeline(path, mark_cycles);
     if (!s.ok()) Raise(s);
   });
+  // Training steps for the monitor: a no-op before init (a binding may count
+  // a step that runs before kolo starts).
+  m.def("count_step", [] {
+    if (Runtime* rt = State().runtime_or_null()) rt->CountStep();
+  });
+  m.def("counters", [] {
+    py::dict d;
+    for (const auto& [key, value] : Rt().Counters()) d[py::str(key)] = value;
+    return d;
+  });
   m.def("stop_timeline", [] {
     Status s = Rt().StopTimeline();
     if (!s.ok()) Raise(s);

@@ -27,10 +27,12 @@
 #include "hosts.h"
 #include "kolo/env_names.h"
 #include "kolo/launch_settings.h"
+#include "monitor.h"
 #include "mpi_choice.h"
 #include "options.h"
 #include "preflight.h"
 #include "program_check.h"
+#include "progress_line.h"
 #include "rendezvous.h"
 #include "supervise.h"
 
@@ -335,6 +337,8 @@ struct Launcher {
   const JobMpi mpi;                                 // the mpirun and its dialect
   std::string rendezvous;                           // "address:port", once started
   std::set<std::string> checked;                    // hosts already checked
+  Monitor* monitor = nullptr;        // --monitor or the status line: the ranks report to it
+  ProgressLine* progress = nullptr;  // the terminal's status line
 };
 
 struct PlannedJob {
@@ -417,6 +421,10 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   Variables launch_env = child_env;
   ListenOnlyWhereTheJobLives(plan, l.environment, &launch_env);
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = l.token;
+  if (!o.dry_run && l.monitor != nullptr) {
+    // The counters go where the ranks register, with the job's token.
+    launch_env[env::kMonitorReport] = plan.env[env::kMonitorReport] = l.token + "@" + l.rendezvous;
+  }
   PlannedJob planned;
   planned.job.mpirun_argv = BuildMpirunCommand(plan);
   planned.job.mpirun_env = launch_env;
@@ -425,6 +433,9 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   planned.job.start_timeout = o.start_timeout;
   planned.job.verbose = o.verbose;
   planned.job.space_after_tag = plan.dialect == MpiDialect::kPrrte;
+  planned.job.monitor = l.monitor;
+  planned.job.progress = l.progress;
+  if (!o.dry_run && l.monitor != nullptr) l.monitor->NewJob(planned.job.rank_hosts);
   for (const auto& [k, v] : child_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
   planned.shown += ShellQuote(planned.job.mpirun_argv);
   return planned;
@@ -509,6 +520,38 @@ int RunElasticJob(Launcher& l) {
   return RunElastic(run.value(), plan, l.server);
 }
 
+// An elastic verb as the monitor's events show it.
+std::string DescribeElastic(const ElasticEvent& e) {
+  const ElasticRequest& r = e.request;
+  const std::string commit =
+      r.commit < 0 ? std::string("no commit yet") : "commit " + std::to_string(r.commit);
+  if (r.verb == ElasticRequest::Verb::kRestart) {
+    return "generation " + std::to_string(r.generation) + " asks to restart (" + commit + ")";
+  }
+  return "generation " + std::to_string(r.generation) + " resumed with " + std::to_string(r.size) +
+         " rank(s) from " + commit;
+}
+
+// The monitor, when --monitor asks for it or the status line needs it (stderr
+// is a terminal and --no-progress was not given); its address printed.
+Status StartMonitor(const Options& o, const std::string& token, std::unique_ptr<Monitor>* monitor,
+                    std::unique_ptr<ProgressLine>* progress) {
+  const bool status_line = !o.no_progress && isatty(STDERR_FILENO);
+  if (o.dry_run || (o.monitor_port < 0 && !status_line)) return Status::OK();
+  // Off loopback, viewers need a token of their own: the job's token, which
+  // lets a process report as a rank, is never printed.
+  *monitor = std::make_unique<Monitor>(token, NewToken());
+  if (o.monitor_port >= 0) {
+    KOLO_ASSIGN_OR_RETURN(std::string url, (*monitor)->Start({o.monitor_address, o.monitor_port}));
+    std::cerr << "kolorun: monitor at " << url << std::endl;
+  }
+  if (status_line) {
+    Monitor* m = monitor->get();
+    *progress = std::make_unique<ProgressLine>(STDERR_FILENO, [m] { return m->StatusLine(); });
+  }
+  return Status::OK();
+}
+
 // Plans the job, checks the hosts, and runs it (or prints it for --dry-run).
 int Run(Options& o) {
   const Variables environment = Environment();
@@ -521,8 +564,21 @@ int Run(Options& o) {
   if (!timeout.ok()) return Fail(timeout.message());
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const std::string token = NewToken();
+  // Before the rendezvous, which feeds it: destroyed after the server stops.
+  std::unique_ptr<Monitor> monitor;
+  std::unique_ptr<ProgressLine> progress;
+  Status watching = StartMonitor(o, token, &monitor, &progress);
+  if (!watching.ok()) return Fail(watching.message());
   RendezvousServer server(token, o.np);
+  if (monitor) {
+    server.SetMonitorSink(
+        [m = monitor.get()](const std::string& line) { return m->Receive(line); });
+    server.SetElasticEventSink(
+        [m = monitor.get()](const ElasticEvent& e) { m->AddEvent("elastic", DescribeElastic(e)); });
+  }
   Launcher l{o, environment, cores, server, token, o.network_interfaces, mpi.value(), "", {}};
+  l.monitor = monitor.get();
+  l.progress = progress.get();
   if (o.Elastic()) return RunElasticJob(l);
   Result<std::vector<HostSlots>> chosen = ChooseHosts(o, environment, cores);
   if (!chosen.ok()) return Fail(chosen.status().message());

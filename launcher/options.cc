@@ -15,7 +15,17 @@ namespace kolo::launcher {
 namespace {
 
 // kolorun's options and flags, in the order --help lists them.
-void AddOptions(CLI::App& app, Options* o) {
+// --monitor's value: "any" (no port given: the system picks one) or a port.
+Result<int> MonitorPort(const std::string& value) {
+  if (value == "any") return 0;
+  if (value.empty() || value.size() > 5 ||
+      value.find_first_not_of("0123456789") != std::string::npos || std::stoi(value) > 65535) {
+    return Status::InvalidArgument("--monitor=" + value + ": not a port (0 to 65535)");
+  }
+  return std::stoi(value);
+}
+
+void AddOptions(CLI::App& app, Options* o, std::string* monitor) {
   app.footer(
       "Examples:\n"
       "  kolorun -np 4 python train.py                    4 ranks on this machine\n"
@@ -110,6 +120,14 @@ void AddOptions(CLI::App& app, Options* o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--output-filename", o->output_dir,
                  "Also write each rank's output to DIR/rank.N/");
+  app.add_flag("--monitor{any}", *monitor,
+               "Serve a live view of the job (page, /metrics, /api/v1/state) on 127.0.0.1; "
+               "--monitor=PORT picks the port (default: a free one, printed at the start)");
+  app.add_option("--monitor-address", o->monitor_address,
+                 "Where --monitor listens (default 127.0.0.1); any other address needs the "
+                 "token kolorun prints");
+  app.add_flag("--no-progress", o->no_progress,
+               "No status line on the terminal (it is off anyway when stderr is not one)");
   app.add_flag("--verbose", o->verbose, "Say where hosts came from and the command run");
   app.add_flag("--dry-run", o->dry_run, "Print the mpirun command and run nothing");
   app.add_flag("--check-build", o->check_build,
@@ -174,7 +192,8 @@ int Fail(const std::string& message, int code) {
 std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
   CLI::App app{"kolorun: launch a kolo job on N ranks across hosts.", "kolorun"};
   app.formatter(std::make_shared<UsageFormatter>());
-  AddOptions(app, o);
+  std::string monitor;  // --monitor[=PORT]
+  AddOptions(app, o, &monitor);
   // horovodrun's flags: renamed to kolorun's, ignored with a note, or refused
   // before anything starts (launcher/command.cc, HorovodrunFlags()).
   Result<TranslatedArgs> translated =
@@ -202,6 +221,14 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
                     "--host-discovery-script turns on");
       }
     }
+  }
+  if (app.count("--monitor") > 0) {
+    Result<int> port = MonitorPort(monitor);
+    if (!port.ok()) return Fail(port.status().message());
+    o->monitor_port = port.value();
+  }
+  if (app.count("--monitor-address") > 0 && o->monitor_port < 0) {
+    return Fail("--monitor-address says where --monitor listens; add --monitor");
   }
   // prefix_command(): the first argument kolorun does not know, and all after it.
   o->command = app.remaining();

@@ -29,6 +29,11 @@ struct Options {
   std::string autotune_log, autotune_file;
   int autotune_warmup_samples = -1, autotune_steps_per_sample = -1;
   bool verbose = false, dry_run = false, check_build = false, pin_gpus = false;
+  // The monitor (docs/monitoring.md): --monitor[=PORT] serves it (-1: off, 0: any
+  // free port); --no-progress turns the terminal's status line off.
+  int monitor_port = -1;
+  std::string monitor_address = "127.0.0.1";
+  bool no_progress = false;
   // Elastic mode (elastic.h): on when --min-np, --max-np or --host-discovery-script is given.
   bool np_given = false;
   int min_np = 0, max_np = 0;  // 0: not given

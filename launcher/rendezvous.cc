@@ -209,6 +209,16 @@ class RendezvousServer::Impl {
     shrink_min_size_ = min_size;
   }
 
+  void SetMonitorSink(MonitorSink sink) {
+    std::lock_guard<std::mutex> lock(mu_);
+    monitor_sink_ = std::move(sink);
+  }
+
+  void SetElasticEventSink(ElasticEventSink sink) {
+    std::lock_guard<std::mutex> lock(mu_);
+    elastic_sink_ = std::move(sink);
+  }
+
  private:
   struct Connection {
     explicit Connection(asio::io_context& io) : socket(io), timer(io) {}
@@ -253,6 +263,8 @@ class RendezvousServer::Impl {
       reply = "ERR bad message\n";
     } else if (c->buffer.rfind("KOLOE ", 0) == 0) {
       reply = Elastic(c->buffer.substr(0, n - 1), peer);
+    } else if (c->buffer.rfind("KOLOM ", 0) == 0) {
+      reply = Monitor(c->buffer.substr(0, n - 1), peer);
     } else {
       Result<Registration> r = ParseRegistration(c->buffer.substr(0, n - 1), token_, Np());
       if (!r.ok()) {
@@ -287,32 +299,53 @@ class RendezvousServer::Impl {
     return np_;
   }
 
-  // One elastic request: the reply, and RESTART / RESUMED kept for the loop.
+  // One elastic request: the reply, and RESTART / RESUMED / SHRUNK kept for the loop.
   std::string Elastic(const std::string& line, const std::string& peer) {
     Result<ElasticRequest> r = ParseElasticRequest(line, token_);
     if (!r.ok()) {
       Note("refused an elastic request from " + peer + ": " + r.status().message());
       return "ERR " + r.status().message() + "\n";
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (generation_ < 0) return "ERR kolorun is not in elastic mode\n";
-    if (r.value().generation != generation_) {
-      return "ERR generation " + std::to_string(r.value().generation) +
-             " is not the running one (" + std::to_string(generation_) + ")\n";
-    }
-    if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
-    if (r.value().verb == ElasticRequest::Verb::kShrunk) {
-      if (!shrink_refusal_.empty()) return "ERR " + shrink_refusal_ + "\n";
-      if (r.value().size < shrink_min_size_) {
-        return "ERR " + std::to_string(r.value().size) + " ranks are left, fewer than --min-np " +
-               std::to_string(shrink_min_size_) +
-               "; the job restarts once enough slots are there\n";
+    ElasticEventSink sink;
+    ElasticEvent event{r.value(), std::chrono::steady_clock::now()};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (generation_ < 0) return "ERR kolorun is not in elastic mode\n";
+      if (r.value().generation != generation_) {
+        return "ERR generation " + std::to_string(r.value().generation) +
+               " is not the running one (" + std::to_string(generation_) + ")\n";
       }
-      ++generation_;  // the survivors' RESUMED comes as the next generation's
-      check_reply_ = "SAME";
+      if (r.value().verb == ElasticRequest::Verb::kCheck) return "OK " + check_reply_ + "\n";
+      if (r.value().verb == ElasticRequest::Verb::kShrunk) {
+        if (!shrink_refusal_.empty()) return "ERR " + shrink_refusal_ + "\n";
+        if (r.value().size < shrink_min_size_) {
+          return "ERR " + std::to_string(r.value().size) + " ranks are left, fewer than --min-np " +
+                 std::to_string(shrink_min_size_) +
+                 "; the job restarts once enough slots are there\n";
+        }
+        ++generation_;  // the survivors' RESUMED comes as the next generation's
+        check_reply_ = "SAME";
+      }
+      events_.push_back(event);
+      sink = elastic_sink_;
     }
-    events_.push_back({r.value(), std::chrono::steady_clock::now()});
+    if (sink) sink(event);  // outside the lock: the monitor takes its own
     return "OK\n";
+  }
+
+  // A rank's counters: to the monitor, outside the lock.
+  std::string Monitor(const std::string& line, const std::string& peer) {
+    MonitorSink sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sink = monitor_sink_;
+    }
+    if (!sink) return "ERR kolorun's monitor is off\n";
+    std::string reply = sink(line);
+    if (reply.rfind("ERR", 0) == 0) {
+      Note("refused counters from " + peer + ": " + reply.substr(0, reply.size() - 1));
+    }
+    return reply;
   }
 
   void Note(const std::string& note) {
@@ -332,6 +365,8 @@ class RendezvousServer::Impl {
   std::string shrink_refusal_ = "kolorun runs this job without in-place recovery";  // mu_
   int shrink_min_size_ = 1;                                                         // mu_
   std::vector<ElasticEvent> events_;  // guarded by mu_
+  MonitorSink monitor_sink_;          // guarded by mu_
+  ElasticEventSink elastic_sink_;     // guarded by mu_
 };
 
 RendezvousServer::RendezvousServer(std::string token, int np)
@@ -351,6 +386,10 @@ std::vector<ElasticEvent> RendezvousServer::TakeElasticEvents() {
   return impl_->TakeElasticEvents();
 }
 void RendezvousServer::SetCheckReply(const std::string& reply) { impl_->SetCheckReply(reply); }
+void RendezvousServer::SetMonitorSink(MonitorSink sink) { impl_->SetMonitorSink(std::move(sink)); }
+void RendezvousServer::SetElasticEventSink(ElasticEventSink sink) {
+  impl_->SetElasticEventSink(std::move(sink));
+}
 
 Status Register(const std::string& address, int port, const std::string& message,
                 double timeout_seconds) {

@@ -13,9 +13,14 @@
 //   "KOLOE <token> RESUMED <g> <commit> <size>\n" -> "OK\n"
 // and a malformed request or a bad token gets "ERR <reason>\n". Each
 // incarnation's ranks register again (NewIncarnation).
+//
+// With the monitor on, every rank also sends its counters once a second, one
+// "KOLOM <token> ..." line per connection (runtime/metrics_snapshot.h), which
+// the server hands to the monitor's sink.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +32,7 @@
 
 namespace kolo::launcher {
 
-constexpr size_t kMaxMessageBytes = 512;
+constexpr size_t kMaxMessageBytes = 1024;  // a rank's snapshot (KOLOM) is the longest
 
 struct Registration {
   int rank = -1;
@@ -92,6 +97,14 @@ class RendezvousServer {
   // moves to it at once, so that their RESUMED is in time); else SHRUNK is
   // answered "ERR <refusal>". Refused until set.
   void SetShrinkPolicy(const std::string& refusal, int min_size);
+  // Where "KOLOM" lines go: `sink` returns the reply ("OK\n", "ERR <reason>\n").
+  // Without a sink they are refused.
+  using MonitorSink = std::function<std::string(const std::string& line)>;
+  void SetMonitorSink(MonitorSink sink);
+  // Told of every RESTART and RESUMED as it is accepted (the monitor shows
+  // them), on the server's thread; TakeElasticEvents still hands them out.
+  using ElasticEventSink = std::function<void(const ElasticEvent&)>;
+  void SetElasticEventSink(ElasticEventSink sink);
 
  private:
   class Impl;

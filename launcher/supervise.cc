@@ -142,14 +142,31 @@ class OpenMpiLog {
 // kept for the final report instead of printed.
 class OutputSink {
  public:
-  OutputSink(std::string dir, bool verbose, bool append)
-      : dir_(dir), verbose_(verbose), append_(append), open_mpi_(dir, append) {}
+  OutputSink(std::string dir, bool verbose, bool append, Monitor* monitor, ProgressLine* progress)
+      : dir_(dir),
+        verbose_(verbose),
+        append_(append),
+        open_mpi_(dir, append),
+        monitor_(monitor),
+        progress_(progress) {}
 
   void Write(const std::vector<OutputLine>& lines) {
+    if (lines.empty()) return;
+    // The status line comes off while whole lines are written, then back.
+    if (progress_) progress_->Clear();
+    WriteLines(lines);
+    if (progress_) progress_->Restore();
+  }
+  const std::vector<RankExit>& exits() const { return exits_; }
+  const OpenMpiLog& open_mpi() const { return open_mpi_; }
+
+ private:
+  void WriteLines(const std::vector<OutputLine>& lines) {
     for (const OutputLine& l : lines) {
       RankExit e;
       if (ParseRankExit(l.text, &e)) {
         exits_.push_back(e);
+        if (monitor_) monitor_->AddEvent("exit", DescribeRankExit(e, e.host));
         continue;
       }
       if (l.rank < 0) {
@@ -165,10 +182,7 @@ class OutputSink {
       if (!dir_.empty()) WriteFile(l);
     }
   }
-  const std::vector<RankExit>& exits() const { return exits_; }
-  const OpenMpiLog& open_mpi() const { return open_mpi_; }
 
- private:
   void WriteFile(const OutputLine& l) {
     auto& f = files_[{l.rank, l.is_stderr}];
     if (!f) {
@@ -185,6 +199,8 @@ class OutputSink {
   OpenMpiLog open_mpi_;
   std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
   std::vector<RankExit> exits_;
+  Monitor* monitor_;
+  ProgressLine* progress_;
 };
 
 // mpirun as a child in its own process group, with its stdout and stderr on pipes.
@@ -385,7 +401,7 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
   const Mpirun m = started.value();
   CatchStopSignals();
 
-  OutputSink sink(job.output_dir, job.verbose, job.append_output);
+  OutputSink sink(job.output_dir, job.verbose, job.append_output, job.monitor, job.progress);
   OutputAssembler assembler(job.space_after_tag);
   pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
   Teardown teardown(m.pid);
@@ -404,6 +420,8 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
       ended = CheckRendezvous(server, job.rank_hosts, elapsed, job.start_timeout);
     }
     end_now = end_now || (each_turn && each_turn(sink.exits()));
+    if (job.monitor) job.monitor->Tick();
+    if (job.progress) job.progress->Update();
     if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
     const bool overdue =
         !job.ranks_may_fail && first_failure && Clock::now() - *first_failure > kRankFailureGrace;
@@ -417,6 +435,7 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
     ForwardOutput(fds, assembler, sink);
   }
   sink.Write(assembler.Flush());
+  if (job.progress) job.progress->Clear();  // kolorun's report is the last line
   outcome.mpirun_status = teardown.Wait();
   outcome.ended = ended;
   outcome.stop_signal = g_signal;

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "monitor.h"
 #include "output.h"
+#include "progress_line.h"
 #include "rendezvous.h"
 
 namespace kolo::launcher {
@@ -26,6 +28,8 @@ struct Job {
   // In-place elastic mode (Open MPI 5's fault tolerance): a failed rank does
   // not end the job, whose survivors go on; `each_turn` decides instead.
   bool ranks_may_fail = false;
+  Monitor* monitor = nullptr;        // --monitor or the status line: told of rank exits
+  ProgressLine* progress = nullptr;  // the terminal's status line, or none
 };
 
 // How one job ended: what kolorun's report says, and what elastic mode decides from.

@@ -50,6 +50,8 @@ struct Config {
   bool elastic = false;
   bool elastic_in_place = false;  // KOLO_ELASTIC_IN_PLACE (ops/ulfm.h reads the variable)
   bool tf_ops = true;             // read by kolo.tensorflow, not by the runtime
+  // Set by kolorun: where the counters go once a second ("token@address:port"), or "".
+  std::string monitor_report;
   std::string elastic_job;
   int64_t elastic_generation = 0;
   std::string elastic_dir = "/dev/shm";

@@ -90,6 +90,19 @@ Result<int64_t> ParseCacheCapacity(const std::string& text) {
 
 Result<std::string> ParsePath(const std::string& text) { return Trim(text); }
 
+// "token@address:port", or "" (off).
+Result<std::string> ParseMonitorReport(const std::string& raw) {
+  const std::string text = Trim(raw);
+  if (text.empty()) return text;
+  const size_t at = text.find('@'), colon = text.rfind(':');
+  if (at == 0 || at == std::string::npos || colon == std::string::npos || colon < at + 2 ||
+      colon + 1 == text.size() ||
+      text.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+    return Status::InvalidArgument("is not token@address:port");
+  }
+  return text;
+}
+
 // A whole number within [min, max].
 std::function<Result<int64_t>(const std::string&)> WholeIn(int64_t min, int64_t max) {
   return [min, max](const std::string& text) -> Result<int64_t> {
@@ -406,6 +419,14 @@ const std::vector<Setting>& Settings() {
        "TensorFlow in use, or compiled for it on first import where a C++ compiler is present) "
        "when 1; 0 runs them through tf.numpy_function, the path that needs no op library and "
        "no compiler. The runtime does not read it.",
+       NoHorovodName()},
+      {env::kMonitorReport,
+       Field<std::string>(
+           &Config::monitor_report, ParseMonitorReport, [](const std::string& v) { return v; },
+           [](const std::string& v) { return v.empty() ? std::string("(off)") : v; }),
+       "Set by kolorun (`--monitor`, or its status line on a terminal): each rank sends its "
+       "counters to kolorun once a second, here (`token@address:port`, kolorun's rendezvous). "
+       "See docs/monitoring.md.",
        NoHorovodName()},
       // Set by kolorun for every rank of an elastic job: settings, so that
       // the ranks do not warn about them; read by the Python side.

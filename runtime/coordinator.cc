@@ -122,10 +122,21 @@ int RankBits::Count() const {
   return n;
 }
 
-int RankBits::Merge(const RankBits& other) {
+int RankBits::Merge(const RankBits& other, int* first_added) {
   int added = 0;
+  if (first_added == nullptr) {  // the common loop, without the search's branch
+    for (size_t i = 0; i < words_.size(); ++i) {
+      added += PopCount(other.words_[i] & ~words_[i]);
+      words_[i] |= other.words_[i];
+    }
+    return added;
+  }
   for (size_t i = 0; i < words_.size(); ++i) {
-    added += PopCount(other.words_[i] & ~words_[i]);
+    const uint64_t fresh = other.words_[i] & ~words_[i];
+    if (fresh != 0 && *first_added < 0) {
+      *first_added = static_cast<int>(i * 64) + __builtin_ctzll(fresh);
+    }
+    added += PopCount(fresh);
     words_[i] |= other.words_[i];
   }
   return added;
@@ -198,6 +209,9 @@ void Coordinator::AddTo(Entry& entry, const Request& request, bool inserted, Clo
   if (request.unnamed()) entry.arrivals.push_back({request, round, now});
   entry.submitted.Set(request.rank);
   ++entry.count;
+  if (inserted) entry.first_round = round;
+  entry.last_rank = request.rank;
+  entry.last_round = round;
   if (request.op == OpType::kAllgather && !request.shape.empty() &&
       entry.first.op == OpType::kAllgather) {
     entry.dim0[request.rank] = request.shape[0];
@@ -243,7 +257,14 @@ void Coordinator::AddReference(const std::vector<Request>& reference, const Rank
         if (holders.Test(r) && !entry.submitted.Test(r)) entry.dim0[r] = q.shape[0];
       }
     }
-    entry.count += entry.submitted.Merge(holders);
+    // Who came last matters only for an entry that began in an earlier round.
+    int first_added = -1;
+    entry.count +=
+        entry.submitted.Merge(holders, entry.first_round < rounds_ ? &first_added : nullptr);
+    if (first_added >= 0) {
+      entry.last_rank = first_added;
+      entry.last_round = rounds_;
+    }
   }
 }
 
@@ -389,6 +410,10 @@ CoordinatorOutcome Coordinator::ComputeResponses(Clock::time_point now) {
       continue;
     }
     if (entry.first.unnamed()) NotePlacesPaired(entry);
+    // The ranks came in different rounds: who came last kept the others waiting.
+    if (entry.last_round > entry.first_round && entry.last_rank >= 0) {
+      outcome.last_arrivals.push_back(entry.last_rank);
+    }
     Request first = entry.first;
     Response response = Decide(first.name, entry);
     barrier |= response.op == OpType::kBarrier;
@@ -439,6 +464,16 @@ void Coordinator::CheckStalls(Clock::time_point now, CoordinatorOutcome* outcome
         stall_.check_seconds > 0 && age >= stall_.check_seconds &&
         (!e.warned ||
          std::chrono::duration<double>(now - e.last_warned).count() >= stall_.check_seconds);
+    if (stall_.check_seconds > 0 && age >= stall_.check_seconds && !shutdown_due) {
+      StalledTensor t;
+      t.name = e.first.name;
+      t.call_site = e.first.call_site;
+      t.seconds = age;
+      for (int r = 0; r < size_; ++r) {
+        if (!e.submitted.Test(r)) t.missing.push_back(r);
+      }
+      outcome->stalled.push_back(std::move(t));
+    }
     if (!shutdown_due && !warning_due) continue;  // the common case: no strings built
     const std::string detail =
         DescribeTensor(e.first) +

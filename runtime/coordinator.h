@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "message.h"
+#include "metrics.h"
 
 namespace kolo {
 
@@ -61,8 +62,9 @@ class RankBits {
   void Or(const RankBits& other) {
     for (size_t i = 0; i < words_.size(); ++i) words_[i] |= other.words_[i];
   }
-  // Adds `other`'s ranks; returns how many were not here before.
-  int Merge(const RankBits& other);
+  // Adds `other`'s ranks; returns how many were not here before, and in
+  // `first_added` (when given and still -1) the lowest of those.
+  int Merge(const RankBits& other, int* first_added = nullptr);
   // How many of `other`'s ranks are not here.
   int CountMissing(const RankBits& other) const;
   const std::vector<uint64_t>& words() const { return words_; }
@@ -79,6 +81,12 @@ struct StallSettings {
 struct CoordinatorOutcome {
   std::vector<Response> responses;
   std::vector<std::string> warnings;  // one line per stalled tensor
+  // Every tensor past the stall check time now (ranks within the set), for the
+  // monitor; empty when none is.
+  std::vector<StalledTensor> stalled;
+  // For every tensor decided this round whose ranks did not all come in the
+  // same round: the rank that came last (the lowest of those in that round).
+  std::vector<int> last_arrivals;
 };
 
 class Coordinator {
@@ -111,6 +119,10 @@ class Coordinator {
     std::vector<int> disagreeing;  // ranks that differ from `first`
     std::vector<int64_t> dim0;     // allgather: dim 0 of every rank
     Clock::time_point first_seen;
+    // The rounds (rounds_) of the first and the latest arrival, and the rank
+    // of the latest.
+    uint64_t first_round = 0, last_round = 0;
+    int last_rank = -1;
     Clock::time_point last_warned;
     bool warned = false;
     // Barrier and the process-set operations: since when the ranks missing it

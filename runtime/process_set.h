@@ -41,6 +41,11 @@ struct NegotiationOutcome {
   // patience given to Negotiate: the round is still in flight, nothing else is
   // set, and the next Negotiate (on any thread that runs the cycles) finishes it.
   bool unfinished = false;
+  // The set's rank 0: the tensors stalled now changed (ProcessSet::stalled).
+  bool stalls_changed = false;
+  // The set's rank 0: for the tensors its coordinator decided, the global rank
+  // that came last, where the ranks came in different rounds.
+  std::vector<int> last_arrivals;
 };
 
 class ProcessSet {
@@ -67,6 +72,10 @@ class ProcessSet {
   // in the same round, and the rest of the round does not wait for long.
   Status Negotiate(bool request_shutdown, Clock::time_point now, NegotiationOutcome* outcome,
                    Clock::duration patience = Clock::duration::max());
+
+  // The set's rank 0: the tensors its coordinator saw stalled in its last
+  // round, with global ranks.
+  const std::vector<StalledTensor>& stalled() const { return stalled_; }
 
   // The pending entry named `name`, or null (a joined rank has none).
   TensorEntry* Find(const std::string& name);
@@ -130,6 +139,9 @@ class ProcessSet {
   std::unordered_map<std::string, std::vector<std::string>> arriving_groups_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // on the set's rank 0 only
+  std::vector<StalledTensor> stalled_;        // rank 0: see stalled()
+  bool stalls_changed_ = false;               // since the last outcome said so
+  std::vector<int> last_arrivals_;            // rank 0: for the next outcome
   bool joined_ = false;
   bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;

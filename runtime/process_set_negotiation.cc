@@ -5,6 +5,7 @@
 #include <climits>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 
 #include "logging.h"
 #include "process_set.h"
@@ -157,6 +158,9 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
     KOLO_RETURN_IF_ERROR(RunSlowPath(now, &slow));
     CacheResponses(slow);
     for (Response& r : slow) outcome->responses.push_back(std::move(r));
+    outcome->stalls_changed = std::exchange(stalls_changed_, false);
+    outcome->last_arrivals.swap(last_arrivals_);
+    last_arrivals_.clear();
   }
   return Status::OK();
 }
@@ -238,6 +242,14 @@ Status ProcessSet::RunSlowPath(Clock::time_point now, std::vector<Response>* res
     coordinator_->AddReference(reference, whole, partial, now);
     CoordinatorOutcome decided = coordinator_->ComputeResponses(now);
     for (const std::string& w : decided.warnings) KOLO_LOG(kWarning) << w;
+    for (int r : decided.last_arrivals) last_arrivals_.push_back(info_->ranks[r]);
+    if (!decided.stalled.empty() || !stalled_.empty()) {
+      for (StalledTensor& t : decided.stalled) {
+        for (int& r : t.missing) r = info_->ranks[r];
+      }
+      stalled_ = std::move(decided.stalled);
+      stalls_changed_ = true;
+    }
     reply = EncodeResponses(decided.responses);
   }
   int64_t reply_size = static_cast<int64_t>(reply.size());

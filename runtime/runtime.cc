@@ -8,6 +8,7 @@
 
 #include "input_checks.h"
 #include "logging.h"
+#include "metrics_snapshot.h"
 #include "ops/ulfm.h"
 #include "runtime_impl.h"
 
@@ -373,6 +374,25 @@ void Runtime::WhenDone(Handle handle, std::function<void(Status, WorkResult)> do
   // The callback is how its caller waits: the round starts at once, as for a
   // caller that waits, not after a cycle time for others to fuse with.
   if (!work->done()) impl_->DueNow();
+}
+
+void Runtime::CountStep() { impl_->metrics().CountStep(); }
+
+std::vector<std::pair<std::string, int64_t>> Runtime::Counters() const {
+  const MetricsSample m = impl_->metrics().Sample();
+  std::vector<std::pair<std::string, int64_t>> out = {{"steps", m.steps},
+                                                      {"negotiate_us", m.negotiate_us},
+                                                      {"move_us", m.move_us},
+                                                      {"wait_us", m.wait_us}};
+  for (int o = 0; o < kCountedOps; ++o) {
+    for (int k = 0; k < kSetSlots; ++k) {
+      if (m.ops[o][k].count == 0) continue;
+      const std::string key = std::string(CountedOpName(o)) + "." + std::to_string(k);
+      out.emplace_back(key + ".count", m.ops[o][k].count);
+      out.emplace_back(key + ".bytes", m.ops[o][k].bytes);
+    }
+  }
+  return out;
 }
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {

@@ -49,6 +49,11 @@ void RuntimeImpl::Resync(ProcessSet& set, const Response& r) {
 }
 
 void RuntimeImpl::Complete(TensorEntry entry, const Status& status, WorkResult* result) {
+  if (status.ok() && entry.negotiated != Clock::time_point()) {
+    metrics_.CountCollective(entry.request.op, entry.request.process_set,
+                             static_cast<int64_t>(entry.input.NumBytes()));
+    metrics_.AddWaiting(entry.negotiated - entry.enqueued);
+  }
   if (timeline_.active() && entry.picked_up != Clock::time_point()) {
     // A refusal or an operation cancelled before its negotiation ended has
     // no later phase.
@@ -235,7 +240,9 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     if (it == sets_.end()) continue;  // removed during this cycle
     ProcessSet& set = *it->second;
     NegotiationOutcome outcome;
+    const auto negotiation_start = Clock::now();
     Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome, patience);
+    metrics_.AddNegotiation(Clock::now() - negotiation_start);
     if (!s.ok()) {
       KOLO_LOG(kError) << "negotiation failed, kolo stops: " << s.message();
       RevokeAll();
@@ -257,6 +264,8 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     // Says which cycles paid for a full negotiation (the cache did not serve).
     if (outcome.slow_path && timeline_.mark_cycles()) timeline_.Instant("SLOW_PATH", now);
     if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
+    if (outcome.stalls_changed) metrics_.SetStalls(id, set.stalled());
+    if (!outcome.last_arrivals.empty()) metrics_.CountLastArrivals(outcome.last_arrivals);
     Dispatch(set, outcome.responses);
   }
   executor_->PollGpu();
@@ -274,10 +283,13 @@ void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& respons
       case OpType::kAllgather:
       case OpType::kBroadcast:
       case OpType::kAlltoall:
-      case OpType::kReducescatter:
+      case OpType::kReducescatter: {
+        const auto moving_start = Clock::now();
         executor_->Execute(set.TakeJob(std::move(r), now), set.movers());
+        metrics_.AddMoving(Clock::now() - moving_start);
         CompleteExecuted();
         break;
+      }
       default:
         RunControl(set, r, now);
     }

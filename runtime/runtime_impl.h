@@ -26,6 +26,8 @@
 #include "config.h"
 #include "executor.h"
 #include "kolo/runtime_types.h"
+#include "metrics.h"
+#include "metrics_reporter.h"
 #include "process_set.h"
 #include "timeline.h"
 
@@ -79,6 +81,8 @@ class RuntimeImpl {
   void Release(const Work& work) EXCLUDES(queue_mutex_);
 
   Timeline& timeline() { return timeline_; }
+  // This rank's counters (the bindings count training steps here).
+  Metrics& metrics() { return metrics_; }
   TunedSettings tuned_settings() const EXCLUDES(tuned_mutex_);
   CycleStats cycle_stats() const {
     return {cycles_by_background_.load(), cycles_by_callers_.load(), left_unfinished_.load()};
@@ -187,6 +191,8 @@ class RuntimeImpl {
   // CompleteExecuted()'s, kept for its capacity.
   std::vector<Finished> finished_ GUARDED_BY(round_mutex_);
   Timeline timeline_;
+  Metrics metrics_;  // atomics: written by any thread, read by the reporter
+  std::unique_ptr<MetricsReporter> reporter_;  // started and stopped with the runtime
   // The allreduce piece size the sets use now; config_.piece_bytes stays the
   // size their shared-memory slots were made for.
   int64_t piece_bytes_now_ GUARDED_BY(round_mutex_) = 0;

@@ -187,6 +187,7 @@ Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) 
   }
   running_ = true;
   thread_ = std::thread([this] { BackgroundLoop(); });
+  reporter_ = MetricsReporter::Start(config_.monitor_report, placement_.rank, &metrics_);
   return Status::OK();
 }
 
@@ -354,6 +355,7 @@ void RuntimeImpl::StopLocally(bool lost_ranks) {
   }
   queue_cv_.Signal();
   if (thread_.joinable()) thread_.join();
+  reporter_.reset();  // after the last cycle: its final snapshot has every count
   running_ = false;
   timeline_.Stop();
   {

@@ -17,6 +17,8 @@ packages=(
   python3-sklearn python3-mpi4py python3-matplotlib python3-venv
   # what Horovod's own test suite imports (../shared/peer-suites, run by scripts/test.sh)
   python3-cloudpickle python3-mock python3-parameterized python3-pytest-timeout
+  # the monitor's tests (test/monitor): a browser that reads the page, Prometheus' parser
+  chromium python3-prometheus-client python3-jsonschema
 )
 missing=()
 for p in "${packages[@]}"; do

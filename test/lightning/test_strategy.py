@@ -302,13 +302,22 @@ def test_validate_also_starts_from_rank_0s_weights():
         assert torch.equal(after[r], before[0])
 
 
+def counted_steps():
+    """The training steps kolo counted for kolorun's monitor (docs/monitoring.md)."""
+    import kolo.torch
+    from kolo.common import engine
+    return engine.counters()["steps"] if kolo.torch.is_initialized() else 0
+
+
 @pytest.mark.parametrize("accumulate", [1, 2, 4])
 def test_n_ranks_with_b_over_n_samples_match_one_process_with_b(accumulate):
     model = MLP(seed=7)
     want = one_process(model, GLOBAL_BATCH, accumulate=accumulate)
     trainer = make_trainer(max_epochs=1, precision="64-true", accumulate_grad_batches=accumulate)
+    steps_before = counted_steps()
     trainer.fit(model, loader(GLOBAL_BATCH // SIZE))
     assert trainer.global_step == math.ceil(SAMPLES / GLOBAL_BATCH / accumulate)
+    assert counted_steps() - steps_before == trainer.global_step, "the monitor's step count"
     assert trainer.optimizers[0].param_groups[0]["lr"] == 0.1, "the learning rate as configured"
     torch.testing.assert_close(flat(model), flat(want), rtol=0, atol=TOLERANCE)
 

@@ -77,6 +77,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_START_TIMEOUT", "7.5"},
       {"KOLO_ELASTIC_TIMEOUT", "90"},
       {"KOLO_TF_OPS", "0"},
+      {"KOLO_MONITOR_REPORT", "0123abcd@127.0.0.1:4321"},
       {"KOLO_ELASTIC", "1"},
       {"KOLO_ELASTIC_JOB", "0123456789abcdef0123456789abcdef"},
       {"KOLO_ELASTIC_GENERATION", "3"},
@@ -152,6 +153,8 @@ TEST_P(ConfigBadValue, FailsNamingVariableAndValue) {
 INSTANTIATE_TEST_SUITE_P(
     All, ConfigBadValue,
     ::testing::Values(BadValue{"KOLO_FUSION_THRESHOLD", "lots", "not a size"},
+                      BadValue{"KOLO_MONITOR_REPORT", "127.0.0.1:4321", "token@address:port"},
+                      BadValue{"KOLO_MONITOR_REPORT", "tok@127.0.0.1:http", "token@address:port"},
                       BadValue{"KOLO_FUSION_THRESHOLD", "64X", "unknown unit"},
                       BadValue{"KOLO_CYCLE_TIME", "-1", "negative"},
                       BadValue{"KOLO_CYCLE_TIME", "1ms", "not a number"},

@@ -235,6 +235,57 @@ TEST_F(CoordinatorTest, StallWarningNamesMissingRanks) {
   EXPECT_EQ(c.ComputeResponses(t0 + std::chrono::seconds(22)).warnings.size(), 1u);
 }
 
+TEST_F(CoordinatorTest, StalledTensorsAreListedEveryRoundForTheMonitor) {
+  Coordinator c(4, StallSettings{10, 0});
+  Request r = Allreduce("slow");
+  r.call_site = "train.py:57 in step";
+  c.AddRequests(0, {r}, t0);
+  c.AddRequests(2, {r}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(5)).stalled.empty());
+  for (int s : {11, 12}) {  // every round, not only with the warnings
+    auto out = c.ComputeResponses(t0 + std::chrono::seconds(s));
+    ASSERT_EQ(out.stalled.size(), 1u) << "at " << s << " s";
+    EXPECT_EQ(out.stalled[0].name, "slow");
+    EXPECT_EQ(out.stalled[0].call_site, "train.py:57 in step");
+    EXPECT_EQ(out.stalled[0].missing, (std::vector<int>{1, 3}));
+    EXPECT_DOUBLE_EQ(out.stalled[0].seconds, s);
+  }
+  c.AddRequests(1, {r}, t0 + std::chrono::seconds(13));
+  c.AddRequests(3, {r}, t0 + std::chrono::seconds(13));
+  EXPECT_TRUE(c.ComputeResponses(t0 + std::chrono::seconds(13)).stalled.empty());
+}
+
+TEST_F(CoordinatorTest, TheRankThatCameLastIsNamedWhenTheRanksCameInDifferentRounds) {
+  Coordinator c(3, StallSettings{0, 0});
+  c.AddRequests(0, {Allreduce("a"), Allreduce("b")}, t0);
+  c.AddRequests(1, {Allreduce("a"), Allreduce("b")}, t0);
+  c.AddRequests(2, {Allreduce("b")}, t0);
+  auto first = c.ComputeResponses(t0);  // b: every rank in this round
+  ASSERT_EQ(first.responses.size(), 1u);
+  EXPECT_TRUE(first.last_arrivals.empty());
+  c.AddRequests(2, {Allreduce("a")}, t0);  // a round later
+  auto second = c.ComputeResponses(t0);
+  ASSERT_EQ(second.responses.size(), 1u);
+  EXPECT_EQ(second.last_arrivals, std::vector<int>{2});
+}
+
+TEST_F(CoordinatorTest, TheRankThatCameLastIsFoundThroughTheReferenceToo) {
+  Coordinator c(4, StallSettings{0, 0});
+  const std::vector<Request> reference = {Allreduce("g")};
+  c.AddRequests(0, reference, t0);
+  RankBits early(4);
+  early.Set(1);
+  c.AddReference(reference, early, {}, t0);
+  EXPECT_TRUE(c.ComputeResponses(t0).responses.empty());
+  RankBits late(4);
+  late.Set(2);
+  late.Set(3);
+  c.AddReference(reference, late, {}, t0);
+  auto out = c.ComputeResponses(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.last_arrivals, std::vector<int>{2}) << "the lowest of those that came last";
+}
+
 TEST_F(CoordinatorTest, StalledTensorAsksTheMissingRanksWithEveryWarningAndTheirAnswerIsAMismatch) {
   Coordinator c(3, StallSettings{10, 0}, /*process_set=*/0);
   c.AddRequests(0, {Allreduce("x")}, t0);

@@ -664,7 +664,7 @@ TEST(Rendezvous, ServerAcceptsRefusesAndDetectsDuplicates) {
   EXPECT_TRUE(snap.fatal.empty());
   ASSERT_EQ(snap.notes.size(), 3u);
   EXPECT_NE(snap.notes[0].find("wrong job token"), std::string::npos) << snap.notes[0];
-  EXPECT_NE(snap.notes[1].find("longer than 512 bytes"), std::string::npos) << snap.notes[1];
+  EXPECT_NE(snap.notes[1].find("longer than 1024 bytes"), std::string::npos) << snap.notes[1];
   EXPECT_TRUE(server.Take().notes.empty());  // handed out once
   ExpectError(
       Register("127.0.0.1", port.value(), RegistrationMessage("secret", {0, 0, "c", 12}), 5),

@@ -114,6 +114,18 @@ def barrier_async(set_id):
     return _core.barrier_async(set_id)
 
 
+def count_step():
+    """One training step done (a DistributedOptimizer step): counted for kolorun's monitor
+    (docs/monitoring.md). Costs one relaxed atomic add; does nothing before init."""
+    _core.count_step()
+
+
+def counters():
+    """This rank's monitor counters so far (kolo::Runtime::Counters): "steps",
+    "negotiate_us", "move_us", "wait_us" and "<op>.<set slot>.count" / ".bytes"."""
+    return _core.counters()
+
+
 def cycle_stats():
     """Which threads ran this rank's cycles since init: {"by_background", "by_callers",
     "left_unfinished"} (kolo::CycleStats)."""

@@ -12,6 +12,7 @@ import contextlib
 
 import torch
 
+from kolo.common import engine as _engine
 from kolo.torch import mpi_ops as _ops
 from kolo.torch._hooked_optimizer import HookedOptimizer
 
@@ -76,6 +77,7 @@ class _DistributedAdasumOptimizer(HookedOptimizer):
             p.data.copy_(start)
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
+        _engine.count_step()
         return loss
 
     # As kolo's other DistributedOptimizer: torch wraps each optimizer class's step() once

@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from kolo.common import engine as _engine
 from kolo.common.ops import check_op, groups_setting, predivided, split_list
 from kolo.torch import mpi_ops as _ops
 from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer
@@ -227,7 +228,9 @@ class _DistributedOptimizer(HookedOptimizer):
             else:
                 self.synchronize()
         self._synchronized = False
-        return super(self._kolo_wrapper, self).step(closure)
+        loss = super(self._kolo_wrapper, self).step(closure)
+        _engine.count_step()
+        return loss
 
     # torch wraps each optimizer class's step() once, at its first instance, with the
     # profiler's label and (from 2.0) the step pre/post hooks. The wrapped optimizer's class

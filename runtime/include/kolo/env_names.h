@@ -42,4 +42,8 @@ inline constexpr const char* kRendezvous = "KOLORUN_RENDEZVOUS";  // "address:po
 inline constexpr const char* kToken = "KOLORUN_TOKEN";            // the job's random token
 inline constexpr const char* kPinGpus = "KOLORUN_PIN_GPUS";       // "1": one GPU per local rank
 
+// Set by kolorun --monitor (or for its status line): where each rank sends its
+// counters once a second, "<token>@<address>:<port>" (the rendezvous).
+inline constexpr const char* kMonitorReport = "KOLO_MONITOR_REPORT";
+
 }  // namespace kolo::env

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/runtime_types.h"
@@ -164,6 +165,13 @@ class Runtime {
   // What autotune has set so far (the configured settings when it is off).
   TunedSettings CurrentTunedSettings() const;
   CycleStats cycle_stats() const;
+
+  // One training step done (a binding's optimizer step, a Keras batch): counted
+  // for the monitor (docs/monitoring.md).
+  void CountStep();
+  // This rank's counters so far: "steps", "negotiate_us", "move_us", "wait_us",
+  // and "<op>.<set slot>.count" / ".bytes" for every operation counted.
+  std::vector<std::pair<std::string, int64_t>> Counters() const;
 
   // Starts / stops writing a Chrome-trace timeline (rank 0 only; no-op elsewhere).
   Status StartTimeline(const std::string& path, bool mark_cycles);
