@@ -69,7 +69,6 @@ class ElasticLoop {
 
   int Run() {
     CatchStopSignals();
-    Say(run_.recovery);
     if (script_) {
       // The first run must work (Horovod's rule): a script that fails now is misconfigured.
       Result<std::vector<HostSlots>> first = script_->RunNow();
@@ -79,6 +78,7 @@ class ElasticLoop {
     } else {
       pool_.Update(run_.fixed_pool);
     }
+    Say(run_.recovery);  // once the hosts are known to be there: the job will start
     int needed = run_.settings.np;
     const char* needed_flag = "-np";
     for (;;) {
