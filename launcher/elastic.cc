@@ -117,6 +117,7 @@ class ElasticLoop {
     running_np_ = np;
     handled_exits_ = 0;
     shrunk_.reset();
+    resumed_after_shrink_.reset();
     loss_since_.reset();
     unanswering_.clear();
     gave_up_since_.reset();
@@ -225,6 +226,10 @@ class ElasticLoop {
     handled_exits_ = static_cast<int>(exits.size());
     shrunk_.reset();
     loss_since_.reset();
+    if (resumed_after_shrink_) {
+      SayResumed(*resumed_after_shrink_);
+      resumed_after_shrink_.reset();
+    }
   }
 
   // The survivors' shrink waited for ranks alive that never joined it (stuck
@@ -299,6 +304,8 @@ class ElasticLoop {
         restart_ = Restart{e.request.commit, e.when, update_};
         Say("rank 0 asks for a restart at commit " + std::to_string(e.request.commit) + " (" +
             DescribeUpdate(update_) + ")");
+      } else if (e.request.verb == ElasticRequest::Verb::kResumed && shrunk_.has_value()) {
+        resumed_after_shrink_ = e;  // said once TakeShrink has matched the loss
       } else if (e.request.verb == ElasticRequest::Verb::kResumed && since_.has_value()) {
         SayResumed(e);
       } else if (e.request.verb == ElasticRequest::Verb::kShrunk) {
@@ -486,6 +493,7 @@ class ElasticLoop {
   int running_np_ = 0;
   int handled_exits_ = 0;
   std::optional<ElasticEvent> shrunk_;
+  std::optional<ElasticEvent> resumed_after_shrink_;  // came before its SHRUNK was matched
   std::optional<Clock::time_point> loss_since_;
   const std::vector<RankExit>* exits_ = nullptr;  // RunJob's, during EachTurn
   std::vector<int> unanswering_;  // ranks blamed for not joining the survivors' shrink

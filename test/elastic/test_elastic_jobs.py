@@ -170,27 +170,19 @@ def test_killed_mid_epoch_the_job_goes_on_at_np2_from_the_last_commit(tmp_path):
     assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
 
 
-def test_killed_while_the_others_wait_in_an_allreduce_the_job_continues_at_np2(tmp_path):
-    # Ranks 0 and 1 (127.0.0.1) go on into step 6, whose allreduce waits for the paused
-    # ranks of 127.0.0.2; those are killed there.
+# Ranks 0 and 1 (127.0.0.1) go on past the pause while 127.0.0.2's ranks wait there and
+# are killed: at step 5 into step 6, whose allreduce waits for them; at step 6 into its
+# commit, which waits for them too (the sampler's indices are shared before the save), so
+# step 6's commit is complete nowhere. Either way the job goes on from step 4's commit.
+@pytest.mark.parametrize("pause_step,entering", [
+    pytest.param(5, (0, 1), id="wait_in_an_allreduce"),
+    pytest.param(6, (), id="others_commit"),
+])
+def test_killed_while_the_others_went_on_the_job_continues_from_the_last_whole_commit(
+        tmp_path, pause_step, entering):
     job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
-              pause_step=5, go_ranks=(0, 1))
-    kill_host_b(job, entering=(0, 1))
-    code, out = job.finish()
-    assert code == 0, out
-    resumed_at_np2_from_step_4(out)
-    size, params = final_params(out)
-    assert size == 2
-    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
-
-
-def test_killed_while_the_others_commit_the_job_goes_on_from_the_last_whole_commit(tmp_path):
-    # Ranks 0 and 1 go on past step 6 into its commit, which waits for the paused ranks of
-    # 127.0.0.2 (the sampler's indices are shared before the save); those are killed
-    # there. Step 6's commit is complete nowhere: the job goes on from step 4's.
-    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
-              pause_step=6, go_ranks=(0, 1))
-    kill_host_b(job)
+              pause_step=pause_step, go_ranks=(0, 1))
+    kill_host_b(job, entering=entering)
     code, out = job.finish()
     assert code == 0, out
     resumed_at_np2_from_step_4(out)
