@@ -529,8 +529,8 @@ std::string DescribeElastic(const ElasticEvent& e) {
     return "generation " + std::to_string(r.generation) + " asks to restart (" + commit + ")";
   }
   if (r.verb == ElasticRequest::Verb::kShrunk) {
-    return "generation " + std::to_string(r.generation) + " lost rank(s): " +
-           std::to_string(r.size) + " survivor(s) go on in place";
+    return "generation " + std::to_string(r.generation) +
+           " lost rank(s): " + std::to_string(r.size) + " survivor(s) go on in place";
   }
   return "generation " + std::to_string(r.generation) + " resumed with " + std::to_string(r.size) +
          " rank(s) from " + commit;
