@@ -158,13 +158,11 @@ class ElasticLoop {
         limit_reached ? "--reset-limit " + std::to_string(run_.settings.reset_limit) + " reached"
                       : std::string(),
         run_.settings.min_np);
-    exits_ = &exits;
     if (exits.size() > static_cast<size_t>(handled_exits_) && !loss_since_) {
       loss_since_ = Clock::now();
     }
     HandleEvents();
-    TakeShrink();
-    exits_ = nullptr;
+    TakeShrink(exits);
     if (GaveUp(exits) && !gave_up_since_) gave_up_since_ = Clock::now();
     if (gave_up_since_ && Clock::now() - *gave_up_since_ >= kGaveUpWindow) {
       BlameUnanswering(exits);
@@ -183,9 +181,8 @@ class ElasticLoop {
 
   // The survivors said SHRUNK: once kolorun has seen the exits of the ranks
   // they lost, the incarnation goes on in place as the next generation.
-  void TakeShrink() {
+  void TakeShrink(const std::vector<RankExit>& exits) {
     if (!shrunk_) return;
-    const std::vector<RankExit>& exits = *exits_;
     const int lost = running_np_ - shrunk_->request.size;
     const int unhandled = static_cast<int>(exits.size()) - handled_exits_;
     // The survivors may learn of the loss before kolo-rank's marker reaches
@@ -495,7 +492,6 @@ class ElasticLoop {
   std::optional<ElasticEvent> shrunk_;
   std::optional<ElasticEvent> resumed_after_shrink_;  // came before its SHRUNK was matched
   std::optional<Clock::time_point> loss_since_;
-  const std::vector<RankExit>* exits_ = nullptr;  // RunJob's, during EachTurn
   std::vector<int> unanswering_;  // ranks blamed for not joining the survivors' shrink
   std::optional<Clock::time_point> gave_up_since_;  // the first survivor that gave up
   // How long after the first survivor gave up the others have to give up too.

@@ -28,25 +28,13 @@ import torch
 
 import kolo.torch as hvd
 
-fault = os.environ.get("FAULT", "none")
+from fault_setup import FAULT as fault, fault_settings, model_and_data, stamp
+
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-fault_rank = int(os.environ.get("FAULT_RANK", size - 1))
-fault_step = int(os.environ.get("FAULT_STEP", 3))
-steps = int(os.environ.get("FAULT_STEPS", 10))
-
-
-def stamp():
-    with open(os.environ["FAULT_STAMP"], "w") as f:
-        f.write("%.6f\n" % time.time())
-
-
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                               named_parameters=model.named_parameters())
+fault_rank, fault_step, steps = fault_settings(size)
+model, opt, x, y = model_and_data(hvd)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-x, y = torch.randn(32, 64), torch.randn(32, 8)
 
 try:
     for step in range(steps):
