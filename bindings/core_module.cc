@@ -61,7 +61,7 @@ PYBIND11_MODULE(_core, m) {
       py::arg("world_ranks") = std::vector<int>());
   m.def("shutdown", [] { State().Shutdown(); });
   // Elastic reset in place (kolo.common.elastic, issue 47).
-  m.def("shrink_in_place", [] { State().ShrinkInPlace(); });
+  m.def("shrink_in_place", [] { return State().ShrinkInPlace(); });
   m.def("in_place_unavailable", &InPlaceRecoveryUnavailable);
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });

@@ -80,7 +80,7 @@ namespace {
 constexpr std::chrono::seconds kShrinkPatience{30};
 }  // namespace
 
-void ModuleState::ShrinkInPlace() {
+bool ModuleState::ShrinkInPlace() {
   std::unique_lock<std::mutex> lock = LockLifecycle();
   if (!runtime_ || shut_down_here_) {
     Raise(Status::PreconditionFailed("kolo is not running here: nothing to shrink"));
@@ -97,13 +97,8 @@ void ModuleState::ShrinkInPlace() {
     std::thread([old = runtime_, shrinking] {
       shrinking->set_value(old->ShrinkAfterFailure());
     }).detach();
-    Result<MPI_Comm> shrunk =
-        done.wait_for(kShrinkPatience) == std::future_status::ready
-            ? done.get()
-            : Result<MPI_Comm>(Status::Aborted(
-                  "the survivors did not all join the shrink within " +
-                  std::to_string(kShrinkPatience.count()) +
-                  " s: a rank is alive but does not answer (stuck in its own code, or stopped)"));
+    if (done.wait_for(kShrinkPatience) != std::future_status::ready) return false;
+    Result<MPI_Comm> shrunk = done.get();
     if (!shrunk.ok()) {
       failed = shrunk.status();
     } else {
@@ -121,6 +116,7 @@ void ModuleState::ShrinkInPlace() {
   if (!created) Raise(failed);
   runtime_ = std::move(created);
   shut_down_here_ = false;
+  return true;
 }
 
 Runtime& ModuleState::runtime() {

@@ -40,8 +40,10 @@ class ModuleState {
   void Shutdown();
   // After a lost rank, under fault tolerance: the runtime stopped and
   // replaced by one on the survivors (Runtime::ShrinkAfterFailure), with the
-  // global process set only. Collective over the survivors.
-  void ShrinkInPlace();
+  // global process set only. Collective over the survivors. False when not
+  // every living rank joined within the patience (30 s: one is stuck in its
+  // own code); the process must then leave. Raises when the shrink failed.
+  bool ShrinkInPlace();
 
   // The runtime, for queries and enqueues; raises when kolo is not
   // initialized or this process shut it down. After another rank's shutdown

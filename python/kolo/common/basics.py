@@ -113,11 +113,15 @@ def shrink_in_place():
     """After a lost rank or host (a collective failed with KoloInternalError), on every
     survivor: kolo's runtime is rebuilt on the survivors, ranked in their old order, with
     the global process set only (registered sets are gone, as after shutdown()). Used by
-    kolo.common.elastic's run; raises KoloInternalError naming why where it cannot."""
-    _core.shrink_in_place()
+    kolo.common.elastic's run; raises KoloInternalError naming why where it cannot. Returns
+    False, changing nothing, when not every living rank joined within 30 s (one alive but
+    stuck in its own code): this process must then leave."""
+    if not _core.shrink_in_place():
+        return False
     _reset_run()
     _ps._reset()
     _ps._finish_init([], [], _core.size())
+    return True
 
 
 def start_timeline(file_path, mark_cycles=False):

@@ -342,12 +342,16 @@ def _shrink_in_place(env, state, error):
         _leave_after_failure(state, error)
     old_rank = basics.rank()
     try:
-        basics.shrink_in_place()
+        joined = basics.shrink_in_place()
     except KoloInternalError as e:
-        # A shrink that a rank alive did not join (kolo._core gives up after 30 s): kolorun
-        # blames the ranks that did not exit, not this one (code 75, launcher/elastic.cc).
-        gave_up = "did not all join the shrink" in str(e)
-        _leave_after_failure(state, e, rank=old_rank, code=_GAVE_UP_IN_PLACE if gave_up else 1)
+        _leave_after_failure(state, e, rank=old_rank)
+    if not joined:
+        # A rank alive did not join the shrink: kolorun blames the ranks that did not exit,
+        # not this one (code 75, launcher/elastic.cc).
+        _leave_after_failure(state, KoloInternalError(
+            "the survivors did not all join the shrink within 30 s: a rank is alive but does "
+            "not answer (stuck in its own code, or stopped)"), rank=old_rank,
+            code=_GAVE_UP_IN_PLACE)
     try:
         _rank0_answer(lambda: elastic_env.shrunk(env, basics.size()) or 0, "kolo.elastic.shrunk")
     except (KoloInternalError, elastic_env.RendezvousError) as e:  # --reset-limit, --min-np
