@@ -7,7 +7,9 @@
 // and rank (copy into the slot, reduce and copy out in cache). Prints one
 // JSON object on rank 0.
 //
-//   kolorun -np 2 build/bench/allreduce_sweep [max_bytes] [seconds_per_size]
+//   kolorun -np 2 build/bench/allreduce_sweep [max_bytes] [seconds_per_size] [max_iterations]
+//
+// max_iterations (default 3000) raised makes a long loop of one size to profile.
 #include <mpi.h>
 
 #include <algorithm>
@@ -73,8 +75,8 @@ double HandoffRoundTripMicros() {
 
 // Every rank must run the same number of iterations: rank 0 decides from a
 // probe and broadcasts the count.
-int AgreeIterations(double seconds_per_call, double budget, MPI_Comm comm) {
-  int n = static_cast<int>(std::clamp(budget / std::max(seconds_per_call, 1e-7), 5.0, 3000.0));
+int AgreeIterations(double seconds_per_call, double budget, double most, MPI_Comm comm) {
+  int n = static_cast<int>(std::clamp(budget / std::max(seconds_per_call, 1e-7), 5.0, most));
   MPI_Bcast(&n, 1, MPI_INT, 0, comm);
   return n;
 }
@@ -84,6 +86,7 @@ int AgreeIterations(double seconds_per_call, double budget, MPI_Comm comm) {
 int main(int argc, char** argv) {
   const int64_t max_bytes = argc > 1 ? std::atoll(argv[1]) : (int64_t{256} << 20);
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.4;
+  const double most_iterations = argc > 3 ? std::atof(argv[3]) : 3000.0;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm comm;
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) raw_once();
     const double probe = Seconds(t) / 3;
     for (int i = 0; i < 3; ++i) kolo_once();
-    const int iterations = AgreeIterations(probe, budget, comm);
+    const int iterations = AgreeIterations(probe, budget, most_iterations, comm);
     std::vector<double> raw_us, kolo_us;
     const int rounds = 4;
     for (int round = 0; round < rounds; ++round) {

@@ -33,6 +33,7 @@ struct Config {
   int64_t piece_bytes = 2LL << 20;
   int64_t in_place_threshold_bytes = 256LL << 10;
   bool shm_allreduce = true;
+  bool shm_negotiation = true;  // the negotiation round through shared memory within a host
   bool shm_single_copy = true;
   bool hierarchical_allreduce = false;
   bool autotune = false;

@@ -368,6 +368,11 @@ const std::vector<Setting>& Settings() {
        "of copying through the segment. Used only where the kernel allows it (probed at init; "
        "otherwise rank 0 logs why at info level); 0 = always through the segment.",
        NoHorovodName()},
+      {env::kShmNegotiation, Boolean(&Config::shm_negotiation),
+       "Ranks of a process set that share a host exchange each negotiation round's bits "
+       "through one small shared-memory segment, and only one rank per host takes part in the "
+       "MPI exchange between hosts; 0 = every rank exchanges them over MPI (MPI_Iallreduce).",
+       NoHorovodName()},
       {env::kAutotune, Boolean(&Config::autotune),
        "Tune KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME and KOLO_PIECE_SIZE while the job runs, "
        "from the bytes reduced per second of wall time, then keep the best (docs/"

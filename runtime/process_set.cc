@@ -11,13 +11,15 @@
 namespace kolo {
 
 ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
-                       std::unique_ptr<HostMover> host, Gpu* gpu, const Config& config)
+                       std::unique_ptr<HostMover> host, std::unique_ptr<BitRound> round, Gpu* gpu,
+                       const Config& config)
     : info_(std::move(info)),
       comm_(std::move(comm)),
       host_mover_(std::move(host)),
       gpu_comms_(gpu->MakeComms(comm_.get())),
       config_(config),
-      cache_(config.cache_capacity) {
+      cache_(config.cache_capacity),
+      round_(std::move(round)) {
   movers_.host = host_mover_.get();
   movers_.device = gpu;
   movers_.device_comms = gpu_comms_.get();

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "coordinator.h"
 #include "job.h"
+#include "ops/bit_round.h"
 #include "ops/data_mover.h"
 #include "response_cache.h"
 #include "work.h"
@@ -54,13 +55,16 @@ class ProcessSet {
   // tensors and outlives the set. The set owns its device communicators
   // (made from `gpu` on first use, destroyed with the set).
   ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
-             std::unique_ptr<HostMover> host, Gpu* gpu, const Config& config);
+             std::unique_ptr<HostMover> host, std::unique_ptr<BitRound> round, Gpu* gpu,
+             const Config& config);
 
   const ProcessSetInfo& info() const { return *info_; }
   int size() const { return static_cast<int>(info_->ranks.size()); }
   int rank() const { return info_->rank_in_set; }
   MPI_Comm comm() const { return comm_.get(); }
   const Movers& movers() const { return movers_; }
+  // The negotiation round's exchange (its Abort may be called from any thread).
+  BitRound& round() const { return *round_; }
 
   // Takes a new entry (from the tensor queue) into this set's bookkeeping.
   void Add(TensorEntry entry);
@@ -109,8 +113,8 @@ class ProcessSet {
   void Classify(TensorEntry& entry);
   void ClassifyGroup(const std::vector<std::string>& members);
   void ExpireStalledCacheHits(Clock::time_point now);
-  // Waits for `request`; false in *done once `patience` passed first.
-  Status WaitForRequest(MPI_Request* request, Clock::duration patience, bool* done);
+  // Waits for the round in flight; false in *done once `patience` passed first.
+  Status WaitForRound(Clock::duration patience, bool* done);
   Status RunSlowPath(Clock::time_point now, std::vector<Response>* responses);
   std::vector<Request> HeldForCoordinator() const;
   RequestMessage AnswerReference(const std::vector<uint64_t>& reference) const;
@@ -146,9 +150,10 @@ class ProcessSet {
   bool warned_group_too_large_ = false;  // rank 0: a group larger than the cache was reported
   Clock::time_point last_slow_round_;
   std::vector<uint8_t> to_publish_;  // rank 0: goes out with the next round
-  // The round's bit vector, in flight from MPI_Iallreduce until it is back
+  // The round's bit vector, in flight from round_->Start until it is back
   // (across Negotiate calls when one ran out of patience).
-  MPI_Request round_request_ = MPI_REQUEST_NULL;
+  std::unique_ptr<BitRound> round_;  // over MPI or shared memory (ops/bit_round.h)
+  bool round_in_flight_ = false;
   std::vector<uint64_t> round_bits_;
   bool round_shutdown_ = false;  // this rank asked to shut down in the round in flight
 };

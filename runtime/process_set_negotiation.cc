@@ -38,16 +38,17 @@ void SetBit(std::vector<uint64_t>* v, size_t word0, int bit) {
 
 }  // namespace
 
-Status ProcessSet::WaitForRequest(MPI_Request* request, Clock::duration patience, bool* done) {
+Status ProcessSet::WaitForRound(Clock::duration patience, bool* done) {
   // Peers usually arrive within microseconds: spin briefly, then back off so a
   // waiting background thread does not take the core from the training thread.
   auto start = Clock::now();
   auto sleep = std::chrono::microseconds(20);
   for (;;) {
-    int finished = 0;
-    KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
-    *done = finished != 0;
-    if (*done) return Status::OK();
+    KOLO_RETURN_IF_ERROR(round_->Test(done));
+    if (*done) {
+      round_in_flight_ = false;
+      return Status::OK();
+    }
     const auto waited = Clock::now() - start;
     if (waited < std::chrono::microseconds(50)) continue;
     if (waited >= patience) return Status::OK();
@@ -75,7 +76,7 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
 
   // 1. The bit vector: flags, cache hits, invalidated entries. A round that
   //    ran out of patience last time is still in flight: finish it.
-  if (round_request_ == MPI_REQUEST_NULL) {
+  if (!round_in_flight_) {
     ExpireStalledCacheHits(now);
     const size_t words = (static_cast<size_t>(cache_.bit_bound()) + 63) / 64;
     round_bits_.assign(1 + 2 * words, 0);
@@ -96,13 +97,11 @@ Status ProcessSet::Negotiate(bool request_shutdown, Clock::time_point now,
     for (size_t w = 0; w < words; ++w) round_bits_[1 + words + w] = ~invalid[w];
     invalid_bits_.clear();
     round_shutdown_ = request_shutdown;
-    KOLO_RETURN_IF_ERROR(MpiStatus(
-        MPI_Iallreduce(MPI_IN_PLACE, round_bits_.data(), static_cast<int>(round_bits_.size()),
-                       MPI_UINT64_T, MPI_BAND, comm_.get(), &round_request_),
-        "MPI_Iallreduce"));
+    KOLO_RETURN_IF_ERROR(round_->Start(&round_bits_));
+    round_in_flight_ = true;
   }
   bool back = false;
-  KOLO_RETURN_IF_ERROR(WaitForRequest(&round_request_, patience, &back));
+  KOLO_RETURN_IF_ERROR(WaitForRound(patience, &back));
   if (!back) {
     outcome->unfinished = true;
     return Status::OK();

@@ -167,6 +167,9 @@ class RuntimeImpl {
   // a cycle: read in cycles only, after Create.
   Config config_;
   bool caller_runs_ = false;  // KOLO_CALLER_RUNS, set at Create (read by callers after)
+  // The global set's negotiation exchange, set at Create: ShrinkAfterFailure
+  // aborts it from a user thread (BitRound::Abort may be called from any).
+  BitRound* global_round_ = nullptr;
   bool owns_mpi_ = false;
   Placement placement_;
   MpiComm global_comm_;  // duplicated; never used after the sets are built but to split

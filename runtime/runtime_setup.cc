@@ -296,8 +296,20 @@ Result<int> RuntimeImpl::CreateProcessSet(const std::vector<int>& ranks) {
     // Autotune may have changed the piece size since init: every member
     // creates the set at the same round, so they agree on it.
     if (piece_bytes_now_ != config_.piece_bytes) host.mover->SetPieceBytes(piece_bytes_now_);
+    // The negotiation round's exchange: its bit vector is a flags word and two
+    // bits per cache entry (process_set_negotiation.cc). Collective too.
+    BitRoundOptions round_options;
+    round_options.shared_memory = config_.shm_negotiation;
+    round_options.max_words =
+        1 + 2 * static_cast<int>((std::max<int64_t>(config_.cache_capacity, 0) + 63) / 64);
+    round_options.global_rank = placement_.rank;
+    std::string round_why;
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<BitRound> round,
+                          MakeBitRound(comm, round_options, &round_why));
+    KOLO_LOG(kDebug) << "process set " << info->id << ": negotiation rounds through " << round_why;
+    if (info->id == kGlobalProcessSet) global_round_ = round.get();
     sets_[info->id] = std::make_unique<ProcessSet>(info, MpiComm(comm), std::move(host.mover),
-                                                   gpu_.get(), config_);
+                                                   std::move(round), gpu_.get(), config_);
   }
   MutexLock lock(&sets_mutex_);
   set_infos_[info->id] = info;
@@ -377,6 +389,7 @@ void RuntimeImpl::RevokeAll() {
   RevokeIfUsable(global_comm_.get());
   for (auto& [id, set] : sets_) {
     RevokeIfUsable(set->comm());
+    set->round().Abort();
     if (set->movers().host != nullptr) set->movers().host->Abort();
     if (set->movers().device_comms != nullptr) set->movers().device_comms->Abort();
   }
@@ -390,6 +403,7 @@ Result<MPI_Comm> RuntimeImpl::ShrinkAfterFailure() {
   // The background thread may wait in a collective on the global set: the
   // revoke ends it there (and on every rank), and its cycle revokes the rest.
   RevokeIfUsable(global_comm_.get());
+  if (global_round_ != nullptr) global_round_->Abort();  // a round through shared memory
   StopLocally(/*lost_ranks=*/true);
   Result<MPI_Comm> shrunk = ShrinkSurvivors(global_comm_.get());
   global_comm_ = MpiComm();

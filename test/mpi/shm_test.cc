@@ -88,11 +88,13 @@ TEST(ShmAllreduce, ARankThatNeverArrivesFailsTheCallNamingItInsteadOfHanging) {
 }
 
 // The runtime with shared memory off and small pieces: MPI allreduces in
-// pieces, fused small tensors and in-place large ones.
+// pieces, fused small tensors and in-place large ones, negotiated over MPI.
 class MpiPath : public RuntimeTest {
   std::vector<std::pair<std::string, std::string>> Settings() override {
-    return {
-        {"KOLO_SHM_ALLREDUCE", "0"}, {"KOLO_PIECE_SIZE", "4K"}, {"KOLO_IN_PLACE_THRESHOLD", "16K"}};
+    return {{"KOLO_SHM_ALLREDUCE", "0"},
+            {"KOLO_SHM_NEGOTIATION", "0"},  // the rounds over MPI too
+            {"KOLO_PIECE_SIZE", "4K"},
+            {"KOLO_IN_PLACE_THRESHOLD", "16K"}};
   }
 };
 

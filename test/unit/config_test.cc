@@ -28,7 +28,7 @@ auto Fields(const Config& c) {
   return std::tie(c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity, c.timeline_path,
                   c.timeline_mark_cycles, c.stall_check_seconds, c.stall_shutdown_seconds,
                   c.stall_check_disabled, c.log_level, c.idle_tick_ms, c.piece_bytes,
-                  c.in_place_threshold_bytes, c.shm_allreduce, c.shm_single_copy,
+                  c.in_place_threshold_bytes, c.shm_allreduce, c.shm_single_copy, c.shm_negotiation,
                   c.hierarchical_allreduce, c.python, c.start_timeout_seconds);
 }
 
@@ -67,6 +67,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_IN_PLACE_THRESHOLD", "0"},
       {"KOLO_SHM_ALLREDUCE", "0"},
       {"KOLO_SHM_SINGLE_COPY", "0"},
+      {"KOLO_SHM_NEGOTIATION", "0"},
       {"KOLO_AUTOTUNE", "1"},
       {"KOLO_AUTOTUNE_LOG", "/tmp/autotune.csv"},
       {"KOLO_AUTOTUNE_WARMUP_SAMPLES", "0"},

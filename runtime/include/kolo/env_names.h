@@ -21,6 +21,7 @@ inline constexpr const char* kPieceSize = "KOLO_PIECE_SIZE";
 inline constexpr const char* kInPlaceThreshold = "KOLO_IN_PLACE_THRESHOLD";
 inline constexpr const char* kShmAllreduce = "KOLO_SHM_ALLREDUCE";
 inline constexpr const char* kShmSingleCopy = "KOLO_SHM_SINGLE_COPY";
+inline constexpr const char* kShmNegotiation = "KOLO_SHM_NEGOTIATION";
 inline constexpr const char* kAutotune = "KOLO_AUTOTUNE";
 inline constexpr const char* kAutotuneLog = "KOLO_AUTOTUNE_LOG";
 inline constexpr const char* kAutotuneWarmupSamples = "KOLO_AUTOTUNE_WARMUP_SAMPLES";
