@@ -10,8 +10,10 @@
 
 Each runs with ``KOLO_CALLER_RUNS=1`` (the default: the waiting caller runs the cycle)
 and ``=0`` (the background thread runs every cycle: the two thread hand-offs), so the
-lever's before and after come from the same minutes; with $BASE_BUILD (a build directory)
-``torch base`` runs kolo.torch's side on that build too. Prints per side the median over
+lever's before and after come from the same minutes; ``cpp shm_negotiation=0`` runs the
+C++ side with the negotiation round over MPI (issue 49's lever off); with $BASE_BUILD (a
+build directory) ``cpp base`` and ``torch base`` run the C++ and kolo.torch sides on that
+build too. ``--sides TEXT`` keeps only the sides whose name contains TEXT. Prints per side the median over
 jobs, the spread and the figures per placement; ``--out`` writes the JSON.
 
     python3 bench/latency_jobs.py --jobs 5 --out bench/results/latency_jobs.json
@@ -25,16 +27,17 @@ import tempfile
 import standalone_jobs as sj
 
 
-def cpp_job(out, caller_runs):
-    """allreduce_sweep writes its JSON to stdout; a wrapper moves it to ``out``."""
-    sweep = os.path.join(sj.build_dir(), "bench", "allreduce_sweep")
+def cpp_job(out, caller_runs, base=None, settings=()):
+    """allreduce_sweep writes its JSON to stdout; a wrapper moves it to ``out``. ``base``:
+    a build directory to run instead; ``settings``: more KOLO_*=value for the job."""
+    sweep = os.path.join(base or sj.build_dir(), "bench", "allreduce_sweep")
     # kolorun tags each line of rank 0's output with "[0]<stdout>:".
     script = ("import subprocess, sys\n"
               "p = subprocess.run(sys.argv[2:], capture_output=True, text=True, check=True)\n"
               "t = p.stdout.replace('[0]<stdout>:', '')\n"
               "open(sys.argv[1], 'w').write(t[t.index('{'):t.rindex('}') + 1])\n")
-    return (["env", "KOLO_CALLER_RUNS=%d" % caller_runs, "/usr/bin/python3", "-c", script, out]
-            + sj.kolorun(2) + [sweep, "4", "1.0"])
+    return (["env", "KOLO_CALLER_RUNS=%d" % caller_runs] + list(settings)
+            + ["/usr/bin/python3", "-c", script, out] + sj.kolorun(2) + [sweep, "4", "1.0"])
 
 
 def torch_job(out, caller_runs, base=None):
@@ -62,15 +65,21 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=5)
     parser.add_argument("--out")
+    parser.add_argument("--sides", help="only the sides whose name contains this text")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
         commands = {"cpp caller_runs=1": cpp_job(out, 1), "cpp caller_runs=0": cpp_job(out, 0),
                     "torch caller_runs=1": torch_job(out, 1),
                     "torch caller_runs=0": torch_job(out, 0)}
+        # Issue 49's lever: the negotiation round through shared memory, off.
+        commands["cpp shm_negotiation=0"] = cpp_job(out, 1, settings=["KOLO_SHM_NEGOTIATION=0"])
         if os.environ.get("BASE_BUILD"):  # the build before the change, as a side of its own
-            commands["torch base"] = torch_job(out, 1, os.path.join(sj.ROOT,
-                                                                    os.environ["BASE_BUILD"]))
+            base = os.path.join(sj.ROOT, os.environ["BASE_BUILD"])
+            commands["cpp base"] = cpp_job(out, 1, base)
+            commands["torch base"] = torch_job(out, 1, base)
+        if args.sides:
+            commands = {k: v for k, v in commands.items() if args.sides in k}
         jobs = {name: [] for name in commands}
         for _, name, job in sj.alternate(args.jobs, commands, out):
             kolo_us, raw_us = figures(name, job)

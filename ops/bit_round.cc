@@ -41,7 +41,9 @@ class MpiBitRound : public BitRound {
 };
 
 // The segment starts with a Header, then one RankControl per rank of the host,
-// then each rank's two slots, then the leader's two published results.
+// then each rank's two slots, then the leader's two published results. A
+// vector of up to kInlineWords words travels in the cache line of its round
+// counter, so that a peer gets both with one transfer between the cores.
 struct Header {
   // 1 + the global rank of a rank that gave up (Abort, or an error): nobody
   // waits for rounds of this segment any more.
@@ -50,12 +52,19 @@ struct Header {
   // hosts is in its published result.
   std::atomic<uint64_t> published;
 };
-struct RankControl {
-  alignas(64) std::atomic<uint64_t> round;  // the last round whose slot this rank wrote
+constexpr size_t kInlineWords = 6;
+// A round of this rank's, in the line of its parity.
+struct RoundLine {
+  alignas(64) std::atomic<uint64_t> round;  // the round whose vector this line holds
   std::atomic<uint64_t> words;              // that round's vector length
-  std::atomic<int64_t> pid;                 // set at Create
-  std::atomic<uint64_t> pid_namespace;      // its inode, 0 if unknown
-  std::atomic<int64_t> global_rank;         // for messages
+  uint64_t bits[kInlineWords];              // the vector, when it fits
+};
+static_assert(sizeof(RoundLine) == 64, "a round's counter and short vector share a cache line");
+struct RankControl {
+  RoundLine line[2];                     // by round parity
+  alignas(64) std::atomic<int64_t> pid;  // set at Create
+  std::atomic<uint64_t> pid_namespace;   // its inode, 0 if unknown
+  std::atomic<int64_t> global_rank;      // for messages
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "atomics shared between processes must be lock-free");
@@ -88,10 +97,10 @@ class ShmBitRound : public BitRound {
     bits_ = bits;
     over_mpi_ = bits->size() > static_cast<size_t>(max_words_);
     if (over_mpi_) return whole_.Start(bits);
-    RankControl& me = control_[local_rank_];
+    RoundLine& line = control_[local_rank_].line[round_ % 2];
     std::memcpy(Slot(local_rank_, round_), bits->data(), bits->size() * sizeof(uint64_t));
-    me.words.store(bits->size(), std::memory_order_relaxed);
-    me.round.store(round_, std::memory_order_release);
+    line.words.store(bits->size(), std::memory_order_relaxed);
+    line.round.store(round_, std::memory_order_release);
     phase_ = Phase::kHost;
     idle_tests_ = 0;
     return Status::OK();
@@ -107,7 +116,9 @@ class ShmBitRound : public BitRound {
       case Phase::kHost:
         if (local_rank_ != 0 && several_hosts_) return TestPublished(back);
         for (int r = 0; r < local_size_; ++r) {
-          if (control_[r].round.load(std::memory_order_acquire) < round_) return NotYet(r);
+          if (control_[r].line[round_ % 2].round.load(std::memory_order_acquire) < round_) {
+            return NotYet(r);
+          }
         }
         KOLO_RETURN_IF_ERROR(AndHost());
         if (!several_hosts_) {
@@ -142,7 +153,10 @@ class ShmBitRound : public BitRound {
  private:
   enum class Phase { kHost, kCross };
 
+  // Where rank `local_rank` writes its vector of `round`: in the round's line
+  // when it fits (every rank's vector has the same length), else in its slot.
   uint64_t* Slot(int local_rank, uint64_t round) const {
+    if (bits_->size() <= kInlineWords) return control_[local_rank].line[round % 2].bits;
     return slots_ + (static_cast<size_t>(local_rank) * 2 + round % 2) * max_words_;
   }
   uint64_t* Published(uint64_t round) const {
@@ -154,13 +168,13 @@ class ShmBitRound : public BitRound {
     const uint64_t words = bits_->size();
     for (int r = 0; r < local_size_; ++r) {
       if (r == local_rank_) continue;
-      if (control_[r].words.load(std::memory_order_relaxed) != words) {
+      const uint64_t theirs_words =
+          control_[r].line[round_ % 2].words.load(std::memory_order_relaxed);
+      if (theirs_words != words) {
         return Fail(Status::Internal(
             "rank " + std::to_string(control_[r].global_rank.load(std::memory_order_relaxed)) +
-            "'s negotiation round has " +
-            std::to_string(control_[r].words.load(std::memory_order_relaxed)) +
-            " words, this rank's " + std::to_string(words) +
-            " (do the ranks run with the same KOLO_CACHE_CAPACITY?)"));
+            "'s negotiation round has " + std::to_string(theirs_words) + " words, this rank's " +
+            std::to_string(words) + " (do the ranks run with the same KOLO_CACHE_CAPACITY?)"));
       }
       const uint64_t* theirs = Slot(r, round_);
       for (uint64_t w = 0; w < words; ++w) (*bits_)[w] &= theirs[w];

@@ -27,6 +27,8 @@ namespace kolo {
 // copying out) and whether it gave up. The second holds what the peers read
 // of it: its process and probe value (set once at Create) and its buffers'
 // addresses in the current single-copy call (set before kArrived is raised).
+// Then two lines, by call parity, that carry a buffer of up to kLineBytes
+// with its call's counter: a peer gets both with one transfer between cores.
 struct ShmAllreduce::Control {
   alignas(64) std::atomic<uint64_t> counter[3];
   std::atomic<uint64_t> failed;
@@ -35,6 +37,11 @@ struct ShmAllreduce::Control {
   std::atomic<uint64_t> probe_value;
   std::atomic<uint64_t> in;
   std::atomic<uint64_t> out;
+  struct Line {
+    alignas(64) std::atomic<uint64_t> seq;  // the call whose buffer `data` holds
+    uint8_t data[56];
+  } small[2];
+  static_assert(sizeof(Line) == 64, "one cache line");
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "atomics shared between processes must be lock-free");
@@ -134,6 +141,7 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   shm->slot_bytes_ = piece_bytes / 64 * 64;
   shm->piece_bytes_ = shm->slot_bytes_;
   shm->timeout_seconds_ = options.timeout_seconds;
+  shm->whole_max_bytes_ = std::min(options.whole_max_bytes, shm->slot_bytes_);
   shm->mapped_bytes_ = static_cast<size_t>(size) * sizeof(Control) +
                        static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->slot_bytes_);
 
@@ -287,11 +295,13 @@ Status ShmAllreduce::Fail(Status status) {
   return status;
 }
 
-Status ShmAllreduce::WaitFor(int which, uint64_t at_least) {
+Status ShmAllreduce::WaitFor(int which, uint64_t at_least, int line) {
   Clock::time_point deadline{};
   for (int r = 0; r < size_; ++r) {
+    const std::atomic<uint64_t>& counter =
+        line < 0 ? control_[r].counter[which] : control_[r].small[line].seq;
     for (uint64_t spins = 0;; ++spins) {
-      if (control_[r].counter[which].load(std::memory_order_acquire) >= at_least) break;
+      if (counter.load(std::memory_order_acquire) >= at_least) break;
       // Spin briefly (the peer is usually a few microseconds behind), then
       // yield so that oversubscribed ranks let each other run.
       if (spins < 2000) {
@@ -337,10 +347,34 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   const auto* from = static_cast<const uint8_t*>(in);
   auto* to = static_cast<uint8_t*>(out);
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  if (bytes <= whole_max_bytes_) {
+    return AllreduceWhole(from, to, count, dtype, op);
+  }
   if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
     return AllreduceSingleCopy(from, to, count, dtype, op);
   }
   return AllreduceSlots(from, to, count, dtype, op);
+}
+
+Status ShmAllreduce::AllreduceWhole(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,
+                                    ReduceOp op) {
+  const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
+  const uint64_t seq = ++seq_;
+  // The slot (or line) of this parity was last read in call seq - 2. Every
+  // call waits until every rank has arrived, and a rank arrives at seq - 1
+  // only after it has read everything of seq - 2: nobody reads it any more.
+  const int line = bytes <= sizeof(Control::Line::data) ? static_cast<int>(seq % 2) : -1;
+  auto place = [&](int r) { return line < 0 ? Slot(r, seq) : control_[r].small[line].data; };
+  std::memcpy(place(rank_), from, bytes);
+  if (line >= 0) control_[rank_].small[line].seq.store(seq, std::memory_order_release);
+  control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
+  KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq, line));
+  // The same order as the slices' owners reduce in: op(x[n-1], ... op(x[1], x[0])).
+  std::memcpy(to, place(0), bytes);
+  for (int r = 1; r < size_; ++r) ReduceInto(place(r), to, count, dtype, op);
+  control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
+  control_[rank_].counter[kDone].store(seq, std::memory_order_release);
+  return Status::OK();
 }
 
 Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,

@@ -1,7 +1,12 @@
 // Allreduce through one shared-memory segment for a process set whose ranks
 // all run on one host.
 //
-// Buffers below `single_copy_min_bytes` or above `single_copy_max_bytes` go
+// Buffers up to `whole_max_bytes` take one step through the slots: each rank
+// copies the buffer into its slot, and once every rank has, each reduces the
+// whole buffer from all slots in rank order into its output; one wait on the
+// peers instead of three.
+//
+// Other buffers below `single_copy_min_bytes` or above `single_copy_max_bytes` go
 // through slots. Each rank owns two
 // slots of `piece_bytes` (double-buffered by piece parity). For every piece of
 // the buffer: each rank copies its piece into its slot; rank r reduces slice r
@@ -106,6 +111,10 @@ class ShmAllreduce {
     int64_t single_copy_max_bytes = 32 << 20;
     // The reduce-scatter reads each peer's slice in chunks of this many bytes.
     int64_t chunk_bytes = 256 << 10;
+    // Buffers up to this size go through the slots in one step: every rank
+    // reduces the whole buffer from all slots itself, so the ranks wait for
+    // each other once instead of three times (the latency of small tensors).
+    int64_t whole_max_bytes = 4 << 10;
   };
 
   // Collective over `comm` (every rank calls it). Fails on every rank alike
@@ -150,12 +159,16 @@ class ShmAllreduce {
   Status ProbeSingleCopy(MPI_Comm comm);
   Status AllreduceSlots(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                         ReduceOp op);
+  Status AllreduceWhole(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                        ReduceOp op);
   Status AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                              ReduceOp op);
   Status ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype, ReduceOp op);
   // Reads `bytes` at `address` in rank `peer`'s memory into `to`.
   Status ReadPeer(int peer, uint64_t address, void* to, size_t bytes);
-  Status WaitFor(int which, uint64_t at_least);
+  // Until every rank's counter `which` is at least `at_least`; with `line` of
+  // 0 or 1, its small line of that parity instead (AllreduceWhole).
+  Status WaitFor(int which, uint64_t at_least, int line = -1);
   // Whether rank `peer`'s process is gone (its pid no longer exists).
   bool PeerGone(int peer) const;
   // Marks the segment as broken on this rank and tells the peers; returns `status`.
@@ -180,6 +193,7 @@ class ShmAllreduce {
   int64_t single_copy_min_bytes_ = 0;
   int64_t single_copy_max_bytes_ = 0;
   int64_t chunk_bytes_ = 0;
+  int64_t whole_max_bytes_ = 0;
   std::vector<int> peer_pid_;       // each rank's process, as this rank sees it
   std::vector<uint8_t> scratch_;    // a chunk read from a peer
   std::vector<uint8_t> own_chunk_;  // this rank's input chunk, saved when in place
