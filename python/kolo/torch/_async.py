@@ -16,6 +16,7 @@ from kolo.torch.basics import _check_join_device
 
 _api = Collectives(_tensors.ADAPTER)
 poll = _api.poll
+_wait = _api.handles.wait  # synchronize's own path: the table's method, no layer between
 
 
 def synchronize(handle):
@@ -25,7 +26,7 @@ def synchronize(handle):
     signal interrupts (KeyboardInterrupt, a timeout handler) leaves the handle waitable."""
     if callable(handle):
         return handle()
-    return _api.synchronize(handle)
+    return _wait(handle)
 
 
 _release = _api.release
