@@ -13,7 +13,7 @@ and ``=0`` (the background thread runs every cycle: the two thread hand-offs), s
 lever's before and after come from the same minutes; ``cpp shm_negotiation=0`` runs the
 C++ side with the negotiation round over MPI (issue 49's lever off); with $BASE_BUILD (a
 build directory) ``cpp base`` and ``torch base`` run the C++ and kolo.torch sides on that
-build too. ``--sides TEXT`` keeps only the sides whose name contains TEXT. Prints per side the median over
+build too. ``--sides A,B`` keeps only the sides whose name contains A or B. Prints per side the median over
 jobs, the spread and the figures per placement; ``--out`` writes the JSON.
 
     python3 bench/latency_jobs.py --jobs 5 --out bench/results/latency_jobs.json
@@ -65,7 +65,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=5)
     parser.add_argument("--out")
-    parser.add_argument("--sides", help="only the sides whose name contains this text")
+    parser.add_argument("--sides", help="only the sides whose name contains one of these "
+                        "comma-separated texts")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
@@ -79,7 +80,8 @@ def main():
             commands["cpp base"] = cpp_job(out, 1, base)
             commands["torch base"] = torch_job(out, 1, base)
         if args.sides:
-            commands = {k: v for k, v in commands.items() if args.sides in k}
+            wanted = args.sides.split(",")
+            commands = {k: v for k, v in commands.items() if any(w in k for w in wanted)}
         jobs = {name: [] for name in commands}
         for _, name, job in sj.alternate(args.jobs, commands, out):
             kolo_us, raw_us = figures(name, job)

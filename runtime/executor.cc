@@ -18,7 +18,13 @@ void Finalize(void* data, int64_t count, const Response& r, int size) {
 
 }  // namespace
 
+Clock::time_point Executor::PhaseStart() const {
+  return timeline_ != nullptr && timeline_->active() ? Clock::now() : Clock::time_point{};
+}
+
 void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point begin) {
+  // Not begun while the timeline was off (it started since): no span.
+  if (begin == Clock::time_point{}) return;
   if (timeline_ != nullptr && timeline_->active()) {
     timeline_->Span(TimelineRow(e.request), phase, begin, Clock::now());
   }
@@ -82,7 +88,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   const size_t elem = DataTypeSize(r.dtype);
   int64_t total = 0;
   for (int64_t size : r.sizes) total += size;
-  const auto start = Clock::now();
+  const auto start = PhaseStart();
   uint8_t* buffer;
   // One entry of this rank, not fused with others: it is reduced in its own
   // output buffer, with no fusion copies. Out of place and unscaled, the mover
@@ -118,7 +124,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
     }
   }
   ScaleBuffer(buffer, total, r.dtype, r.prescale);
-  const auto reduce_start = Clock::now();
+  const auto reduce_start = PhaseStart();
   Status status =
       adasum ? movers.host->Adasum(buffer, r.sizes, r.dtype)
       : separate_input != nullptr
@@ -129,7 +135,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
     if (e)
       Phase(*e, adasum ? "MPI_ADASUM_ALLREDUCE" : movers.host->AllreduceActivity(), reduce_start);
   }
-  const auto copy_start = Clock::now();
+  const auto copy_start = PhaseStart();
   int64_t offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const size_t bytes = static_cast<size_t>(r.sizes[i]) * elem;

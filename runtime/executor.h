@@ -63,6 +63,9 @@ class Executor {
   Result<Gpu::Token> StartOnDevice(const Response& r, const TensorEntry* first,
                                    const std::vector<GpuTensor>& tensors, const Movers& movers,
                                    InFlight& f);
+  // The clock for a phase's start, read only while the timeline records
+  // (a clock read costs as much as a small allreduce's wait for its peer).
+  Clock::time_point PhaseStart() const;
   void Phase(const TensorEntry& e, const char* phase, Clock::time_point begin);
   // A buffer that persists across cycles (no page faults per step).
   uint8_t* FusionBuffer(size_t bytes);
