@@ -359,6 +359,7 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
 Status ShmAllreduce::AllreduceWhole(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,
                                     ReduceOp op) {
   const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
+  if (bytes == 0) return Status::OK();  // as AllreduceSlots: no piece, no call (on every rank)
   const uint64_t seq = ++seq_;
   // The slot (or line) of this parity was last read in call seq - 2. Every
   // call waits until every rank has arrived, and a rank arrives at seq - 1
