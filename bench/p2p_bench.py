@@ -245,6 +245,22 @@ def alone(args):
 
 # --- the comparison: jobs alternated -------------------------------------------------------
 
+def memcpy_us(max_bytes, repeats=50):
+    """The physical limit of a one-way message of each size: one copy of its bytes in
+    memory (NumPy's copyto, median of ``repeats``, after a warm-up), in µs."""
+    out = {}
+    for nbytes in sizes(max_bytes):
+        src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+        np.copyto(dst, src)
+        times = []
+        for _ in range(repeats if nbytes < 1 << 24 else 10):
+            start = time.perf_counter()
+            np.copyto(dst, src)
+            times.append(time.perf_counter() - start)
+        out[str(nbytes)] = float(np.median(times)) * 1e6
+    return out
+
+
 def jobs(args):
     if args.quick:
         args.jobs, args.budget_mib, args.max_iters, args.min_iters = 2, 4, 50, 3
@@ -255,6 +271,7 @@ def jobs(args):
               "--max-iters", str(args.max_iters), "--min-iters", str(args.min_iters)]
     systems = args.systems.split(",")
     load = os.getloadavg()
+    floor = memcpy_us(args.max_bytes)
     runs = {s: [] for s in systems}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
@@ -292,6 +309,7 @@ def jobs(args):
                "jobs": args.jobs, "quick": args.quick, "budget_mib": args.budget_mib,
                "iterations": [args.min_iters, args.max_iters], "load_before": list(load),
                "versions": versions, "one_way_us": {str(b): p for b, p in per_size.items()},
+               "memcpy_us": floor,
                "placements": {s: [job.get("placement", {}).get("placement", "unknown")
                                   for job in runs[s]] for s in systems},
                "ratios": ratios}
