@@ -17,7 +17,10 @@ Where the time of a small message goes, two more systems: ``kolo_direct`` is kol
 alone (the backend's own communicator, kolo._core's isend/irecv and wait, no
 torch.distributed call, no Work), ``trivial`` is torch.distributed's part alone
 (dist.send/dist.recv on a Python process group whose send and recv do nothing and return
-a finished Work: PyTorch's dispatch into a Python backend and back).
+a finished Work: PyTorch's dispatch into a Python backend and back). ``mpi4py_torch`` is
+mpi4py's Send/Recv on memory that PyTorch allocated (NumPy views of torch tensors, Debian's
+PyTorch): NumPy asks the kernel for huge pages for arrays of 4 MiB and more, PyTorch does
+not, and Open MPI's single copy between processes (CMA) runs over the pages.
 
 A round trip: rank 0 sends a float32 tensor (NumPy array for mpi4py) of the size to rank 1,
 which receives it into a buffer of its own and sends that buffer back; rank 0 receives it
@@ -43,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standalone_jobs  # noqa: E402
 
-SYSTEMS = ("kolo", "mpi4py", "gloo", "kolo_direct", "trivial")
+SYSTEMS = ("kolo", "mpi4py", "gloo", "kolo_direct", "trivial", "mpi4py_torch")
 WARMUP = 3
 
 
@@ -189,6 +192,16 @@ class MpiPeer:
         pass
 
 
+class MpiTorchMemoryPeer(MpiPeer):
+    """mpi4py's Send/Recv on NumPy views of torch tensors: MPI on PyTorch's memory."""
+
+    @staticmethod
+    def buffers(nbytes):
+        import torch
+        n = nbytes // 4
+        return torch.full((n,), 7.0).numpy(), torch.zeros(n).numpy()
+
+
 def ping_pong(peer, nbytes, iters):
     """Rank 0's round-trip times (s) of ``iters`` timed round trips; rank 1 echoes."""
     out, back = peer.buffers(nbytes)
@@ -212,6 +225,8 @@ def ping_pong(peer, nbytes, iters):
 def alone(args):
     if args.system == "mpi4py":
         peer = MpiPeer()
+    elif args.system == "mpi4py_torch":
+        peer = MpiTorchMemoryPeer()
     elif args.system == "kolo_direct":
         peer = KoloDirectPeer()
     elif args.system == "trivial":
@@ -266,7 +281,7 @@ def jobs(args):
         args.jobs, args.budget_mib, args.max_iters, args.min_iters = 2, 4, 50, 3
     kolorun = standalone_jobs.kolorun(2)
     python = {s: args.torch_python for s in SYSTEMS}
-    python["mpi4py"] = args.mpi_python
+    python["mpi4py"] = python["mpi4py_torch"] = args.mpi_python
     counts = ["--max-bytes", str(args.max_bytes), "--budget-mib", str(args.budget_mib),
               "--max-iters", str(args.max_iters), "--min-iters", str(args.min_iters)]
     systems = args.systems.split(",")
@@ -292,7 +307,7 @@ def jobs(args):
                 [job["rows"][r]["one_way_us"] for job in runs[s]], unit="us")
     ratios = {}
     for ref in (x for x in systems if x != "kolo"):
-        if "kolo" in systems and ref in ("mpi4py", "gloo", "kolo:base"):
+        if "kolo" in systems and ref in ("mpi4py", "mpi4py_torch", "gloo", "kolo:base"):
             ratios["kolo / " + ref] = {str(b): p["kolo"]["median_us"] / p[ref]["median_us"]
                                        for b, p in per_size.items()}
     versions = {}

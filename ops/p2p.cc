@@ -27,13 +27,13 @@
 // the same size cannot be seen, as with gloo.
 #include "ops/p2p.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <string>
 #include <thread>
-
-#include <sched.h>
 
 #include "ops/mpi.h"
 
