@@ -7,6 +7,9 @@ model (goal: DDP on kolo <= 1.1 x DistributedOptimizer), each in kolorun jobs of
     # the comparison: every path in jobs of its own, JOBS rounds, paths alternated job by job
     .venv/bin/python bench/ddp_bench.py jobs [--jobs 5] [--models resnet50,bert_base]
                                              [--out bench/results/ddp.json]
+    # a change's before and after: "<path>:base" runs the build in $BASE_BUILD
+    BASE_BUILD=../wt-base/build .venv/bin/python bench/ddp_bench.py jobs --models resnet50 \
+        --paths ddp_kolo,ddp_kolo:base,ddp_gloo
 
 The model is a gradient set (bench/tf_bench.py's ResNet-50 shapes, 161 tensors, 97.5 MiB;
 BERT-base's, 199 tensors, 417.7 MiB; or "small", 100 x 2 KiB): one parameter per shape and
@@ -126,18 +129,23 @@ def jobs(args):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
         for model in args.models.split(","):
-            commands = {p: kolorun + [python, os.path.abspath(__file__), "--out", out, "alone",
-                                      "--path", p, "--model", model, "--steps",
-                                      str(args.steps), "--warmup", str(args.warmup)]
-                        for p in args.paths.split(",")}
+            commands = {}
+            for p in args.paths.split(","):
+                path, _, which = p.partition(":")  # "ddp_kolo:base": the build in $BASE_BUILD
+                run = standalone_jobs.base_kolorun(args.np) if which == "base" else kolorun
+                commands[p] = run + [python, os.path.abspath(__file__), "--out", out, "alone",
+                                     "--path", path, "--model", model, "--steps",
+                                     str(args.steps), "--warmup", str(args.warmup)]
             medians = {p: [] for p in commands}
+            placements = {p: [] for p in commands}
             for i, path, job in standalone_jobs.alternate(args.jobs, commands, out):
                 medians[path].append(job["median_ms"])
+                placements[path].append(job.get("placement", {}).get("placement", "unknown"))
                 print("%s job %d %-16s %9.2f ms" % (model, i + 1, path, medians[path][-1]),
                       file=sys.stderr)
             summary = {p: standalone_jobs.spread(m) for p, m in medians.items()}
             ratios = goal_ratios(summary)
-            rows[model] = {"paths": summary, "ratios": ratios}
+            rows[model] = {"paths": summary, "ratios": ratios, "placements": placements}
             for name, ratio in ratios.items():
                 print("%s: %-42s %.2f" % (model, name, ratio), file=sys.stderr)
     return {"benchmark": "ddp", "commit": standalone_jobs.commit(), "np": args.np,

@@ -9,6 +9,18 @@ to 64 MiB (powers of 4).
     kolorun -np 2 /usr/bin/python3 bench/p2p_bench.py alone --system mpi4py
     # the comparison: each system in jobs of its own, JOBS rounds, alternated job by job
     python3 bench/p2p_bench.py --out bench/results/p2p.json jobs [--jobs 5] [--quick]
+    # a change's before and after: "<system>:base" runs the build in $BASE_BUILD
+    BASE_BUILD=../wt-base/build python3 bench/p2p_bench.py jobs \
+        --systems kolo,kolo:base,kolo_direct,kolo_direct:base,trivial,mpi4py,gloo
+
+Where the time of a small message goes, two more systems: ``kolo_direct`` is kolo's part
+alone (the backend's own communicator, kolo._core's isend/irecv and wait, no
+torch.distributed call, no Work), ``trivial`` is torch.distributed's part alone
+(dist.send/dist.recv on a Python process group whose send and recv do nothing and return
+a finished Work: PyTorch's dispatch into a Python backend and back). ``mpi4py_torch`` is
+mpi4py's Send/Recv on memory that PyTorch allocated (NumPy views of torch tensors, Debian's
+PyTorch): NumPy asks the kernel for huge pages for arrays of 4 MiB and more, PyTorch does
+not, and Open MPI's single copy between processes (CMA) runs over the pages.
 
 A round trip: rank 0 sends a float32 tensor (NumPy array for mpi4py) of the size to rank 1,
 which receives it into a buffer of its own and sends that buffer back; rank 0 receives it
@@ -34,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standalone_jobs  # noqa: E402
 
-SYSTEMS = ("kolo", "mpi4py", "gloo")
+SYSTEMS = ("kolo", "mpi4py", "gloo", "kolo_direct", "trivial", "mpi4py_torch")
 WARMUP = 3
 
 
@@ -90,6 +102,63 @@ class TorchPeer:
         self.dist.destroy_process_group()
 
 
+class KoloDirectPeer(TorchPeer):
+    """kolo's part of a message alone: the kolo group's own point-to-point communicator
+    (kolo._core.P2PComm) and its requests' wait, without torch.distributed's call."""
+
+    def __init__(self):
+        super().__init__("kolo")
+        group = self.dist.distributed_c10d._get_default_group()
+        self.comm = group._p2p.comm("send")
+
+    def send(self, buf, peer):
+        self.comm.isend(buf.data_ptr(), buf.numel() * 4, peer, 0).wait(-1.0)
+
+    def recv(self, buf, peer):
+        self.comm.irecv(buf.data_ptr(), buf.numel() * 4, peer, 0).wait(-1.0)
+
+
+class TrivialPeer(TorchPeer):
+    """torch.distributed's part of a message alone: dist.send/dist.recv on a Python process
+    group whose send and recv return a finished Work at once (nothing moves)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        class Done(dist._Work):
+            def wait(self, timeout=None):
+                return True
+
+            def _source_rank(self):
+                return 0
+
+        class Nothing(dist.ProcessGroup):
+            def send(self, tensors, dst, tag=0):
+                return Done()
+
+            def recv(self, tensors, src, tag=0):
+                return Done()
+
+            def getBackendName(self):
+                return "trivial"
+
+        if "TRIVIAL" not in getattr(dist.Backend, "_plugins", {}):
+            dist.Backend.register_backend(
+                "trivial", lambda opts, _options=None: Nothing(opts.group_rank, opts.group_size),
+                extended_api=True, devices=["cpu"])
+        super().__init__("trivial")
+
+    @staticmethod
+    def ends(buf):
+        return 7.0, 7.0  # nothing came back: there is nothing to check
+
+    def gather(self, value):
+        return [value] * self.size  # the ranks need not agree: nothing is exchanged
+
+    def close(self):
+        pass
+
+
 class MpiPeer:
     """mpi4py's Send/Recv on NumPy arrays: raw MPI, no PyTorch, no kolo."""
 
@@ -123,6 +192,16 @@ class MpiPeer:
         pass
 
 
+class MpiTorchMemoryPeer(MpiPeer):
+    """mpi4py's Send/Recv on NumPy views of torch tensors: MPI on PyTorch's memory."""
+
+    @staticmethod
+    def buffers(nbytes):
+        import torch
+        n = nbytes // 4
+        return torch.full((n,), 7.0).numpy(), torch.zeros(n).numpy()
+
+
 def ping_pong(peer, nbytes, iters):
     """Rank 0's round-trip times (s) of ``iters`` timed round trips; rank 1 echoes."""
     out, back = peer.buffers(nbytes)
@@ -144,7 +223,16 @@ def ping_pong(peer, nbytes, iters):
 
 
 def alone(args):
-    peer = MpiPeer() if args.system == "mpi4py" else TorchPeer(args.system)
+    if args.system == "mpi4py":
+        peer = MpiPeer()
+    elif args.system == "mpi4py_torch":
+        peer = MpiTorchMemoryPeer()
+    elif args.system == "kolo_direct":
+        peer = KoloDirectPeer()
+    elif args.system == "trivial":
+        peer = TrivialPeer()
+    else:
+        peer = TorchPeer(args.system)
     if peer.size != 2:
         raise SystemExit("p2p_bench: a ping-pong needs 2 ranks, this job has %d" % peer.size)
     rows = []
@@ -172,21 +260,43 @@ def alone(args):
 
 # --- the comparison: jobs alternated -------------------------------------------------------
 
+def memcpy_us(max_bytes, repeats=50):
+    """The physical limit of a one-way message of each size: one copy of its bytes in
+    memory (NumPy's copyto, median of ``repeats``, after a warm-up), in µs."""
+    out = {}
+    for nbytes in sizes(max_bytes):
+        src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+        np.copyto(dst, src)
+        times = []
+        for _ in range(repeats if nbytes < 1 << 24 else 10):
+            start = time.perf_counter()
+            np.copyto(dst, src)
+            times.append(time.perf_counter() - start)
+        out[str(nbytes)] = float(np.median(times)) * 1e6
+    return out
+
+
 def jobs(args):
     if args.quick:
         args.jobs, args.budget_mib, args.max_iters, args.min_iters = 2, 4, 50, 3
     kolorun = standalone_jobs.kolorun(2)
-    python = {"kolo": args.torch_python, "gloo": args.torch_python, "mpi4py": args.mpi_python}
+    python = {s: args.torch_python for s in SYSTEMS}
+    python["mpi4py"] = python["mpi4py_torch"] = args.mpi_python
     counts = ["--max-bytes", str(args.max_bytes), "--budget-mib", str(args.budget_mib),
               "--max-iters", str(args.max_iters), "--min-iters", str(args.min_iters)]
     systems = args.systems.split(",")
     load = os.getloadavg()
+    floor = memcpy_us(args.max_bytes)
     runs = {s: [] for s in systems}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
-        commands = {s: kolorun + [standalone_jobs.interpreter(python[s]),
-                                  os.path.abspath(__file__), "--out", out, "alone",
-                                  "--system", s] + counts for s in systems}
+        commands = {}
+        for s in systems:
+            system, _, which = s.partition(":")  # "kolo:base": the build in $BASE_BUILD
+            run = standalone_jobs.base_kolorun(2) if which == "base" else kolorun
+            commands[s] = run + [standalone_jobs.interpreter(python[system]),
+                                 os.path.abspath(__file__), "--out", out, "alone",
+                                 "--system", system] + counts
         for i, s, job in standalone_jobs.alternate(args.jobs, commands, out):
             runs[s].append(job)
             print("job %d %-6s done" % (i + 1, s), file=sys.stderr)
@@ -197,7 +307,7 @@ def jobs(args):
                 [job["rows"][r]["one_way_us"] for job in runs[s]], unit="us")
     ratios = {}
     for ref in (x for x in systems if x != "kolo"):
-        if "kolo" in systems:
+        if "kolo" in systems and ref in ("mpi4py", "mpi4py_torch", "gloo", "kolo:base"):
             ratios["kolo / " + ref] = {str(b): p["kolo"]["median_us"] / p[ref]["median_us"]
                                        for b, p in per_size.items()}
     versions = {}
@@ -214,6 +324,9 @@ def jobs(args):
                "jobs": args.jobs, "quick": args.quick, "budget_mib": args.budget_mib,
                "iterations": [args.min_iters, args.max_iters], "load_before": list(load),
                "versions": versions, "one_way_us": {str(b): p for b, p in per_size.items()},
+               "memcpy_us": floor,
+               "placements": {s: [job.get("placement", {}).get("placement", "unknown")
+                                  for job in runs[s]] for s in systems},
                "ratios": ratios}
 
 

@@ -39,6 +39,14 @@ def kolorun(np, extra=()):
     return [os.path.join(build, "launcher", "kolorun"), "-np", str(np)] + list(extra)
 
 
+def base_kolorun(np, extra=()):
+    """kolorun's argv prefix for ``np`` ranks with the build in $BASE_BUILD (its kolorun and
+    its kolo package), for a change's before and after alternated in one run."""
+    base = os.path.join(ROOT, os.environ["BASE_BUILD"])
+    return ["env", "PYTHONPATH=" + os.path.join(base, "python"),
+            os.path.join(base, "launcher", "kolorun"), "-np", str(np)] + list(extra)
+
+
 def interpreter(path):
     """An interpreter named relative to the repository (.venv/bin/python) or absolute."""
     return path if os.path.isabs(path) else os.path.join(ROOT, path)
@@ -139,9 +147,7 @@ def torch_alone(jobs, model, strategies):
         name, _, which = strategy.partition(":")
         prefix = ["env"] + settings + run
         if which == "base":
-            base = os.path.join(ROOT, os.environ["BASE_BUILD"])
-            prefix = ["env", "PYTHONPATH=" + os.path.join(base, "python")] + settings + [
-                os.path.join(base, "launcher", "kolorun"), "-np", np] + extra
+            prefix = ["env"] + settings + base_kolorun(np, extra)
         return prefix + ["/usr/bin/python3", bench, "--out", out, "alone", "--strategy", name,
                          "--model", model] + alone_args
 

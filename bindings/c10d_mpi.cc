@@ -57,7 +57,7 @@ bool Wait(P2PRequest& request, double timeout) {
     bool done = false;
     {
       py::gil_scoped_release release;
-      done = request.WaitFor(slice);
+      done = request.WaitFor(slice, std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (done) return true;
     if (timeout >= 0 && std::chrono::duration<double>(Clock::now() - start).count() >= timeout) {

@@ -12,15 +12,22 @@
 // a caller's thread may call MPI while the background thread runs; Create()
 // refuses without it.
 //
-// Waiting polls MPI_Test without the GIL: a short spin, then sleeps backing
-// off to 1 ms, so that a waiting rank leaves the core to the others (ranks
-// share cores). The binding gives Python a look at its signals every
-// 0.1 s and bounds the wait by the caller's timeout; a receive that timed out
-// is withdrawn with MPI_Cancel. Messages are bytes: a receive checks that the
+// Waiting polls MPI_Test without the GIL: back to back first, yielding the
+// core between two tests (ranks may share cores), for as long as the
+// message's bytes would take to move at a slow copy's rate, then with sleeps
+// backing off to 1 ms. Open MPI moves a message past its eager size
+// (rendezvous) only while its ranks are inside MPI, so a waiter that slept
+// during the transfer would stall it; once the spin is over, the peer has
+// most likely not posted its side yet, and sleeping leaves the core to the
+// others. The binding gives Python a look at its signals every 0.1 s and
+// bounds the wait by the caller's timeout; a receive that timed out is
+// withdrawn with MPI_Cancel. Messages are bytes: a receive checks that the
 // sender sent exactly as many bytes as its tensor holds (more is
 // MPI_ERR_TRUNCATE, fewer a short count); a dtype or shape that differs at
 // the same size cannot be seen, as with gloo.
 #include "ops/p2p.h"
+
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,9 +45,14 @@ using Clock = std::chrono::steady_clock;
 // MPI_Comm_create_group's tag; creations run in the same order on every
 // member, one at a time, so one tag serves them all.
 constexpr int kCreateTag = 0x6b6f;
-// How long a waiter spins on MPI_Test before it starts sleeping, and the
-// longest sleep between two tests.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// How long a waiter polls MPI_Test back to back before it starts sleeping: a
+// base for the peer to post its side, plus the message's bytes at
+// kSpinBytesPerSecond (slower than any copy in memory, so that a transfer
+// under way is never left to sleeps). Then sleeps from kFirstPause, doubling
+// up to kMaxPause.
+constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr double kSpinBytesPerSecond = 1e9;
+constexpr auto kFirstPause = std::chrono::microseconds(20);
 constexpr auto kMaxPause = std::chrono::milliseconds(1);
 
 }  // namespace
@@ -104,16 +116,27 @@ bool P2PRequest::Test() {
   return done_;
 }
 
-bool P2PRequest::WaitFor(double seconds) {
+Clock::duration P2PRequest::SpinTime() const {
+  return kSpin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                     static_cast<double>(bytes_) / kSpinBytesPerSecond));
+}
+
+bool P2PRequest::WaitFor(double seconds, double waited) {
   const auto start = Clock::now();
-  const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  Clock::duration pause = std::chrono::microseconds(10);
+  const auto to_duration = [](double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const auto deadline = start + to_duration(seconds);
+  const auto spin_until = start + SpinTime() - to_duration(waited);
+  Clock::duration pause = kFirstPause;
   for (;;) {
     if (Test()) return true;
     const auto now = Clock::now();
     if (now >= deadline) return false;
-    if (now - start < kSpin) continue;
+    if (now < spin_until) {
+      sched_yield();  // a rank that shares this core runs; none: back at once
+      continue;
+    }
     std::this_thread::sleep_for(std::min(pause, deadline - now));
     pause = std::min<Clock::duration>(pause * 2, kMaxPause);
   }

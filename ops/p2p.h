@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,8 +31,10 @@ class P2PRequest {
 
   // Whether it finished (successfully or not); never blocks for long.
   bool Test() EXCLUDES(mu_);
-  // Polls for up to `seconds`; true once finished.
-  bool WaitFor(double seconds) EXCLUDES(mu_);
+  // Polls for up to `seconds`; true once finished. `waited`: seconds this
+  // wait already polled in earlier calls (a caller that waits in slices), which
+  // count against the back-to-back polling that comes before the sleeps.
+  bool WaitFor(double seconds, double waited = 0) EXCLUDES(mu_);
   // A receive not matched yet is withdrawn (true). False when it finished
   // first, or for a send (MPI cannot withdraw those reliably).
   bool Cancel() EXCLUDES(mu_);
@@ -49,6 +52,8 @@ class P2PRequest {
 
  private:
   void Finish(int rc, const MPI_Status& st) REQUIRES(mu_);
+  // How long WaitFor polls back to back before it sleeps (see p2p.cc).
+  std::chrono::steady_clock::duration SpinTime() const;
 
   Mutex mu_;
   MPI_Request request_ GUARDED_BY(mu_);

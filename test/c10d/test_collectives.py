@@ -229,3 +229,80 @@ def test_coalesced_blocking_reduce_scatters_write_every_output(rank, size):
             dist.reduce_scatter_tensor(out, torch.full((2 * size,), float(rank + k)))
     for k, out in enumerate(outs):
         assert out.tolist() == [float(sum(range(size)) + size * k)] * 2, (k, out)
+
+
+def _count_calls(monkeypatch, *names):
+    """How often each of the engine's functions ``names`` is called from now on."""
+    from kolo.common import engine
+    calls = {name: 0 for name in names}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return call
+    for name in names:
+        monkeypatch.setattr(engine, name, counted(name, getattr(engine, name)))
+    return calls
+
+
+@pytest.mark.parametrize("async_ops", [False, True], ids=["blocking", "async"])
+def test_coalesced_lists_are_one_grouped_call(rank, size, monkeypatch, async_ops):
+    # A list from the coalescing manager is one grouped operation in the core (one call,
+    # negotiated as a unit), as kolo.torch's grouped_* calls, not one operation per tensor;
+    # 0-d and multi-dimensional tensors alike.
+    calls = _count_calls(monkeypatch, "grouped_allreduce_async", "allreduce_async",
+                         "grouped_allgather_async", "allgather_async",
+                         "grouped_reducescatter_async", "reducescatter_async")
+    reduced = [torch.tensor(float(rank)), torch.full((2, 3), float(rank + 1))]
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
+        for t in reduced:
+            dist.all_reduce(t)
+    if async_ops:
+        cm.wait()
+    assert reduced[0].item() == sum(range(size))
+    assert reduced[1].tolist() == [[float(sum(range(1, size + 1)))] * 3] * 2
+
+    inputs = [torch.tensor(float(rank)), torch.full((2, 2), float(10 + rank))]
+    gathered = [torch.zeros(size), torch.zeros(size * 2, 2)]
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
+        for o, i in zip(gathered, inputs):
+            dist.all_gather_into_tensor(o, i)
+    if async_ops:
+        cm.wait()
+    assert gathered[0].tolist() == [float(r) for r in range(size)]
+    assert gathered[1].tolist() == [[float(10 + r)] * 2 for r in range(size) for _ in range(2)]
+
+    scattered = [torch.zeros(3), torch.zeros(1, 2)]
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
+        for k, o in enumerate(scattered):
+            full = torch.arange(float(size * o.numel())).view(size, *o.shape) + rank + k
+            dist.reduce_scatter_tensor(o, full, op=dist.ReduceOp.AVG)
+    if async_ops:
+        cm.wait()
+    for k, o in enumerate(scattered):
+        n = o.numel()
+        want = [rank * n + j + (size - 1) / 2 + k for j in range(n)]
+        assert o.reshape(-1).tolist() == want, (k, o)
+    assert calls == {"grouped_allreduce_async": 1, "allreduce_async": 0,
+                     "grouped_allgather_async": 1, "allgather_async": 0,
+                     "grouped_reducescatter_async": 1, "reducescatter_async": 0}, calls
+
+
+def test_coalesced_reduce_scatter_max_and_bad_inputs(rank, size):
+    # MAX reduces each input whole (kolo's reducescatter sums); a bad input is named by its
+    # place in the list, on every rank alike.
+    outs = [torch.zeros(2), torch.zeros(1)]
+    with dist._coalescing_manager(async_ops=False):
+        for k, o in enumerate(outs):
+            dist.reduce_scatter_tensor(o, torch.full((size * o.numel(),), float(rank + k)),
+                                       op=dist.ReduceOp.MAX)
+    assert [o.tolist() for o in outs] == [[float(size - 1)] * 2, [float(size)]]
+    with pytest.raises(ValueError, match="input 1 has %d elements" % (size + 1)):
+        with dist._coalescing_manager(async_ops=False):
+            dist.reduce_scatter_tensor(torch.zeros(1), torch.zeros(size))
+            dist.reduce_scatter_tensor(torch.zeros(1), torch.zeros(size + 1))
+    with pytest.raises(ValueError, match="allreduce_coalesced input 1 is not contiguous"):
+        with dist._coalescing_manager(async_ops=False):
+            dist.all_reduce(torch.ones(2))
+            dist.all_reduce(torch.ones(2, 3).t())

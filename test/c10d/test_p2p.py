@@ -94,7 +94,9 @@ def test_views_and_non_contiguous_tensors(rank, size):
 def test_size_mismatch_is_named(rank, size):
     """A message larger or smaller than the receiving tensor is an error that says so."""
     if rank == 0:
-        with pytest.raises(RuntimeError, match="rank 1 sent a larger tensor"):
+        with pytest.raises(RuntimeError, match=r"recv from rank 1 \(tag 11\) into a float32 "
+                                               r"tensor of shape \[3\]: rank 1 sent a larger "
+                                               r"tensor"):
             dist.recv(torch.zeros(3), 1, tag=11)
         with pytest.raises(RuntimeError, match="rank 1 sent 8 bytes, but the receiving "
                                                "tensor holds 12 bytes"):
@@ -102,6 +104,34 @@ def test_size_mismatch_is_named(rank, size):
     elif rank == 1:
         dist.send(torch.zeros(5), 0, tag=11)
         dist.send(torch.zeros(2), 0, tag=12)
+    dist.barrier()
+
+
+def test_large_messages(rank, size):
+    """Messages past Open MPI's eager size, which move only while both ranks are inside MPI:
+    both ways at once (each rank waits on its send and its receive), and one whose receiver
+    has waited long before the sender starts (past the back-to-back polling, into the
+    sleeps); whole, whichever rank gets there first."""
+    if rank > 1:
+        dist.barrier()
+        return
+    peer = 1 - rank
+    n = 1 << 20  # 4 MiB of float32
+    got = torch.zeros(n)
+    recv = dist.irecv(got, peer, tag=31)
+    send = dist.isend(torch.arange(float(n)) + rank, peer, tag=31)
+    send.wait()
+    recv.wait()
+    assert torch.equal(got, torch.arange(float(n)) + peer)
+    if rank == 1:
+        late = torch.zeros(n // 4)
+        dist.recv(late, 0, tag=32)
+        assert torch.equal(late, torch.full((n // 4,), 9.0))
+    else:
+        busy = torch.arange(float(n))
+        for _ in range(20):  # rank 1 waits meanwhile (not an ordering: any order passes)
+            busy = busy.cumsum(0) / n
+        dist.send(torch.full((n // 4,), 9.0), 1, tag=32)
     dist.barrier()
 
 

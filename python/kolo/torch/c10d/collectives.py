@@ -43,7 +43,8 @@ def _check(tensor, what):
 
 
 def _flat(tensor):
-    """kolo has no 0-d tensors here: one element (a view)."""
+    """One element (a view) for a 0-d tensor, which kolo's allgather, broadcast and alltoall
+    do not take (its allreduce does)."""
     return tensor if tensor.dim() > 0 else tensor.view(1)
 
 
@@ -61,7 +62,7 @@ class ProcessGroupCollectives:
 
     def _allreduce(self, t, what, name, op, opts):
         """An allreduce of ``t`` in place, started."""
-        return self._enqueue(_engine.allreduce_async, opts, _flat(t), None, _PREFIX + what,
+        return self._enqueue(_engine.allreduce_async, opts, t, None, _PREFIX + what,
                              self._name(name, t), op, 1.0, 1.0)
 
     # allreduce ------------------------------------------------------------------------
@@ -98,13 +99,14 @@ class ProcessGroupCollectives:
         return self._start("sparse all_reduce", h, finish, opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
+        """One grouped kolo allreduce of the list, in place: one call into the core, which
+        reads and checks every tensor (as kolo.torch's grouped_allreduce_)."""
         op = _op_code(opts, "allreduce_coalesced")
-        for i, t in enumerate(tensors):
-            _check(t, "allreduce_coalesced tensor %d" % i)
-        h = self._enqueue(_engine.grouped_allreduce_async, opts, [_flat(t) for t in tensors],
-                          None, _PREFIX + "allreduce_coalesced",
-                          self._name("grouped_allreduce"), op, 1.0, 1.0)
-        return self._start("allreduce_coalesced", h, lambda out: tensors, opts)
+        tensors = tuple(tensors)  # the caller's list may change after the call
+        h = self._enqueue(_engine.grouped_allreduce_async, opts, tensors, None,
+                          _PREFIX + "allreduce_coalesced", self._name("grouped_allreduce"),
+                          op, 1.0, 1.0)
+        return self._start("allreduce_coalesced", h, lambda out: list(tensors), opts)
 
     # broadcast ------------------------------------------------------------------------
 
@@ -172,9 +174,25 @@ class ProcessGroupCollectives:
     _allgather_base = all_gather_single
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        started = [("allgather", self._allgather_handle(i, opts),
-                    lambda out, o=o: _copy_result(out, o)) for i, o in zip(inputs, outputs)]
-        return self._all_of("allgather_into_tensor_coalesced", started, outputs, opts)
+        """all_gather_into_tensor under the coalescing manager: one grouped kolo allgather
+        (one call into the core, negotiated and moved as one unit), every part copied into
+        its output. A rank's rows are its input's bytes whatever its shape, so the inputs go
+        as they are (0-d ones as one element). With an empty input, one allgather each."""
+        if any(i.numel() == 0 for i in inputs):
+            started = [("allgather", self._allgather_handle(i, opts),
+                        lambda out, o=o: _copy_result(out, o)) for i, o in zip(inputs, outputs)]
+            return self._all_of("allgather_into_tensor_coalesced", started, outputs, opts)
+
+        flat = [_flat(i) for i in inputs]
+
+        def finish(out, _keep=flat):  # the inputs stay alive until the core read them
+            for part, o in zip(out.take_parts(), outputs):
+                _copy_result(part, o)
+            return outputs
+        h = self._enqueue(_engine.grouped_allgather_async, opts, flat,
+                          _PREFIX + "all_gather_into_tensor (coalesced)",
+                          self._name("grouped_allgather"))
+        return self._start("allgather_into_tensor_coalesced", h, finish, opts)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -252,8 +270,30 @@ class ProcessGroupCollectives:
         return self._reduce_scatter(output, rows, op, "reduce_scatter_tensor", opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        started = [self._reduce_scatter_tensor(o, i, opts) for o, i in zip(outputs, inputs)]
-        return self._all_of("reduce_scatter_tensor_coalesced", started, outputs, opts)
+        """reduce_scatter_tensor under the coalescing manager: for SUM and AVG one grouped
+        kolo reducescatter (one call into the core, one unit), each input seen as one row
+        per rank; MIN, MAX and PRODUCT reduce each input whole (one allreduce each)."""
+        op = _op_code(opts, "reduce_scatter_tensor")
+        if op not in (_R["sum"], _R["average"]) or any(o.numel() == 0 for o in outputs):
+            started = [self._reduce_scatter_tensor(o, i, opts) for o, i in zip(outputs, inputs)]
+            return self._all_of("reduce_scatter_tensor_coalesced", started, outputs, opts)
+        for k, (o, i) in enumerate(zip(outputs, inputs)):
+            if not i.is_contiguous():
+                _check(i, "reduce_scatter_tensor input %d" % k)  # names it
+            if i.numel() != o.numel() * self.size():
+                raise ValueError("reduce_scatter_tensor: input %d has %d elements, it needs "
+                                 "its output's %d times the group's size %d"
+                                 % (k, i.numel(), o.numel(), self.size()))
+        rows = [i.view(self.size(), o.numel()) for o, i in zip(outputs, inputs)]
+
+        def finish(out, _keep=rows):
+            for part, o in zip(out.take_parts(), outputs):
+                _copy_result(part, o)
+            return outputs
+        h = self._enqueue(_engine.grouped_reducescatter_async, opts, rows,
+                          _PREFIX + "reduce_scatter_tensor (coalesced)",
+                          self._name("grouped_reducescatter"), op, 1.0, 1.0)
+        return self._start("reduce_scatter_tensor_coalesced", h, finish, opts)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 

@@ -24,6 +24,9 @@ def _staged(tensor, what, recv):
     """(buffer, finish): a contiguous CPU tensor whose bytes MPI moves, and what to do once
     a receive into it finished (None when the buffer is the tensor itself). Any dtype: a
     message is the tensor's bytes. CUDA tensors go through host memory."""
+    if (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout == torch.strided
+            and tensor.is_contiguous()):
+        return tensor, None  # the common case, checked first: a message costs microseconds
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if tensor.layout != torch.strided:
@@ -47,6 +50,8 @@ _orphans_lock = threading.Lock()
 
 
 def _sweep_orphans():
+    if not _orphans:  # the common case, without the lock
+        return
     with _orphans_lock:
         _orphans[:] = [(r, keep) for r, keep in _orphans if not r.test()]
 
@@ -56,17 +61,30 @@ class P2PWork(_Work):
     process group's timeout; a receive from any rank tells its sender (``_source_rank()``,
     a rank of the group)."""
 
-    def __init__(self, request, what, keep, finish, timeout):
-        super().__init__()
+    _settled = False
+    _future = None
+    # One lock for every P2PWork (settling one is short): a Work costs no lock of its own,
+    # as a small message costs about a microsecond in MPI.
+    _lock = threading.Lock()
+
+    def __init__(self, request, tag, keep, finish, timeout):
+        _Work.__init__(self)
         self._request = request
-        self._what = what  # "recv from rank 1 (tag 0) into a float32 tensor of shape [3]"
-        self._keep = keep  # the tensors MPI reads or writes until it finished
+        self._tag = tag
+        self._keep = keep  # (buffer, the caller's tensor): MPI's until it finished
         self._finish_recv = finish
-        self._timeout = timeout
-        self._lock = threading.Lock()
-        self._settled = False
+        self._timeout = timeout  # seconds
         self._result = []
-        self._future = None
+
+    @property
+    def _what(self):
+        """What the message is, for errors ("recv from rank 1 (tag 0) into a float32 tensor
+        of shape [3]"): made only when one is raised, not for every message."""
+        request, tensor = self._request, self._keep[1]
+        if request.is_recv:
+            peer = "any rank" if request.peer < 0 else "rank %d" % request.peer
+            return "recv from %s (tag %d) into %s" % (peer, self._tag, _describe(tensor))
+        return "send to rank %d (tag %d) of %s" % (request.peer, self._tag, _describe(tensor))
 
     def _settle(self):
         """Once the request finished: its error, or the received bytes copied out."""
@@ -82,7 +100,7 @@ class P2PWork(_Work):
             self._keep = None
 
     def wait(self, timeout=None):
-        limit = _seconds(timeout or self._timeout)
+        limit = _seconds(timeout) if timeout else self._timeout
         if not self._settled and not self._request.wait(limit):
             if self._request.is_recv and self._request.cancel():
                 self._error = RuntimeError(
@@ -144,6 +162,7 @@ class P2PChannels:
 
     def __init__(self, global_ranks, timeout):
         self.timeout = timeout or dist.distributed_c10d.default_pg_timeout
+        self._timeout_seconds = _seconds(self.timeout)
         self._monitor_calls = 0
         self._error = None
         self._user = self._monitor = None
@@ -185,12 +204,7 @@ class P2PChannels:
         nbytes = buffer.numel() * buffer.element_size()
         start = comm.irecv if recv else comm.isend
         request = start(buffer.data_ptr(), nbytes, peer, tag)
-        if recv:
-            what = "recv from %s (tag %d) into %s" % (
-                "any rank" if peer < 0 else "rank %d" % peer, tag, _describe(tensor))
-        else:
-            what = "send to rank %d (tag %d) of %s" % (peer, tag, _describe(tensor))
-        return P2PWork(request, what, (buffer, tensor), finish, self.timeout)
+        return P2PWork(request, tag, (buffer, tensor), finish, self._timeout_seconds)
 
     # monitored_barrier ----------------------------------------------------------------------
 
