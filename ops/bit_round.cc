@@ -1,16 +1,13 @@
 #include "ops/bit_round.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -54,12 +51,7 @@ struct Header {
   // The leader, when the set spans hosts: the last round whose AND over all
   // hosts is in its published result.
   std::atomic<uint64_t> published;
-  // Ranks asleep in Idle, and the futex word they sleep on: a rank that
-  // arrives (or publishes) while any sleeps bumps it and wakes them.
-  alignas(64) std::atomic<uint32_t> sleepers;
-  std::atomic<uint32_t> wake;
 };
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex word is 32 bits");
 constexpr size_t kInlineWords = 6;
 // A round of this rank's, in the line of its parity.
 struct RoundLine {
@@ -108,10 +100,7 @@ class ShmBitRound : public BitRound {
     RoundLine& line = control_[local_rank_].line[round_ % 2];
     std::memcpy(Slot(local_rank_, round_), bits->data(), bits->size() * sizeof(uint64_t));
     line.words.store(bits->size(), std::memory_order_relaxed);
-    // Sequentially consistent with the sleepers count (as in Idle): either a
-    // sleeper sees this round, or this rank sees the sleeper and wakes it.
-    line.round.store(round_, std::memory_order_seq_cst);
-    WakeSleepers();
+    line.round.store(round_, std::memory_order_release);
     phase_ = Phase::kHost;
     idle_tests_ = 0;
     return Status::OK();
@@ -143,25 +132,11 @@ class ShmBitRound : public BitRound {
         KOLO_RETURN_IF_ERROR(Fail(cross_round_->Test(back)));
         if (!*back) return Status::OK();
         std::memcpy(Published(round_), bits_->data(), bits_->size() * sizeof(uint64_t));
-        header_->published.store(round_, std::memory_order_seq_cst);
-        WakeSleepers();
+        header_->published.store(round_, std::memory_order_release);
         return Status::OK();
       }
     }
     return Status::OK();
-  }
-
-  void Idle(std::chrono::microseconds most) override {
-    if (over_mpi_ || phase_ != Phase::kHost) return BitRound::Idle(most);  // MPI's part
-    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t seen = header_->wake.load(std::memory_order_seq_cst);
-    if (!Arrived()) {
-      timespec timeout{0, static_cast<long>(most.count()) * 1000};
-      // A shared (not private) futex: the ranks are separate processes.
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->wake), FUTEX_WAIT, seen, &timeout,
-              nullptr, 0);
-    }
-    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 
   void Abort() override {
@@ -186,24 +161,6 @@ class ShmBitRound : public BitRound {
   }
   uint64_t* Published(uint64_t round) const {
     return slots_ + (static_cast<size_t>(local_size_) * 2 + round % 2) * max_words_;
-  }
-
-  // Whether what this rank waits for in the host's part of the round is there.
-  bool Arrived() const {
-    if (local_rank_ != 0 && several_hosts_) {
-      return header_->published.load(std::memory_order_seq_cst) >= round_;
-    }
-    for (int r = 0; r < local_size_; ++r) {
-      if (control_[r].line[round_ % 2].round.load(std::memory_order_seq_cst) < round_) return false;
-    }
-    return true;
-  }
-
-  void WakeSleepers() {
-    if (header_->sleepers.load(std::memory_order_seq_cst) == 0) return;
-    header_->wake.fetch_add(1, std::memory_order_seq_cst);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->wake), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
   }
 
   // Every rank of the host has written this round's slot: their AND into bits_.
