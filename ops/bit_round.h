@@ -20,11 +20,9 @@
 
 #include <mpi.h>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kolo/status.h"
@@ -40,8 +38,6 @@ class BitRound {
   virtual Status Start(std::vector<uint64_t>* bits) = 0;
   // Whether the round started last is back; never waits.
   virtual Status Test(bool* back) = 0;
-  // Waits up to `most` before the next Test.
-  virtual void Idle(std::chrono::microseconds most) { std::this_thread::sleep_for(most); }
   // The job lost a rank (issue 47), or this rank stops: a rank that waits in
   // a round for this one stops too. Safe to call from any thread.
   virtual void Abort() {}

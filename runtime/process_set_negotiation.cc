@@ -68,7 +68,7 @@ Status ProcessSet::WaitForRound(Clock::duration patience, bool* done) {
           " s (KOLO_STALL_SHUTDOWN_TIME_SECONDS): a rank is stopped or hangs, or its host lost "
           "its network; kolorun's output names the rank or host");
     }
-    round_->Idle(sleep);  // a peer's arrival ends it early where the round can tell
+    std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
   }
 }
