@@ -182,6 +182,9 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   }
   shm->control_ = static_cast<Control*>(shm->base_);
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);
+  shm->pipelined_piece_bytes_ =
+      std::clamp<int64_t>(options.pipelined_piece_bytes / 64 * 64, 64, shm->slot_bytes_);
+  shm->pipelined_min_bytes_ = options.pipelined_min_bytes;
   if (options.single_copy && size > 1) {
     shm->single_copy_min_bytes_ = std::max<int64_t>(options.single_copy_min_bytes, 1);
     shm->single_copy_max_bytes_ = options.single_copy_max_bytes;
@@ -340,7 +343,81 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
     return AllreduceSingleCopy(from, to, count, dtype, op);
   }
+  if (bytes >= pipelined_min_bytes_ && size_ > 1) {
+    return AllreducePipelined(from, to, count, dtype, op);
+  }
   return AllreduceSlots(from, to, count, dtype, op);
+}
+
+uint8_t* ShmAllreduce::RingPiece(int rank, int64_t position) const {
+  return slots_ + static_cast<size_t>(rank) * 2 * static_cast<size_t>(slot_bytes_) +
+         static_cast<size_t>(position) * static_cast<size_t>(pipelined_piece_bytes_);
+}
+
+Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_t count,
+                                        DataType dtype, ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece = std::max<int64_t>(pipelined_piece_bytes_ / elem, 1);
+  const int64_t depth = 2 * slot_bytes_ / pipelined_piece_bytes_;
+  // Every peer has finished reading this rank's slots in the calls before
+  // (the slot path does not wait for that at its end).
+  KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq_));
+  for (int64_t done = 0, i = 0; done < count; ++i) {
+    const int64_t n = std::min(piece, count - done);
+    const uint8_t* src = from + done * elem;
+    uint8_t* dst = to + done * elem;
+    const uint64_t seq = ++seq_;
+    // This place of the ring was last used `depth` pieces ago.
+    if (i >= depth) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - static_cast<uint64_t>(depth)));
+    const int64_t position = i % depth;
+    uint8_t* mine = RingPiece(rank_, position);
+    const int64_t begin = SplitBegin(n, size_, rank_) * elem;
+    const int64_t len = SplitRows(n, size_, rank_);
+    // Into the ring go only the slices that the peers reduce: this rank's
+    // own slice is read from its input when it reduces.
+    const int64_t bytes = n * elem;
+    const bool streaming = pipelined_copy_.Streaming(bytes);
+    Stopwatch work(CopyChooser::Timed(bytes));
+    work.Start();
+    auto copy_in = [&](int64_t at, int64_t size) {
+      if (size <= 0) return;
+      if (streaming) {
+        StreamingCopy(mine + at, src + at, static_cast<size_t>(size));
+      } else {
+        std::memcpy(mine + at, src + at, static_cast<size_t>(size));
+      }
+    };
+    copy_in(0, begin);
+    copy_in(begin + len * elem, bytes - begin - len * elem);
+    work.Stop();
+    control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
+
+    // op(x[n-1], ... op(x[1], x[0])) of this rank's slice, into its place in
+    // this rank's ring piece, where the peers copy it from.
+    work.Start();
+    if (len > 0) {
+      auto term = [&](int r) { return r == rank_ ? src + begin : RingPiece(r, position) + begin; };
+      ReduceTo(term(1), term(0), mine + begin, len, dtype, op);
+      for (int r = 2; r < size_; ++r) ReduceInto(term(r), mine + begin, len, dtype, op);
+    }
+    work.Stop();
+    control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
+
+    work.Start();
+    for (int r = 0; r < size_; ++r) {
+      const int64_t at = SplitBegin(n, size_, r) * elem;
+      std::memcpy(dst + at, RingPiece(r, position) + at,
+                  static_cast<size_t>(SplitRows(n, size_, r) * elem));
+    }
+    work.Stop();
+    pipelined_copy_.Record(streaming, bytes, work.seconds());
+    control_[rank_].counter[kDone].store(seq, std::memory_order_release);
+    done += n;
+  }
+  // The next call, by whichever path, may write into the ring at once.
+  return WaitFor(kDone, seq_);
 }
 
 Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,

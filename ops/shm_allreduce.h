@@ -106,6 +106,11 @@ class ShmAllreduce {
     int64_t single_copy_max_bytes = 32 << 20;
     // The reduce-scatter reads each peer's slice in chunks of this many bytes.
     int64_t chunk_bytes = 256 << 10;
+    // Buffers of at least pipelined_min_bytes that the single copy does not
+    // take are reduced in pieces of pipelined_piece_bytes through a ring in
+    // the slots (see AllreducePipelined).
+    int64_t pipelined_min_bytes = 1 << 20;
+    int64_t pipelined_piece_bytes = 256 << 10;
   };
 
   // Collective over `comm` (every rank calls it). Fails on every rank alike
@@ -152,6 +157,11 @@ class ShmAllreduce {
                         ReduceOp op);
   Status AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                              ReduceOp op);
+  Status AllreducePipelined(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                            ReduceOp op);
+  // Place `position` of rank `rank`'s ring: its two slots as pieces of
+  // pipelined_piece_bytes_.
+  uint8_t* RingPiece(int rank, int64_t position) const;
   Status ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype, ReduceOp op);
   // Reads `bytes` at `address` in rank `peer`'s memory into `to`.
   Status ReadPeer(int peer, uint64_t address, void* to, size_t bytes);
@@ -173,6 +183,9 @@ class ShmAllreduce {
   uint8_t* slots_ = nullptr;
   uint64_t seq_ = 0;
   CopyChooser copy_;
+  CopyChooser pipelined_copy_;
+  int64_t pipelined_min_bytes_ = 0;
+  int64_t pipelined_piece_bytes_ = 0;
   bool broken_ = false;  // a call failed: the counters can no longer be trusted
 
   bool single_copy_ = false;
