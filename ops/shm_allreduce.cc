@@ -35,6 +35,7 @@ struct ShmAllreduce::Control {
   std::atomic<uint64_t> probe_value;
   std::atomic<uint64_t> in;
   std::atomic<uint64_t> out;
+  std::atomic<uint64_t> path_choice;  // rank 0's PathChooser::mask()
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "atomics shared between processes must be lock-free");
@@ -111,6 +112,51 @@ void CopyChooser::Record(bool streaming, int64_t bytes, double seconds) {
   }
 }
 
+int PathChooser::Class(int64_t bytes) {
+  int k = 0;
+  while (k + 1 < kClasses && (bytes >> (k + 1)) > 0) ++k;
+  return k;
+}
+
+double PathChooser::Path::Best() const {
+  double best = 0;
+  for (double w : window) {
+    if (w != 0 && (best == 0 || w < best)) best = w;
+  }
+  return best;
+}
+
+void PathChooser::Record(int64_t bytes, bool single_copy, double seconds) {
+  const int k = Class(bytes);
+  SizeClass& c = classes_[k];
+  Path& p = c.path[single_copy ? 1 : 0];
+  p.window[p.next] = seconds / static_cast<double>(std::max<int64_t>(bytes, 1));
+  p.next = (p.next + 1) % kWindow;
+  const double pipelined = c.path[0].Best(), one_copy = c.path[1].Best();
+  bool next = false;
+  if (pipelined == 0) {
+    next = false;
+  } else if (one_copy == 0) {
+    next = true;
+  } else {
+    const bool best = one_copy < pipelined;
+    // A call that tried the other path and lost: try it less often.
+    if (single_copy != c.best_single_copy && best == c.best_single_copy) {
+      c.explore_every = std::min(c.explore_every * 2, kExploreMost);
+    } else if (best != c.best_single_copy) {
+      c.explore_every = kExploreFirst;
+    }
+    c.best_single_copy = best;
+    next = best;
+    if (++c.calls >= c.explore_every) {
+      c.calls = 0;
+      next = !best;
+    }
+  }
+  const uint64_t bit = uint64_t{1} << k;
+  mask_ = next ? (mask_ | bit) : (mask_ & ~bit);
+}
+
 Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const Options& options) {
   const int64_t piece_bytes = options.piece_bytes;
   int rank = 0, size = 1;
@@ -185,6 +231,7 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   shm->pipelined_piece_bytes_ =
       std::clamp<int64_t>(options.pipelined_piece_bytes / 64 * 64, 64, shm->slot_bytes_);
   shm->pipelined_min_bytes_ = options.pipelined_min_bytes;
+  shm->choose_path_ = options.choose_path;
   if (options.single_copy && size > 1) {
     shm->single_copy_min_bytes_ = std::max<int64_t>(options.single_copy_min_bytes, 1);
     shm->single_copy_max_bytes_ = options.single_copy_max_bytes;
@@ -340,6 +387,9 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   const auto* from = static_cast<const uint8_t*>(in);
   auto* to = static_cast<uint8_t*>(out);
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  const bool either = single_copy_ && bytes >= single_copy_min_bytes_ &&
+                      bytes <= single_copy_max_bytes_ && bytes >= pipelined_min_bytes_;
+  if (either && choose_path_) return AllreduceChosen(from, to, count, dtype, op);
   if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
     return AllreduceSingleCopy(from, to, count, dtype, op);
   }
@@ -347,6 +397,29 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
     return AllreducePipelined(from, to, count, dtype, op);
   }
   return AllreduceSlots(from, to, count, dtype, op);
+}
+
+// Both paths end with every rank waiting for every peer's kDone of the call's
+// last sequence number; rank 0 publishes the next choices before it raises its
+// own, so a peer reads them after that wait and no later choice can be
+// published before the peer has arrived in its next call.
+Status ShmAllreduce::AllreduceChosen(const uint8_t* from, uint8_t* to, int64_t count,
+                                     DataType dtype, ReduceOp op) {
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  const bool one_copy = path_.SingleCopy(bytes);
+  const auto start = Clock::now();
+  before_last_done_ = [this, bytes, one_copy, start] {
+    if (rank_ != 0) return;
+    path_.Record(bytes, one_copy, std::chrono::duration<double>(Clock::now() - start).count());
+    control_[0].path_choice.store(path_.mask(), std::memory_order_relaxed);
+  };
+  Status status = one_copy ? AllreduceSingleCopy(from, to, count, dtype, op)
+                           : AllreducePipelined(from, to, count, dtype, op);
+  before_last_done_ = nullptr;
+  if (status.ok() && rank_ != 0) {
+    path_.set_mask(control_[0].path_choice.load(std::memory_order_relaxed));
+  }
+  return status;
 }
 
 uint8_t* ShmAllreduce::RingPiece(int rank, int64_t position) const {
@@ -413,8 +486,9 @@ Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_
     }
     work.Stop();
     pipelined_copy_.Record(streaming, bytes, work.seconds());
-    control_[rank_].counter[kDone].store(seq, std::memory_order_release);
     done += n;
+    if (done == count && before_last_done_) before_last_done_();
+    control_[rank_].counter[kDone].store(seq, std::memory_order_release);
   }
   // The next call, by whichever path, may write into the ring at once.
   return WaitFor(kDone, seq_);
@@ -502,6 +576,8 @@ Status ShmAllreduce::AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_
                            static_cast<size_t>(SplitRows(count, size_, s) * elem));
     if (!read.ok()) return Fail(read);
   }
+  ++single_copy_calls_;
+  if (before_last_done_) before_last_done_();
   me.counter[kDone].store(seq, std::memory_order_release);
   // No rank returns (and lets its caller reuse the buffers) while a peer reads them.
   return WaitFor(kDone, seq);
