@@ -429,6 +429,39 @@ uint8_t* ShmAllreduce::RingPiece(int rank, int64_t position) const {
 
 Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_t count,
                                         DataType dtype, ReduceOp op) {
+  const Part whole{from, to, count};
+  return AllreducePipelined(Parts(&whole, 1), dtype, op);
+}
+
+Status ShmAllreduce::AllreduceParts(const std::vector<Part>& parts, DataType dtype, ReduceOp op) {
+  if (broken_) {
+    return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
+  }
+  return AllreducePipelined(Parts(parts.data(), parts.size()), dtype, op);
+}
+
+ShmAllreduce::Parts::Parts(const Part* parts, size_t n) : parts_(parts), begin_(n + 1, 0) {
+  for (size_t i = 0; i < n; ++i) begin_[i + 1] = begin_[i] + parts[i].count;
+}
+
+template <typename F>
+void ShmAllreduce::Parts::ForRuns(int64_t begin, int64_t count, int64_t elem, F fn) const {
+  // The last part that starts at or before `begin` (parts of no elements skipped).
+  size_t i = static_cast<size_t>(std::upper_bound(begin_.begin(), begin_.end() - 1, begin) -
+                                 begin_.begin()) -
+             1;
+  for (int64_t at = begin, end = begin + count; at < end; ++i) {
+    const int64_t n = std::min(end, begin_[i + 1]) - at;
+    if (n <= 0) continue;
+    const int64_t offset = (at - begin_[i]) * elem;
+    fn(static_cast<const uint8_t*>(parts_[i].in) + offset,
+       static_cast<uint8_t*>(parts_[i].out) + offset, (at - begin) * elem, n);
+    at += n;
+  }
+}
+
+Status ShmAllreduce::AllreducePipelined(const Parts& parts, DataType dtype, ReduceOp op) {
+  const int64_t count = parts.count();
   const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t piece = std::max<int64_t>(pipelined_piece_bytes_ / elem, 1);
   const int64_t depth = 2 * slot_bytes_ / pipelined_piece_bytes_;
@@ -437,14 +470,12 @@ Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_
   KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq_));
   for (int64_t done = 0, i = 0; done < count; ++i) {
     const int64_t n = std::min(piece, count - done);
-    const uint8_t* src = from + done * elem;
-    uint8_t* dst = to + done * elem;
     const uint64_t seq = ++seq_;
     // This place of the ring was last used `depth` pieces ago.
     if (i >= depth) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - static_cast<uint64_t>(depth)));
     const int64_t position = i % depth;
     uint8_t* mine = RingPiece(rank_, position);
-    const int64_t begin = SplitBegin(n, size_, rank_) * elem;
+    const int64_t begin = SplitBegin(n, size_, rank_);
     const int64_t len = SplitRows(n, size_, rank_);
     // Into the ring go only the slices that the peers reduce: this rank's
     // own slice is read from its input when it reduces.
@@ -452,27 +483,39 @@ Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_
     const bool streaming = pipelined_copy_.Streaming(bytes);
     Stopwatch work(CopyChooser::Timed(bytes));
     work.Start();
-    auto copy_in = [&](int64_t at, int64_t size) {
-      if (size <= 0) return;
-      if (streaming) {
-        StreamingCopy(mine + at, src + at, static_cast<size_t>(size));
-      } else {
-        std::memcpy(mine + at, src + at, static_cast<size_t>(size));
-      }
+    // Elements [from, from + rows) of the piece into their place in the ring.
+    auto copy_in = [&](int64_t from, int64_t rows) {
+      uint8_t* place = mine + from * elem;
+      parts.ForRuns(done + from, rows, elem,
+                    [&](const uint8_t* in, uint8_t*, int64_t at, int64_t k) {
+                      if (streaming) {
+                        StreamingCopy(place + at, in, static_cast<size_t>(k * elem));
+                      } else {
+                        std::memcpy(place + at, in, static_cast<size_t>(k * elem));
+                      }
+                    });
     };
     copy_in(0, begin);
-    copy_in(begin + len * elem, bytes - begin - len * elem);
+    copy_in(begin + len, n - begin - len);
     work.Stop();
     control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
     KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
 
     // op(x[n-1], ... op(x[1], x[0])) of this rank's slice, into its place in
-    // this rank's ring piece, where the peers copy it from.
+    // this rank's ring piece, where the peers copy it from; this rank's own
+    // term comes from its input, run by run.
     work.Start();
     if (len > 0) {
-      auto term = [&](int r) { return r == rank_ ? src + begin : RingPiece(r, position) + begin; };
-      ReduceTo(term(1), term(0), mine + begin, len, dtype, op);
-      for (int r = 2; r < size_; ++r) ReduceInto(term(r), mine + begin, len, dtype, op);
+      uint8_t* sum = mine + begin * elem;
+      parts.ForRuns(done + begin, len, elem,
+                    [&](const uint8_t* in, uint8_t*, int64_t at, int64_t rows) {
+                      auto term = [&](int r) {
+                        return r == rank_ ? in : RingPiece(r, position) + begin * elem + at;
+                      };
+                      ReduceTo(term(1), term(0), sum + at, rows, dtype, op);
+                      for (int r = 2; r < size_; ++r)
+                        ReduceInto(term(r), sum + at, rows, dtype, op);
+                    });
     }
     work.Stop();
     control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
@@ -480,9 +523,12 @@ Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_
 
     work.Start();
     for (int r = 0; r < size_; ++r) {
-      const int64_t at = SplitBegin(n, size_, r) * elem;
-      std::memcpy(dst + at, RingPiece(r, position) + at,
-                  static_cast<size_t>(SplitRows(n, size_, r) * elem));
+      const uint8_t* reduced = RingPiece(r, position);
+      parts.ForRuns(done + SplitBegin(n, size_, r), SplitRows(n, size_, r), elem,
+                    [&](const uint8_t*, uint8_t* out, int64_t at, int64_t rows) {
+                      std::memcpy(out, reduced + SplitBegin(n, size_, r) * elem + at,
+                                  static_cast<size_t>(rows * elem));
+                    });
     }
     work.Stop();
     pipelined_copy_.Record(streaming, bytes, work.seconds());

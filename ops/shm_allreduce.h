@@ -183,6 +183,21 @@ class ShmAllreduce {
   // single copy) and its result written to `out`, so an out-of-place
   // allreduce costs no more copies than one in place.
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
+  // One tensor of a fused allreduce: `count` elements read from `in`, their
+  // reduction written to `out` (the same memory, or memory that does not
+  // overlap it).
+  struct Part {
+    const void* in;
+    void* out;
+    int64_t count;
+  };
+  // Whether AllreduceParts takes parts of `bytes` in all.
+  bool TakesParts(int64_t bytes) const { return size_ > 1 && bytes >= pipelined_min_bytes_; }
+  // Reduces the parts as one buffer of their concatenation through the
+  // pipelined slots, copying each piece straight from the parts into the ring
+  // and from the ring into the parts: no fusion buffer, no copies into and out
+  // of it. The same parts' sizes on every rank.
+  Status AllreduceParts(const std::vector<Part>& parts, DataType dtype, ReduceOp op);
   // Pieces of `piece_bytes` (at most the slot size given to Create, at least
   // 64 bytes) from the next Allreduce on; every rank must change it between
   // the same two calls. The slots keep their places, so the double-buffering
@@ -209,8 +224,24 @@ class ShmAllreduce {
                              ReduceOp op);
   Status AllreduceChosen(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                          ReduceOp op);
+  // The parts of one allreduce, found by their elements' place in the whole.
+  class Parts {
+   public:
+    Parts(const Part* parts, size_t n);
+    int64_t count() const { return begin_.back(); }
+    // fn(in, out, at, n) for each run of elements [begin, begin + count) that
+    // lies in one part: the run's first element in the part's input and
+    // output, its offset in bytes from `begin`'s, its elements.
+    template <typename F>
+    void ForRuns(int64_t begin, int64_t count, int64_t elem, F fn) const;
+
+   private:
+    const Part* parts_;
+    std::vector<int64_t> begin_;  // each part's first element; the total last
+  };
   Status AllreducePipelined(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                             ReduceOp op);
+  Status AllreducePipelined(const Parts& parts, DataType dtype, ReduceOp op);
   // Place `position` of rank `rank`'s ring: its two slots as pieces of
   // pipelined_piece_bytes_.
   uint8_t* RingPiece(int rank, int64_t position) const;

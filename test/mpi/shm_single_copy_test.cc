@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -429,6 +430,101 @@ TEST(ShmPipelined, EveryRankTakesThePathRankZeroChose) {
   // Each class tried both paths: at least one call each way.
   EXPECT_GE(mine, 2) << "rank " << rank;
   EXPECT_LE(mine, calls - 2) << "rank " << rank;
+}
+
+// Tensors reduced as one buffer of their concatenation, straight from and into
+// their own memory: empty parts, parts smaller than a piece and parts across
+// pieces and slices, in place and out of place, against the rank order.
+TEST(ShmPipelined, PartsAreReducedAsTheirConcatenation) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = 4096;
+  options.single_copy = false;
+  options.pipelined_min_bytes = 64;
+  options.pipelined_piece_bytes = 1024;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  if (Size() < 2) GTEST_SKIP() << "one rank reduces nothing";
+  const std::vector<int64_t> counts = {3, 0, 255, 1, 1000, 0, 4097, 17};
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  ASSERT_TRUE(shm.value()->TakesParts(total * 4));
+  uint64_t seed = 3000;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    std::vector<uint8_t> mine;
+    const std::vector<uint8_t> want = Reference(DataType::kFloat32, op, total, ++seed, &mine);
+    for (bool in_place : {true, false}) {
+      std::vector<std::vector<uint8_t>> in, out;
+      std::vector<ShmAllreduce::Part> parts;
+      int64_t at = 0;
+      for (int64_t c : counts) {
+        in.emplace_back(mine.begin() + at * 4, mine.begin() + (at + c) * 4);
+        out.emplace_back(static_cast<size_t>(c * 4), 0xA5);
+        at += c;
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        parts.push_back({in[i].data(), in_place ? in[i].data() : out[i].data(), counts[i]});
+      }
+      Status s = shm.value()->AllreduceParts(parts, DataType::kFloat32, op);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      std::vector<uint8_t> got;
+      at = 0;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const std::vector<uint8_t>& result = in_place ? in[i] : out[i];
+        got.insert(got.end(), result.begin(), result.end());
+        if (!in_place) {
+          EXPECT_TRUE(std::equal(in[i].begin(), in[i].end(), mine.begin() + at * 4))
+              << "part " << i << "'s input was written to";
+        }
+        at += counts[i];
+      }
+      ASSERT_EQ(FirstDifference(got, want, DataType::kFloat32), -1)
+          << "op " << static_cast<int>(op) << (in_place ? " in place" : " out of place") << " rank "
+          << Rank();
+    }
+  }
+}
+
+// The runtime's fused allreduces of 1 MiB and more go through the parts (no
+// fusion buffer): averaged, in place and out of place, each tensor right.
+TEST(ShmPipelined, FusedTensorsThroughTheRuntimeAreAveragedEachInItsOwnMemory) {
+  InitOptions init;
+  init.comm = MPI_COMM_WORLD;
+  auto rt = Runtime::Create(init);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  const int size = Size(), rank = Rank();
+  const int tensors = 12;
+  const int64_t n = 60000;  // 240 KB each: below the in-place threshold, so fused
+  std::vector<Buffer> in, out;
+  for (int k = 0; k < tensors; ++k) {
+    in.emplace_back(DataType::kFloat32, n + k);
+    out.emplace_back(DataType::kFloat32, n + k);
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Handle> handles;
+    for (int k = 0; k < tensors; ++k) {
+      for (int64_t i = 0; i < in[k].size(); ++i) in[k].Set(i, (rank + 1) * ((i + k + round) % 11));
+      AllreduceOptions opts;
+      opts.op = ReduceOp::kAverage;
+      opts.name = "parts." + std::to_string(k);
+      auto h = k % 2 == 0 ? rt.value()->EnqueueAllreduce(in[k].View(), in[k].View(), opts)
+                          : rt.value()->EnqueueAllreduce(in[k].View(), out[k].View(), opts);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      handles.push_back(h.value());
+    }
+    for (Handle h : handles) ASSERT_TRUE(rt.value()->Wait(h).ok());
+    for (int k = 0; k < tensors; ++k) {
+      const Buffer& got = k % 2 == 0 ? in[k] : out[k];
+      for (int64_t i = 0; i < got.size(); ++i) {
+        const double want = static_cast<float>((i + k + round) % 11 * (size + 1) / 2.0);
+        ASSERT_EQ(got.Get(i), want)
+            << "round " << round << " tensor " << k << " rank " << rank << " elem " << i;
+        if (k % 2 == 1) {
+          ASSERT_EQ(in[k].Get(i), (rank + 1) * ((i + k + round) % 11)) << "input changed";
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(rt.value()->Shutdown().ok());
 }
 
 // A runtime whose log of its start is captured; the captured text in `log`.
