@@ -48,21 +48,21 @@ void MapElements(void* data, int64_t n, DataType dtype, F f) {
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void Reduce16(const uint16_t* in, uint16_t* inout, int64_t n, ReduceOp op) {
+void Reduce16(const uint16_t* in, const uint16_t* acc, uint16_t* out, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
     case ReduceOp::kAdasum:  // never asked: not elementwise (ops/adasum.h)
-      for (int64_t i = 0; i < n; ++i) inout[i] = FromF(ToF(in[i]) + ToF(inout[i]));
+      for (int64_t i = 0; i < n; ++i) out[i] = FromF(ToF(in[i]) + ToF(acc[i]));
       break;
     case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) inout[i] = FromF(std::min(ToF(in[i]), ToF(inout[i])));
+      for (int64_t i = 0; i < n; ++i) out[i] = FromF(std::min(ToF(in[i]), ToF(acc[i])));
       break;
     case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) inout[i] = FromF(std::max(ToF(in[i]), ToF(inout[i])));
+      for (int64_t i = 0; i < n; ++i) out[i] = FromF(std::max(ToF(in[i]), ToF(acc[i])));
       break;
     case ReduceOp::kProduct:
-      for (int64_t i = 0; i < n; ++i) inout[i] = FromF(ToF(in[i]) * ToF(inout[i]));
+      for (int64_t i = 0; i < n; ++i) out[i] = FromF(ToF(in[i]) * ToF(acc[i]));
       break;
   }
 }
@@ -111,76 +111,91 @@ T WrapMul(T a, T b) {
   return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
 }
 
+// out[i] = op(in[i], acc[i]); `out` is `acc` (ReduceInto) or does not overlap it.
 template <typename T>
-void ReduceTyped(const T* in, T* inout, int64_t count, ReduceOp op) {
+void ReduceTyped(const T* in, const T* acc, T* out, int64_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
     case ReduceOp::kAdasum:  // never asked: not elementwise (ops/adasum.h)
       if constexpr (std::is_integral_v<T>) {
-        for (int64_t i = 0; i < count; ++i) inout[i] = WrapAdd(inout[i], in[i]);
+        for (int64_t i = 0; i < count; ++i) out[i] = WrapAdd(acc[i], in[i]);
       } else {
-        for (int64_t i = 0; i < count; ++i) inout[i] += in[i];
+        for (int64_t i = 0; i < count; ++i) out[i] = acc[i] + in[i];
       }
       break;
     case ReduceOp::kProduct:
       if constexpr (std::is_integral_v<T>) {
-        for (int64_t i = 0; i < count; ++i) inout[i] = WrapMul(inout[i], in[i]);
+        for (int64_t i = 0; i < count; ++i) out[i] = WrapMul(acc[i], in[i]);
       } else {
-        for (int64_t i = 0; i < count; ++i) inout[i] *= in[i];
+        for (int64_t i = 0; i < count; ++i) out[i] = acc[i] * in[i];
       }
       break;
     case ReduceOp::kMin:
-      for (int64_t i = 0; i < count; ++i) inout[i] = in[i] < inout[i] ? in[i] : inout[i];
+      for (int64_t i = 0; i < count; ++i) out[i] = in[i] < acc[i] ? in[i] : acc[i];
       break;
     case ReduceOp::kMax:
-      for (int64_t i = 0; i < count; ++i) inout[i] = in[i] > inout[i] ? in[i] : inout[i];
+      for (int64_t i = 0; i < count; ++i) out[i] = in[i] > acc[i] ? in[i] : acc[i];
       break;
   }
 }
 
-void ReduceBool(const uint8_t* in, uint8_t* inout, int64_t count, ReduceOp op) {
+void ReduceBool(const uint8_t* in, const uint8_t* acc, uint8_t* out, int64_t count, ReduceOp op) {
   const bool all = op == ReduceOp::kMin || op == ReduceOp::kProduct;
   for (int64_t i = 0; i < count; ++i) {
-    inout[i] = all ? (inout[i] != 0 && in[i] != 0) : (inout[i] != 0 || in[i] != 0);
+    out[i] = all ? (acc[i] != 0 && in[i] != 0) : (acc[i] != 0 || in[i] != 0);
   }
 }
 
 }  // namespace
 
 void ReduceInto(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) {
+  ReduceTo(in, inout, inout, count, dtype, op);
+}
+
+void ReduceTo(const void* in, const void* acc, void* out, int64_t count, DataType dtype,
+              ReduceOp op) {
+  auto typed = [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    ReduceTyped(static_cast<const T*>(in), static_cast<const T*>(acc), static_cast<T*>(out), count,
+                op);
+  };
   switch (dtype) {
     case DataType::kUInt8:
-      return ReduceTyped(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(inout), count, op);
+      return typed(static_cast<uint8_t*>(nullptr));
     case DataType::kInt8:
-      return ReduceTyped(static_cast<const int8_t*>(in), static_cast<int8_t*>(inout), count, op);
+      return typed(static_cast<int8_t*>(nullptr));
     case DataType::kUInt16:
-      return ReduceTyped(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), count,
-                         op);
+      return typed(static_cast<uint16_t*>(nullptr));
     case DataType::kInt16:
-      return ReduceTyped(static_cast<const int16_t*>(in), static_cast<int16_t*>(inout), count, op);
+      return typed(static_cast<int16_t*>(nullptr));
     case DataType::kInt32:
-      return ReduceTyped(static_cast<const int32_t*>(in), static_cast<int32_t*>(inout), count, op);
+      return typed(static_cast<int32_t*>(nullptr));
     case DataType::kInt64:
-      return ReduceTyped(static_cast<const int64_t*>(in), static_cast<int64_t*>(inout), count, op);
+      return typed(static_cast<int64_t*>(nullptr));
     case DataType::kFloat32:
-      return ReduceTyped(static_cast<const float*>(in), static_cast<float*>(inout), count, op);
+      return typed(static_cast<float*>(nullptr));
     case DataType::kFloat64:
-      return ReduceTyped(static_cast<const double*>(in), static_cast<double*>(inout), count, op);
+      return typed(static_cast<double*>(nullptr));
     case DataType::kFloat16:
+      return Reduce16<HalfToFloat, FloatToHalf>(static_cast<const uint16_t*>(in),
+                                                static_cast<const uint16_t*>(acc),
+                                                static_cast<uint16_t*>(out), count, op);
     case DataType::kBFloat16:
-      return ReduceHalf(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), count, op,
-                        dtype == DataType::kBFloat16);
+      return Reduce16<BFloat16ToFloat, FloatToBFloat16>(static_cast<const uint16_t*>(in),
+                                                        static_cast<const uint16_t*>(acc),
+                                                        static_cast<uint16_t*>(out), count, op);
     case DataType::kBool:
-      return ReduceBool(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(inout), count, op);
+      return ReduceBool(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(acc),
+                        static_cast<uint8_t*>(out), count, op);
   }
 }
 
 void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op, bool bfloat) {
   if (bfloat) {
-    Reduce16<BFloat16ToFloat, FloatToBFloat16>(in, inout, count, op);
+    Reduce16<BFloat16ToFloat, FloatToBFloat16>(in, inout, inout, count, op);
   } else {
-    Reduce16<HalfToFloat, FloatToHalf>(in, inout, count, op);
+    Reduce16<HalfToFloat, FloatToHalf>(in, inout, inout, count, op);
   }
 }
 

@@ -94,6 +94,10 @@ void ReduceHalf(const uint16_t* in, uint16_t* inout, int64_t count, ReduceOp op,
 // wrap on overflow, kAverage is the sum, bool sum/max are "or" and min/product
 // are "and".
 void ReduceInto(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op);
+// out[i] = op(in[i], acc[i]), as ReduceInto would leave acc; `out` is `acc` or
+// does not overlap it. Saves copying `acc` to `out` first.
+void ReduceTo(const void* in, const void* acc, void* out, int64_t count, DataType dtype,
+              ReduceOp op);
 
 // memcpy with non-temporal stores: the destination's cache lines go to memory
 // without first being read into this core's cache, or taken back from another

@@ -22,9 +22,8 @@ Result<HostMoverChoice> MakeHostMover(MPI_Comm comm, const MpiOps* ops,
       choice.why = "allreduce through shared memory (every member on this host)";
       if (s.single_copy()) {
         choice.why += ", with one copy from " +
-                      std::to_string(shm_options.single_copy_min_bytes >> 10) + " to " +
-                      std::to_string(shm_options.single_copy_max_bytes >> 10) +
-                      " KiB (process_vm_readv)";
+                      std::to_string(shm_options.single_copy_min_bytes >> 10) +
+                      " KiB where it measures faster than the pipelined slots (process_vm_readv)";
       } else if (!s.single_copy_why_not().empty()) {
         // Asked for (the default) and refused by the kernel: said once, on rank 0.
         choice.why += ", copying through slots: " + s.single_copy_why_not();

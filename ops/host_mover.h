@@ -35,6 +35,21 @@ class HostMover {
     if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * DataTypeSize(dtype));
     return Allreduce(out, count, dtype, op);
   }
+  // One tensor of a fused allreduce: `count` elements from `in`, the result
+  // to `out` (the same memory or none of it).
+  struct Part {
+    const void* in;
+    void* out;
+    int64_t count;
+  };
+  // Whether AllreduceParts takes a fused allreduce of `bytes` in all.
+  virtual bool TakesParts(int64_t /*bytes*/) const { return false; }
+  // Reduces the parts as one buffer of their concatenation without copying
+  // them into one first (the executor's fusion buffer). Only where TakesParts.
+  virtual Status AllreduceParts(const std::vector<Part>& /*parts*/, DataType /*dtype*/,
+                                ReduceOp /*op*/) {
+    return Status::Internal("this host mover does not reduce parts");
+  }
   // Every rank contributes `send_bytes`; rank i's recv_bytes[i] land one after
   // the other in `recv`.
   virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,

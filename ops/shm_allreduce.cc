@@ -27,7 +27,7 @@ namespace kolo {
 // copying out) and whether it gave up. The second holds what the peers read
 // of it: its process and probe value (set once at Create) and its buffers'
 // addresses in the current single-copy call (set before kArrived is raised).
-// Then two lines, by call parity, that carry a buffer of up to kLineBytes
+// Then two lines, by call parity, that carry a buffer of up to 56 bytes
 // with its call's counter: a peer gets both with one transfer between cores.
 struct ShmAllreduce::Control {
   alignas(64) std::atomic<uint64_t> counter[3];
@@ -37,6 +37,7 @@ struct ShmAllreduce::Control {
   std::atomic<uint64_t> probe_value;
   std::atomic<uint64_t> in;
   std::atomic<uint64_t> out;
+  std::atomic<uint64_t> path_choice;  // rank 0's PathChooser::mask()
   struct Line {
     alignas(64) std::atomic<uint64_t> seq;  // the call whose buffer `data` holds
     uint8_t data[56];
@@ -118,6 +119,51 @@ void CopyChooser::Record(bool streaming, int64_t bytes, double seconds) {
   }
 }
 
+int PathChooser::Class(int64_t bytes) {
+  int k = 0;
+  while (k + 1 < kClasses && (bytes >> (k + 1)) > 0) ++k;
+  return k;
+}
+
+double PathChooser::Path::Best() const {
+  double best = 0;
+  for (double w : window) {
+    if (w != 0 && (best == 0 || w < best)) best = w;
+  }
+  return best;
+}
+
+void PathChooser::Record(int64_t bytes, bool single_copy, double seconds) {
+  const int k = Class(bytes);
+  SizeClass& c = classes_[k];
+  Path& p = c.path[single_copy ? 1 : 0];
+  p.window[p.next] = seconds / static_cast<double>(std::max<int64_t>(bytes, 1));
+  p.next = (p.next + 1) % kWindow;
+  const double pipelined = c.path[0].Best(), one_copy = c.path[1].Best();
+  bool next = false;
+  if (pipelined == 0) {
+    next = false;
+  } else if (one_copy == 0) {
+    next = true;
+  } else {
+    const bool best = one_copy < pipelined;
+    // A call that tried the other path and lost: try it less often.
+    if (single_copy != c.best_single_copy && best == c.best_single_copy) {
+      c.explore_every = std::min(c.explore_every * 2, kExploreMost);
+    } else if (best != c.best_single_copy) {
+      c.explore_every = kExploreFirst;
+    }
+    c.best_single_copy = best;
+    next = best;
+    if (++c.calls >= c.explore_every) {
+      c.calls = 0;
+      next = !best;
+    }
+  }
+  const uint64_t bit = uint64_t{1} << k;
+  mask_ = next ? (mask_ | bit) : (mask_ & ~bit);
+}
+
 Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const Options& options) {
   const int64_t piece_bytes = options.piece_bytes;
   int rank = 0, size = 1;
@@ -190,6 +236,10 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   }
   shm->control_ = static_cast<Control*>(shm->base_);
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);
+  shm->pipelined_piece_bytes_ =
+      std::clamp<int64_t>(options.pipelined_piece_bytes / 64 * 64, 64, shm->slot_bytes_);
+  shm->pipelined_min_bytes_ = options.pipelined_min_bytes;
+  shm->choose_path_ = options.choose_path;
   if (options.single_copy && size > 1) {
     shm->single_copy_min_bytes_ = std::max<int64_t>(options.single_copy_min_bytes, 1);
     shm->single_copy_max_bytes_ = options.single_copy_max_bytes;
@@ -350,8 +400,14 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   if (bytes <= whole_max_bytes_) {
     return AllreduceWhole(from, to, count, dtype, op);
   }
+  const bool either = single_copy_ && bytes >= single_copy_min_bytes_ &&
+                      bytes <= single_copy_max_bytes_ && bytes >= pipelined_min_bytes_;
+  if (either && choose_path_) return AllreduceChosen(from, to, count, dtype, op);
   if (single_copy_ && bytes >= single_copy_min_bytes_ && bytes <= single_copy_max_bytes_) {
     return AllreduceSingleCopy(from, to, count, dtype, op);
+  }
+  if (bytes >= pipelined_min_bytes_ && size_ > 1) {
+    return AllreducePipelined(from, to, count, dtype, op);
   }
   return AllreduceSlots(from, to, count, dtype, op);
 }
@@ -376,6 +432,147 @@ Status ShmAllreduce::AllreduceWhole(const uint8_t* from, uint8_t* to, int64_t co
   control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
   control_[rank_].counter[kDone].store(seq, std::memory_order_release);
   return Status::OK();
+}
+
+// Both paths end with every rank waiting for every peer's kDone of the call's
+// last sequence number; rank 0 publishes the next choices before it raises its
+// own, so a peer reads them after that wait and no later choice can be
+// published before the peer has arrived in its next call.
+Status ShmAllreduce::AllreduceChosen(const uint8_t* from, uint8_t* to, int64_t count,
+                                     DataType dtype, ReduceOp op) {
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  const bool one_copy = path_.SingleCopy(bytes);
+  const auto start = Clock::now();
+  before_last_done_ = [this, bytes, one_copy, start] {
+    if (rank_ != 0) return;
+    path_.Record(bytes, one_copy, std::chrono::duration<double>(Clock::now() - start).count());
+    control_[0].path_choice.store(path_.mask(), std::memory_order_relaxed);
+  };
+  Status status = one_copy ? AllreduceSingleCopy(from, to, count, dtype, op)
+                           : AllreducePipelined(from, to, count, dtype, op);
+  before_last_done_ = nullptr;
+  if (status.ok() && rank_ != 0) {
+    path_.set_mask(control_[0].path_choice.load(std::memory_order_relaxed));
+  }
+  return status;
+}
+
+uint8_t* ShmAllreduce::RingPiece(int rank, int64_t position) const {
+  return slots_ + static_cast<size_t>(rank) * 2 * static_cast<size_t>(slot_bytes_) +
+         static_cast<size_t>(position) * static_cast<size_t>(pipelined_piece_bytes_);
+}
+
+Status ShmAllreduce::AllreducePipelined(const uint8_t* from, uint8_t* to, int64_t count,
+                                        DataType dtype, ReduceOp op) {
+  const Part whole{from, to, count};
+  return AllreducePipelined(Parts(&whole, 1), dtype, op);
+}
+
+Status ShmAllreduce::AllreduceParts(const std::vector<Part>& parts, DataType dtype, ReduceOp op) {
+  if (broken_) {
+    return Status::Internal("the shared-memory allreduce failed earlier; restart the job");
+  }
+  return AllreducePipelined(Parts(parts.data(), parts.size()), dtype, op);
+}
+
+ShmAllreduce::Parts::Parts(const Part* parts, size_t n) : parts_(parts), begin_(n + 1, 0) {
+  for (size_t i = 0; i < n; ++i) begin_[i + 1] = begin_[i] + parts[i].count;
+}
+
+template <typename F>
+void ShmAllreduce::Parts::ForRuns(int64_t begin, int64_t count, int64_t elem, F fn) const {
+  // The last part that starts at or before `begin` (parts of no elements skipped).
+  size_t i = static_cast<size_t>(std::upper_bound(begin_.begin(), begin_.end() - 1, begin) -
+                                 begin_.begin()) -
+             1;
+  for (int64_t at = begin, end = begin + count; at < end; ++i) {
+    const int64_t n = std::min(end, begin_[i + 1]) - at;
+    if (n <= 0) continue;
+    const int64_t offset = (at - begin_[i]) * elem;
+    fn(static_cast<const uint8_t*>(parts_[i].in) + offset,
+       static_cast<uint8_t*>(parts_[i].out) + offset, (at - begin) * elem, n);
+    at += n;
+  }
+}
+
+Status ShmAllreduce::AllreducePipelined(const Parts& parts, DataType dtype, ReduceOp op) {
+  const int64_t count = parts.count();
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece = std::max<int64_t>(pipelined_piece_bytes_ / elem, 1);
+  const int64_t depth = 2 * slot_bytes_ / pipelined_piece_bytes_;
+  // Every peer has finished reading this rank's slots in the calls before
+  // (the slot path does not wait for that at its end).
+  KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq_));
+  for (int64_t done = 0, i = 0; done < count; ++i) {
+    const int64_t n = std::min(piece, count - done);
+    const uint64_t seq = ++seq_;
+    // This place of the ring was last used `depth` pieces ago.
+    if (i >= depth) KOLO_RETURN_IF_ERROR(WaitFor(kDone, seq - static_cast<uint64_t>(depth)));
+    const int64_t position = i % depth;
+    uint8_t* mine = RingPiece(rank_, position);
+    const int64_t begin = SplitBegin(n, size_, rank_);
+    const int64_t len = SplitRows(n, size_, rank_);
+    // Into the ring go only the slices that the peers reduce: this rank's
+    // own slice is read from its input when it reduces.
+    const int64_t bytes = n * elem;
+    const bool streaming = pipelined_copy_.Streaming(bytes);
+    Stopwatch work(CopyChooser::Timed(bytes));
+    work.Start();
+    // Elements [from, from + rows) of the piece into their place in the ring.
+    auto copy_in = [&](int64_t from, int64_t rows) {
+      uint8_t* place = mine + from * elem;
+      parts.ForRuns(done + from, rows, elem,
+                    [&](const uint8_t* in, uint8_t*, int64_t at, int64_t k) {
+                      if (streaming) {
+                        StreamingCopy(place + at, in, static_cast<size_t>(k * elem));
+                      } else {
+                        std::memcpy(place + at, in, static_cast<size_t>(k * elem));
+                      }
+                    });
+    };
+    copy_in(0, begin);
+    copy_in(begin + len, n - begin - len);
+    work.Stop();
+    control_[rank_].counter[kArrived].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kArrived, seq));
+
+    // op(x[n-1], ... op(x[1], x[0])) of this rank's slice, into its place in
+    // this rank's ring piece, where the peers copy it from; this rank's own
+    // term comes from its input, run by run.
+    work.Start();
+    if (len > 0) {
+      uint8_t* sum = mine + begin * elem;
+      parts.ForRuns(done + begin, len, elem,
+                    [&](const uint8_t* in, uint8_t*, int64_t at, int64_t rows) {
+                      auto term = [&](int r) {
+                        return r == rank_ ? in : RingPiece(r, position) + begin * elem + at;
+                      };
+                      ReduceTo(term(1), term(0), sum + at, rows, dtype, op);
+                      for (int r = 2; r < size_; ++r)
+                        ReduceInto(term(r), sum + at, rows, dtype, op);
+                    });
+    }
+    work.Stop();
+    control_[rank_].counter[kReduced].store(seq, std::memory_order_release);
+    KOLO_RETURN_IF_ERROR(WaitFor(kReduced, seq));
+
+    work.Start();
+    for (int r = 0; r < size_; ++r) {
+      const uint8_t* reduced = RingPiece(r, position);
+      parts.ForRuns(done + SplitBegin(n, size_, r), SplitRows(n, size_, r), elem,
+                    [&](const uint8_t*, uint8_t* out, int64_t at, int64_t rows) {
+                      std::memcpy(out, reduced + SplitBegin(n, size_, r) * elem + at,
+                                  static_cast<size_t>(rows * elem));
+                    });
+    }
+    work.Stop();
+    pipelined_copy_.Record(streaming, bytes, work.seconds());
+    done += n;
+    if (done == count && before_last_done_) before_last_done_();
+    control_[rank_].counter[kDone].store(seq, std::memory_order_release);
+  }
+  // The next call, by whichever path, may write into the ring at once.
+  return WaitFor(kDone, seq_);
 }
 
 Status ShmAllreduce::AllreduceSlots(const uint8_t* from, uint8_t* to, int64_t count, DataType dtype,
@@ -460,6 +657,8 @@ Status ShmAllreduce::AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_
                            static_cast<size_t>(SplitRows(count, size_, s) * elem));
     if (!read.ok()) return Fail(read);
   }
+  ++single_copy_calls_;
+  if (before_last_done_) before_last_done_();
   me.counter[kDone].store(seq, std::memory_order_release);
   // No rank returns (and lets its caller reuse the buffers) while a peer reads them.
   return WaitFor(kDone, seq);

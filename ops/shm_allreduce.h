@@ -53,6 +53,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,49 @@ class CopyChooser {
   int64_t pieces_ = 0;
 };
 
+// Chooses, per size class (buffers of 2^k to 2^(k+1) - 1 bytes), between the
+// single copy and the pipelined slots from the time whole calls took on rank
+// 0, which publishes its choice so that every rank takes the same path. Which
+// is faster depends on the machine: how fast the kernel copies between
+// processes (process_vm_readv) against a memcpy, measured at 1.5 x a memcpy on
+// one VM and 3 x on another (docs/performance.md). Each class starts with the
+// pipelined path, tries the single copy once, then keeps the faster (the
+// fastest of each path's last kWindow calls), trying the other again after
+// kExploreFirst calls, and after twice as many each time it loses again.
+class PathChooser {
+ public:
+  static constexpr int kClasses = 64;
+  static constexpr int kWindow = 4;
+  static constexpr int64_t kExploreFirst = 16;
+  static constexpr int64_t kExploreMost = 1024;
+
+  // Whether the next call of `bytes` goes through the single copy.
+  bool SingleCopy(int64_t bytes) const { return (mask_ >> Class(bytes)) & 1; }
+  // A call of `bytes` through the single copy (or not) took `seconds`;
+  // decides the class's next call.
+  void Record(int64_t bytes, bool single_copy, double seconds);
+  // Every class's next path (bit k: class k through the single copy): what
+  // rank 0 publishes and the peers adopt.
+  uint64_t mask() const { return mask_; }
+  void set_mask(uint64_t mask) { mask_ = mask; }
+
+ private:
+  static int Class(int64_t bytes);
+  struct Path {
+    double window[kWindow] = {};  // seconds per byte of its last calls; 0 = none
+    int next = 0;
+    double Best() const;
+  };
+  struct SizeClass {
+    Path path[2];  // pipelined, single copy
+    bool best_single_copy = false;
+    int64_t calls = 0;
+    int64_t explore_every = kExploreFirst;
+  };
+  SizeClass classes_[kClasses];
+  uint64_t mask_ = 0;
+};
+
 class ShmAllreduce {
  public:
   struct Options {
@@ -105,12 +149,21 @@ class ShmAllreduce {
     double timeout_seconds = 60;    // for a peer that does not arrive
     bool single_copy = true;        // KOLO_SHM_SINGLE_COPY: false = slots always
     // Buffers from single_copy_min_bytes to single_copy_max_bytes are reduced
-    // with one copy (when permitted): the range where the single copy beats
-    // the slots (docs/architecture.md, "Shared-memory allreduce").
+    // with one copy (when permitted) or pipelined through the slots, which
+    // ever a PathChooser measures faster (docs/architecture.md, "Shared-memory
+    // allreduce").
     int64_t single_copy_min_bytes = 1 << 20;
-    int64_t single_copy_max_bytes = 32 << 20;
+    int64_t single_copy_max_bytes = int64_t{1} << 62;
     // The reduce-scatter reads each peer's slice in chunks of this many bytes.
     int64_t chunk_bytes = 256 << 10;
+    // Buffers of at least pipelined_min_bytes that the single copy does not
+    // take are reduced in pieces of pipelined_piece_bytes through a ring in
+    // the slots (see AllreducePipelined).
+    int64_t pipelined_min_bytes = 1 << 20;
+    int64_t pipelined_piece_bytes = 256 << 10;
+    // Buffers that both paths can take go the way a PathChooser measures
+    // faster; false: the single copy takes them all (the tests of each path).
+    bool choose_path = true;
     // Buffers up to this size go through the slots in one step: every rank
     // reduces the whole buffer from all slots itself, so the ranks wait for
     // each other once instead of three times (the latency of small tensors).
@@ -139,6 +192,21 @@ class ShmAllreduce {
   // single copy) and its result written to `out`, so an out-of-place
   // allreduce costs no more copies than one in place.
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
+  // One tensor of a fused allreduce: `count` elements read from `in`, their
+  // reduction written to `out` (the same memory, or memory that does not
+  // overlap it).
+  struct Part {
+    const void* in;
+    void* out;
+    int64_t count;
+  };
+  // Whether AllreduceParts takes parts of `bytes` in all.
+  bool TakesParts(int64_t bytes) const { return size_ > 1 && bytes >= pipelined_min_bytes_; }
+  // Reduces the parts as one buffer of their concatenation through the
+  // pipelined slots, copying each piece straight from the parts into the ring
+  // and from the ring into the parts: no fusion buffer, no copies into and out
+  // of it. The same parts' sizes on every rank.
+  Status AllreduceParts(const std::vector<Part>& parts, DataType dtype, ReduceOp op);
   // Pieces of `piece_bytes` (at most the slot size given to Create, at least
   // 64 bytes) from the next Allreduce on; every rank must change it between
   // the same two calls. The slots keep their places, so the double-buffering
@@ -152,6 +220,8 @@ class ShmAllreduce {
   // Why not, when asked for but not permitted ("rank 1 cannot read rank 0's
   // memory: process_vm_readv: Operation not permitted"); the same on every rank.
   const std::string& single_copy_why_not() const { return single_copy_why_not_; }
+  // Calls that went through the single copy so far (the same on every rank).
+  int64_t single_copy_calls() const { return single_copy_calls_; }
 
  private:
   struct Control;
@@ -163,6 +233,29 @@ class ShmAllreduce {
                         ReduceOp op);
   Status AllreduceSingleCopy(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
                              ReduceOp op);
+  Status AllreduceChosen(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                         ReduceOp op);
+  // The parts of one allreduce, found by their elements' place in the whole.
+  class Parts {
+   public:
+    Parts(const Part* parts, size_t n);
+    int64_t count() const { return begin_.back(); }
+    // fn(in, out, at, n) for each run of elements [begin, begin + count) that
+    // lies in one part: the run's first element in the part's input and
+    // output, its offset in bytes from `begin`'s, its elements.
+    template <typename F>
+    void ForRuns(int64_t begin, int64_t count, int64_t elem, F fn) const;
+
+   private:
+    const Part* parts_;
+    std::vector<int64_t> begin_;  // each part's first element; the total last
+  };
+  Status AllreducePipelined(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype,
+                            ReduceOp op);
+  Status AllreducePipelined(const Parts& parts, DataType dtype, ReduceOp op);
+  // Place `position` of rank `rank`'s ring: its two slots as pieces of
+  // pipelined_piece_bytes_.
+  uint8_t* RingPiece(int rank, int64_t position) const;
   Status ReduceMySlice(const uint8_t* in, uint8_t* out, int64_t count, DataType dtype, ReduceOp op);
   // Reads `bytes` at `address` in rank `peer`'s memory into `to`.
   Status ReadPeer(int peer, uint64_t address, void* to, size_t bytes);
@@ -186,6 +279,14 @@ class ShmAllreduce {
   uint8_t* slots_ = nullptr;
   uint64_t seq_ = 0;
   CopyChooser copy_;
+  CopyChooser pipelined_copy_;
+  PathChooser path_;  // rank 0's choices; the peers' copy of them
+  bool choose_path_ = false;
+  // Run by rank 0's AllreduceChosen just before a path raises its last kDone.
+  std::function<void()> before_last_done_;
+  int64_t single_copy_calls_ = 0;
+  int64_t pipelined_min_bytes_ = 0;
+  int64_t pipelined_piece_bytes_ = 0;
   bool broken_ = false;  // a call failed: the counters can no longer be trusted
 
   bool single_copy_ = false;

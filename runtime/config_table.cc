@@ -363,10 +363,12 @@ const std::vector<Setting>& Settings() {
        "when KOLO_PIECE_SIZE is 0.",
        NoHorovodName()},
       {env::kShmSingleCopy, Boolean(&Config::shm_single_copy),
-       "With KOLO_SHM_ALLREDUCE, reduce buffers of 1 to 32 MiB with one copy: each rank reads "
-       "the other ranks' buffers directly (Linux cross-memory attach, process_vm_readv) instead "
-       "of copying through the segment. Used only where the kernel allows it (probed at init; "
-       "otherwise rank 0 logs why at info level); 0 = always through the segment.",
+       "With KOLO_SHM_ALLREDUCE, let buffers of 1 MiB or more be reduced with one copy: each "
+       "rank reads the other ranks' buffers directly (Linux cross-memory attach, "
+       "process_vm_readv) instead of copying through the segment, for the sizes where the "
+       "ranks measure it faster while the job runs. Used only where the kernel allows it "
+       "(probed at init; otherwise rank 0 logs why at info level); 0 = always through the "
+       "segment.",
        NoHorovodName()},
       {env::kShmNegotiation, Boolean(&Config::shm_negotiation),
        "Ranks of a process set that share a host exchange each negotiation round's bits "

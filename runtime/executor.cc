@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -97,6 +98,13 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   // Adasum combines tensor by tensor (r.sizes), not element by element.
   const bool adasum = r.reduce_op == ReduceOp::kAdasum;
   const void* separate_input = nullptr;
+  const bool every_entry =
+      std::all_of(entries.begin(), entries.end(),
+                  [](const std::optional<TensorEntry>& e) { return e.has_value(); });
+  if (!single_entry && every_entry && !adasum && r.prescale == 1.0 &&
+      movers.host->TakesParts(total * static_cast<int64_t>(elem))) {
+    return AllreduceParts(job, movers);
+  }
   if (single_entry) {
     TensorEntry& e = *entries[0];
     buffer = static_cast<uint8_t*>(e.output.data);
@@ -147,6 +155,24 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
       Finish(std::move(*entries[i]), status);
     }
     offset += static_cast<int64_t>(bytes);
+  }
+}
+
+void Executor::AllreduceParts(Job& job, const Movers& movers) {
+  const Response& r = job.response;
+  const auto start = Clock::now();
+  std::vector<HostMover::Part> parts;
+  parts.reserve(job.entries.size());
+  for (size_t i = 0; i < job.entries.size(); ++i) {
+    const TensorEntry& e = *job.entries[i];
+    parts.push_back({e.input.data, e.output.data, r.sizes[i]});
+  }
+  const Status status = movers.host->AllreduceParts(parts, r.dtype, r.reduce_op);
+  for (size_t i = 0; i < job.entries.size(); ++i) {
+    TensorEntry& e = *job.entries[i];
+    if (status.ok()) Finalize(e.output.data, r.sizes[i], r, movers.size);
+    Phase(e, movers.host->AllreduceActivity(), start);
+    Finish(std::move(e), status);
   }
 }
 

@@ -55,6 +55,9 @@ class Executor {
   // Each finishes the entries it is given (moving them out of the job).
   void Run(Job& job, const Movers& movers);
   void Allreduce(Job& job, const Movers& movers);
+  // A fused allreduce that the host mover reduces straight from and into the
+  // tensors (HostMover::TakesParts), without the fusion buffer.
+  void AllreduceParts(Job& job, const Movers& movers);
   void Allgather(TensorEntry& e, const Response& r, HostMover& mover);
   void Broadcast(TensorEntry& e, const Response& r, HostMover& mover);
   void Alltoall(TensorEntry& e, const Response& r, HostMover& mover);

@@ -2,7 +2,8 @@
 // as MPI_Allreduce, as the slots and as a reference reduced in rank order, in
 // place and out of place, around the threshold; many calls that mix both
 // paths; a peer whose memory cannot be read; the kernel refusing the probe on
-// one rank (every rank falls back, rank 0 says why once); the setting.
+// one rank (every rank falls back, rank 0 says why once); the setting. The
+// pipelined slots that share its range, and the choice between the two.
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -12,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -47,6 +49,7 @@ Result<std::unique_ptr<ShmAllreduce>> Create(bool single_copy, int64_t min_bytes
   options.single_copy = single_copy;
   options.single_copy_min_bytes = min_bytes;
   options.chunk_bytes = chunk_bytes;
+  options.choose_path = false;  // the single copy takes every buffer of its range
   return ShmAllreduce::Create(MPI_COMM_WORLD, options);
 }
 
@@ -225,6 +228,7 @@ TEST(ShmSingleCopy, SameBitsAsTheRankOrderAtBothEndsOfItsRange) {
   options.single_copy_min_bytes = 4096;
   options.single_copy_max_bytes = 64 << 10;
   options.chunk_bytes = 1024;
+  options.choose_path = false;
   auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   if (!shm.value()->single_copy()) GTEST_SKIP() << shm.value()->single_copy_why_not();
@@ -252,6 +256,7 @@ TEST(ShmSingleCopy, ManyCallsMixingBothPathsReuseTheirBuffersAtOnce) {
   options.single_copy_min_bytes = 4096;
   options.single_copy_max_bytes = 64 << 10;
   options.chunk_bytes = 4096;
+  options.choose_path = false;
   auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   if (!shm.value()->single_copy()) GTEST_SKIP() << shm.value()->single_copy_why_not();
@@ -318,6 +323,208 @@ TEST(ShmSingleCopy, APeerWhoseMemoryCannotBeReadFailsTheCallOnEveryRankNamingIt)
   EXPECT_NE(again.message().find("failed earlier"), std::string::npos) << again.message();
   MPI_Barrier(MPI_COMM_WORLD);
   munmap(in, static_cast<size_t>(size * slice));
+}
+
+// The pipelined slots in pieces of 1 KiB through a ring of 8 (slots of 4
+// KiB): every dtype and op against the rank order, counts below the number of
+// ranks (some ranks reduce nothing), across piece boundaries and around the
+// ring, in place and out of place.
+TEST(ShmPipelined, SameBitsAsTheRankOrderAcrossPiecesAndAroundTheRing) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = 4096;
+  options.single_copy = false;
+  options.pipelined_min_bytes = 1;
+  options.pipelined_piece_bytes = 1024;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  struct Case {
+    DataType dtype;
+    ReduceOp op;
+  };
+  std::vector<Case> cases = {
+      {DataType::kFloat32, ReduceOp::kSum},     {DataType::kFloat64, ReduceOp::kSum},
+      {DataType::kFloat16, ReduceOp::kSum},     {DataType::kBFloat16, ReduceOp::kMax},
+      {DataType::kFloat32, ReduceOp::kMin},     {DataType::kFloat32, ReduceOp::kMax},
+      {DataType::kFloat32, ReduceOp::kProduct}, {DataType::kInt32, ReduceOp::kSum},
+      {DataType::kInt8, ReduceOp::kProduct},    {DataType::kUInt16, ReduceOp::kMin},
+      {DataType::kBool, ReduceOp::kMax}};
+  uint64_t seed = 2000;
+  for (const Case& c : cases) {
+    for (int64_t count : {int64_t{1}, int64_t{3}, int64_t{255}, int64_t{256}, int64_t{257},
+                          int64_t{5000}, int64_t{20001}}) {
+      std::vector<uint8_t> mine;
+      const std::vector<uint8_t> want = Reference(c.dtype, c.op, count, ++seed, &mine);
+      for (bool in_place : {true, false}) {
+        std::vector<uint8_t> got = Reduce(*shm.value(), c.dtype, c.op, count, mine, in_place);
+        ASSERT_EQ(FirstDifference(got, want, c.dtype), -1)
+            << DataTypeName(c.dtype) << " op " << static_cast<int>(c.op) << " count " << count
+            << (in_place ? " in place" : " out of place") << " rank " << Rank();
+      }
+    }
+  }
+}
+
+// Calls through the slots and through the pipelined ring, one after the
+// other, share the slots' memory: each refills its buffer as soon as the call
+// before returned, so a peer still reading a slot would get wrong values.
+TEST(ShmPipelined, CallsMixedWithTheSlotsReuseTheSlotsAtOnce) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = 4096;
+  options.single_copy = false;
+  options.pipelined_min_bytes = 8192;
+  options.pipelined_piece_bytes = 1024;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  const int size = Size(), rank = Rank();
+  std::vector<float> x(9000), y(9000);
+  for (int round = 0; round < 80; ++round) {
+    const int64_t sizes[] = {100, 2047, 2048, 300, 9000, 1500, 4097};  // elements
+    const int64_t n = sizes[round % 7];
+    const bool in_place = round / 7 % 2 == 0;
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 7));
+    Status s = in_place ? shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum)
+                        : shm.value()->Allreduce(x.data(), y.data(), n, DataType::kFloat32,
+                                                 ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const float* got = in_place ? x.data() : y.data();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], static_cast<float>((i + round) % 7 * size * (size + 1) / 2))
+          << "round " << round << " rank " << rank << " elem " << i;
+    }
+  }
+}
+
+// Where both paths can take a buffer, rank 0 chooses and every rank follows:
+// both paths are tried, every rank counts the same single-copy calls (a rank
+// that took the other path would wait for its peers until the timeout), and
+// every result is right whichever path made it.
+TEST(ShmPipelined, EveryRankTakesThePathRankZeroChose) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = 4096;
+  options.single_copy_min_bytes = 4096;
+  options.pipelined_min_bytes = 4096;
+  options.pipelined_piece_bytes = 1024;
+  options.chunk_bytes = 1024;
+  options.timeout_seconds = 20;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  if (!shm.value()->single_copy()) GTEST_SKIP() << shm.value()->single_copy_why_not();
+  const int size = Size(), rank = Rank();
+  std::vector<float> x(16384);
+  const int calls = 3 * static_cast<int>(PathChooser::kExploreFirst) + 5;
+  for (int round = 0; round < calls; ++round) {
+    const int64_t n = round % 2 == 0 ? 1024 : 16384;  // two size classes
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 5));
+    Status s = shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(x[i], static_cast<float>((i + round) % 5 * size * (size + 1) / 2))
+          << "round " << round << " rank " << rank << " elem " << i;
+    }
+  }
+  const int64_t mine = shm.value()->single_copy_calls();
+  int64_t least = mine, most = mine;
+  MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(least, most) << "rank " << rank << " took the single copy " << mine << " times";
+  // Each class tried both paths: at least one call each way.
+  EXPECT_GE(mine, 2) << "rank " << rank;
+  EXPECT_LE(mine, calls - 2) << "rank " << rank;
+}
+
+// Tensors reduced as one buffer of their concatenation, straight from and into
+// their own memory: empty parts, parts smaller than a piece and parts across
+// pieces and slices, in place and out of place, against the rank order.
+TEST(ShmPipelined, PartsAreReducedAsTheirConcatenation) {
+  ShmAllreduce::Options options;
+  options.piece_bytes = 4096;
+  options.single_copy = false;
+  options.pipelined_min_bytes = 64;
+  options.pipelined_piece_bytes = 1024;
+  auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  if (Size() < 2) GTEST_SKIP() << "one rank reduces nothing";
+  const std::vector<int64_t> counts = {3, 0, 255, 1, 1000, 0, 4097, 17};
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  ASSERT_TRUE(shm.value()->TakesParts(total * 4));
+  uint64_t seed = 3000;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    std::vector<uint8_t> mine;
+    const std::vector<uint8_t> want = Reference(DataType::kFloat32, op, total, ++seed, &mine);
+    for (bool in_place : {true, false}) {
+      std::vector<std::vector<uint8_t>> in, out;
+      std::vector<ShmAllreduce::Part> parts;
+      int64_t at = 0;
+      for (int64_t c : counts) {
+        in.emplace_back(mine.begin() + at * 4, mine.begin() + (at + c) * 4);
+        out.emplace_back(static_cast<size_t>(c * 4), 0xA5);
+        at += c;
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        parts.push_back({in[i].data(), in_place ? in[i].data() : out[i].data(), counts[i]});
+      }
+      Status s = shm.value()->AllreduceParts(parts, DataType::kFloat32, op);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      std::vector<uint8_t> got;
+      at = 0;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const std::vector<uint8_t>& result = in_place ? in[i] : out[i];
+        got.insert(got.end(), result.begin(), result.end());
+        if (!in_place) {
+          EXPECT_TRUE(std::equal(in[i].begin(), in[i].end(), mine.begin() + at * 4))
+              << "part " << i << "'s input was written to";
+        }
+        at += counts[i];
+      }
+      ASSERT_EQ(FirstDifference(got, want, DataType::kFloat32), -1)
+          << "op " << static_cast<int>(op) << (in_place ? " in place" : " out of place") << " rank "
+          << Rank();
+    }
+  }
+}
+
+// The runtime's fused allreduces of 1 MiB and more go through the parts (no
+// fusion buffer): averaged, in place and out of place, each tensor right.
+TEST(ShmPipelined, FusedTensorsThroughTheRuntimeAreAveragedEachInItsOwnMemory) {
+  InitOptions init;
+  init.comm = MPI_COMM_WORLD;
+  auto rt = Runtime::Create(init);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  const int size = Size(), rank = Rank();
+  const int tensors = 12;
+  const int64_t n = 60000;  // 240 KB each: below the in-place threshold, so fused
+  std::vector<Buffer> in, out;
+  for (int k = 0; k < tensors; ++k) {
+    in.emplace_back(DataType::kFloat32, n + k);
+    out.emplace_back(DataType::kFloat32, n + k);
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Handle> handles;
+    for (int k = 0; k < tensors; ++k) {
+      for (int64_t i = 0; i < in[k].size(); ++i) in[k].Set(i, (rank + 1) * ((i + k + round) % 11));
+      AllreduceOptions opts;
+      opts.op = ReduceOp::kAverage;
+      opts.name = "parts." + std::to_string(k);
+      auto h = k % 2 == 0 ? rt.value()->EnqueueAllreduce(in[k].View(), in[k].View(), opts)
+                          : rt.value()->EnqueueAllreduce(in[k].View(), out[k].View(), opts);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      handles.push_back(h.value());
+    }
+    for (Handle h : handles) ASSERT_TRUE(rt.value()->Wait(h).ok());
+    for (int k = 0; k < tensors; ++k) {
+      const Buffer& got = k % 2 == 0 ? in[k] : out[k];
+      for (int64_t i = 0; i < got.size(); ++i) {
+        const double want = static_cast<float>((i + k + round) % 11 * (size + 1) / 2.0);
+        ASSERT_EQ(got.Get(i), want)
+            << "round " << round << " tensor " << k << " rank " << rank << " elem " << i;
+        if (k % 2 == 1) {
+          ASSERT_EQ(in[k].Get(i), (rank + 1) * ((i + k + round) % 11)) << "input changed";
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(rt.value()->Shutdown().ok());
 }
 
 // A runtime whose log of its start is captured; the captured text in `log`.

@@ -126,6 +126,56 @@ TEST(CopyChooser, IgnoresNoiseBelowTheMarginAndSmallPieces) {
   EXPECT_TRUE(chooser.Streaming(CopyChooser::kMinTimedBytes));
 }
 
+// Feeds a path chooser `calls` calls of `bytes` whose time per byte depends
+// on the path; returns how many went through the single copy.
+int SingleCopyCalls(PathChooser& chooser, int calls, int64_t bytes, double pipelined_ns,
+                    double single_copy_ns) {
+  int single = 0;
+  for (int i = 0; i < calls; ++i) {
+    const bool s = chooser.SingleCopy(bytes);
+    single += s;
+    chooser.Record(bytes, s, (s ? single_copy_ns : pipelined_ns) * 1e-9 * bytes);
+  }
+  return single;
+}
+
+TEST(PathChooser, TriesBothThenKeepsTheFasterAndTriesTheOtherLessAndLessOften) {
+  PathChooser chooser;
+  const int64_t mib = 1 << 20;
+  EXPECT_FALSE(chooser.SingleCopy(mib)) << "the first call is pipelined";
+  chooser.Record(mib, false, 0.1e-9 * mib);
+  EXPECT_TRUE(chooser.SingleCopy(mib)) << "the second tries the single copy";
+  chooser.Record(mib, true, 0.3e-9 * mib);
+  EXPECT_FALSE(chooser.SingleCopy(mib));
+  // The single copy 3 x slower: tried after 16, 32, 64, ... calls, at most
+  // every 1024th.
+  const int n = 4000;
+  const int tried = SingleCopyCalls(chooser, n, mib, 0.1, 0.3);
+  EXPECT_GE(tried, 3);
+  EXPECT_LE(tried, 10);
+  EXPECT_GE(SingleCopyCalls(chooser, 2 * PathChooser::kExploreMost, mib, 0.1, 0.3), 1)
+      << "never tried again";
+  // The machine changes: the single copy is now 2 x faster; it takes over
+  // within the exploration interval and the window.
+  SingleCopyCalls(chooser, static_cast<int>(PathChooser::kExploreMost) + 8, mib, 0.2, 0.1);
+  EXPECT_GE(SingleCopyCalls(chooser, 1000, mib, 0.2, 0.1), 1000 - 1000 / 16 - 2);
+}
+
+TEST(PathChooser, EachSizeClassChoosesForItselfAndTheMaskCarriesEveryChoice) {
+  PathChooser chooser;
+  const int64_t small = 1 << 20, large = 64 << 20;
+  SingleCopyCalls(chooser, 200, small, 0.1, 0.05);  // single copy faster at 1 MiB
+  SingleCopyCalls(chooser, 200, large, 0.1, 0.3);   // pipelined faster at 64 MiB
+  // Next calls: 1 MiB single copy, 64 MiB pipelined (unless exploring).
+  PathChooser peer;
+  peer.set_mask(chooser.mask());
+  for (int64_t bytes : {small, small + 1, 2 * small - 1, large, large + 12345}) {
+    EXPECT_EQ(peer.SingleCopy(bytes), chooser.SingleCopy(bytes)) << bytes;
+  }
+  EXPECT_EQ(SingleCopyCalls(chooser, 100, small, 0.1, 0.05) >= 90, true);
+  EXPECT_LE(SingleCopyCalls(chooser, 100, large, 0.1, 0.3), 2);
+}
+
 TEST(Timeline, FileIsAValidArrayAfterEveryFlush) {
   std::string path = ::testing::TempDir() + "/kolo_timeline_test.json";
   Timeline t;
