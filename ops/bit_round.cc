@@ -1,6 +1,5 @@
 #include "ops/bit_round.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,11 +7,10 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "ops/mpi.h"
+#include "ops/shm_segment.h"
 #include "ops/ulfm.h"
 
 namespace kolo {
@@ -69,7 +67,6 @@ struct RankControl {
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "atomics shared between processes must be lock-free");
 
-constexpr int kNameBytes = 64;
 // Not-yet answers between two checks that the ranks waited for still live.
 constexpr uint64_t kLivenessEvery = 256;
 
@@ -77,8 +74,6 @@ uint64_t PidNamespace() {
   struct stat st {};
   return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
-
-std::string ErrnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
 class ShmBitRound : public BitRound {
  public:
@@ -252,39 +247,11 @@ Status ShmBitRound::Map(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, int max_w
   mapped_bytes_ = sizeof(Header) + static_cast<size_t>(local_size_) * sizeof(RankControl) +
                   (static_cast<size_t>(local_size_) + 1) * 2 * max_words_ * sizeof(uint64_t);
 
-  // The host's rank 0 makes the segment and names it; the others open it;
-  // once every rank of the set has it mapped, it is unlinked (nothing
-  // outlives the job).
-  char name[kNameBytes] = {};
-  std::string error;
-  int fd = -1;
-  if (local_rank_ == 0) {
-    std::random_device rd;
-    std::snprintf(name, sizeof(name), "/kolo-round-%d-%08x", static_cast<int>(getpid()), rd());
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      error = ErrnoText("shm_open");
-    } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(mapped_bytes_)); rc != 0) {
-      error = std::string("posix_fallocate: ") + std::strerror(rc);
-    }
-    if (!error.empty()) name[0] = '\0';
-  }
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, local), "MPI_Bcast"));
-  if (name[0] != '\0') {
-    if (local_rank_ != 0) {
-      fd = shm_open(name, O_RDWR, 0600);
-      if (fd < 0) error = ErrnoText("shm_open");
-    }
-    if (fd >= 0) {
-      void* p = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        error = ErrnoText("mmap");
-      } else {
-        base_ = p;
-      }
-    }
-  }
-  if (fd >= 0) close(fd);
+  // Once every rank of the set has it mapped, it is unlinked: nothing
+  // outlives the job.
+  HostSegment segment;
+  KOLO_RETURN_IF_ERROR(MapHostSegment(local, "kolo-round", mapped_bytes_, &segment));
+  base_ = segment.base;
   if (base_ != nullptr) {
     header_ = static_cast<Header*>(base_);
     control_ = reinterpret_cast<RankControl*>(static_cast<uint8_t*>(base_) + sizeof(Header));
@@ -297,12 +264,12 @@ Status ShmBitRound::Map(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, int max_w
   // Every rank of the set agrees (all hosts): the shared-memory round, or none.
   int ok = base_ != nullptr ? 1 : 0;
   const int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm);
-  if (local_rank_ == 0 && name[0] != '\0') shm_unlink(name);
+  UnlinkHostSegment(segment);
   KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Allreduce"));
   if (!ok) {
-    return Status::Unimplemented(
-        "no shared-memory segment" +
-        (error.empty() ? std::string(" on another host or rank") : " (" + error + ")"));
+    return Status::Unimplemented("no shared-memory segment" +
+                                 (segment.error.empty() ? std::string(" on another host or rank")
+                                                        : " (" + segment.error + ")"));
   }
   // Pids mean the same process to every rank of the host only in one PID
   // namespace; elsewhere a dead rank is noticed by the stall check alone.

@@ -1,6 +1,5 @@
 #include "ops/shm_allreduce.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -18,6 +17,7 @@
 #include "base/rows.h"
 #include "ops/cpu_kernels.h"
 #include "ops/mpi.h"
+#include "ops/shm_segment.h"
 
 namespace kolo {
 
@@ -50,7 +50,6 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 namespace {
 
 enum Counter { kArrived = 0, kReduced = 1, kDone = 2 };
-constexpr int kNameBytes = 64;
 
 const char* CounterName(int which) {
   static const char* const kNames[] = {"copied its piece in", "reduced its slice",
@@ -191,48 +190,18 @@ Result<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(MPI_Comm comm, const 
   shm->mapped_bytes_ = static_cast<size_t>(size) * sizeof(Control) +
                        static_cast<size_t>(size) * 2 * static_cast<size_t>(shm->slot_bytes_);
 
-  // Rank 0 makes the segment and names it; the others open it; once every
-  // rank has it mapped, rank 0 unlinks the name, so nothing outlives the job.
-  char name[kNameBytes] = {};
-  std::string error;
-  int fd = -1;
-  if (rank == 0) {
-    std::random_device rd;
-    std::snprintf(name, sizeof(name), "/kolo-%d-%08x", static_cast<int>(getpid()), rd());
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      error = ErrnoText("shm_open");
-    } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(shm->mapped_bytes_)); rc != 0) {
-      // fallocate reserves the pages now: a full /dev/shm is an error here,
-      // not a SIGBUS in the middle of a collective.
-      error = std::string("posix_fallocate: ") + std::strerror(rc);
-    }
-    if (!error.empty()) name[0] = '\0';
-  }
-  KOLO_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm), "MPI_Bcast"));
-  if (name[0] != '\0') {
-    if (rank != 0) {
-      fd = shm_open(name, O_RDWR, 0600);
-      if (fd < 0) error = ErrnoText("shm_open");
-    }
-    if (fd >= 0) {
-      void* p = mmap(nullptr, shm->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        error = ErrnoText("mmap");
-      } else {
-        shm->base_ = p;
-      }
-    }
-  }
-  if (fd >= 0) close(fd);
-  int ok = error.empty() && name[0] != '\0' ? 1 : 0;
+  // Once every rank has it mapped, rank 0 unlinks the name: nothing outlives the job.
+  HostSegment segment;
+  KOLO_RETURN_IF_ERROR(MapHostSegment(comm, "kolo", shm->mapped_bytes_, &segment));
+  shm->base_ = segment.base;
+  int ok = segment.base != nullptr ? 1 : 0;
   int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm);
-  if (rank == 0 && name[0] != '\0') shm_unlink(name);
+  UnlinkHostSegment(segment);
   KOLO_RETURN_IF_ERROR(MpiStatus(rc, "MPI_Allreduce"));
   if (!ok) {
-    return Status::Unimplemented(
-        "no shared-memory segment" +
-        (error.empty() ? std::string(" (another rank failed)") : " (" + error + ")"));
+    return Status::Unimplemented("no shared-memory segment" +
+                                 (segment.error.empty() ? std::string(" (another rank failed)")
+                                                        : " (" + segment.error + ")"));
   }
   shm->control_ = static_cast<Control*>(shm->base_);
   shm->slots_ = static_cast<uint8_t*>(shm->base_) + static_cast<size_t>(size) * sizeof(Control);

@@ -134,12 +134,15 @@ def cycle_stats():
 
 # --- waiting ----------------------------------------------------------------------------------
 
-# wait(handle) blocks (without the GIL; Ctrl-C interrupts it) until the operation finishes
-# and returns its Output: ``shape``, ``nbytes``, ``copy_to(pointer, nbytes)``,
-# ``take_parts()`` for a grouped one, ``received_splits``, ``value``. The core's functions
-# themselves, not wrappers: every synchronize() goes through them (one Python call less).
-wait = _core.wait
-poll = _core.poll
+def wait(handle):
+    """Blocks (without the GIL; Ctrl-C interrupts it) until the operation finishes and
+    returns its Output: ``shape``, ``nbytes``, ``copy_to(pointer, nbytes)``,
+    ``take_parts()`` for a grouped one, ``received_splits``, ``value``."""
+    return _core.wait(handle)
+
+
+def poll(handle):
+    return _core.poll(handle)
 
 
 def release(handle):
