@@ -348,7 +348,7 @@ std::optional<Status> Runtime::WaitFor(Handle handle, double timeout_seconds, Wo
                                      std::chrono::duration<double>(timeout_seconds));
   // A zero timeout is a poll: it never runs a cycle (the Python binding polls
   // with the GIL held).
-  if (timeout_seconds > 0 && !work.value()->done()) impl_->RunCyclesFor(*work.value());
+  if (timeout_seconds > 0 && !work.value()->done()) impl_->RunCyclesFor(*work.value(), deadline);
   Status s;
   if (!work.value()->WaitUntil(deadline, &s, result)) return std::nullopt;
   handles_->Release(handle);

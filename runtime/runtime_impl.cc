@@ -124,7 +124,7 @@ void RuntimeImpl::BackgroundLoop() {
   CompleteExecuted();
 }
 
-void RuntimeImpl::RunCyclesFor(Work& work) {
+void RuntimeImpl::RunCyclesFor(Work& work, Clock::time_point until) {
   if (caller_runs_ && work.on_host() && round_mutex_.TryLock()) {
     if (cycles_ended_) {  // kolo stopped: what is left completes without cycles
       round_mutex_.Unlock();
@@ -136,6 +136,9 @@ void RuntimeImpl::RunCyclesFor(Work& work) {
       end = RunGuardedCycle(kCallerPatience);
       if (end == CycleEnd::kUnfinished) ++left_unfinished_;
       if (end != CycleEnd::kRan) break;
+      // Rounds that come back at once while the other ranks wait for other
+      // tensors would keep the caller here: its slice of waiting is over.
+      if (!work.done() && Clock::now() >= until) break;
     }
     // The background thread must go on with what this left: a round still in
     // flight, the end of the cycles, or entries that wait on other ranks.

@@ -64,10 +64,13 @@ class RuntimeImpl {
   // Called by a caller thread about to wait for `work`: when caller-runs is
   // on, the work is on host memory and no thread runs cycles now, runs cycles
   // on this thread until the work is done, the round waits on other ranks
-  // longer than kCallerPatience (the background thread finishes it), or kolo
-  // stops. Otherwise wakes the background thread (its work may be queued
-  // unannounced) and returns; the caller then waits on `work` as before.
-  void RunCyclesFor(Work& work) EXCLUDES(round_mutex_, queue_mutex_);
+  // longer than kCallerPatience (the background thread finishes it), `until`
+  // has passed (the caller has signals to check: the binding waits in slices
+  // of 0.1 s), or kolo stops. Otherwise wakes the background thread (its work
+  // may be queued unannounced) and returns; the caller then waits on `work`
+  // as before.
+  void RunCyclesFor(Work& work, Clock::time_point until = Clock::time_point::max())
+      EXCLUDES(round_mutex_, queue_mutex_);
   // Somebody waits for the queue (a callback, Runtime::WhenDone): the next
   // cycle is due now, on the background thread.
   void DueNow() EXCLUDES(queue_mutex_);
