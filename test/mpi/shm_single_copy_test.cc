@@ -147,6 +147,28 @@ std::vector<uint8_t> Reduce(ShmAllreduce& shm, DataType dtype, ReduceOp op, int6
   return out;
 }
 
+// `rounds` float32 sums through `shm`, cycling over `sizes` (elements), in
+// place and out of place in turns of one cycle each, every result checked.
+void ExpectSumsOverRounds(ShmAllreduce& shm, const std::vector<int64_t>& sizes, int rounds) {
+  const int size = Size(), rank = Rank();
+  const int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  const int cycle = static_cast<int>(sizes.size());
+  std::vector<float> x(static_cast<size_t>(most)), y(static_cast<size_t>(most));
+  for (int round = 0; round < rounds; ++round) {
+    const int64_t n = sizes[round % cycle];
+    const bool in_place = round / cycle % 2 == 0;
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 7));
+    Status s = in_place ? shm.Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum)
+                        : shm.Allreduce(x.data(), y.data(), n, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const float* got = in_place ? x.data() : y.data();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], static_cast<float>((i + round) % 7 * size * (size + 1) / 2))
+          << "round " << round << " rank " << rank << " elem " << i;
+    }
+  }
+}
+
 TEST(ShmSingleCopy, MatchesMpiAllreduceBitForBitOnEveryDtypeOpAndChunkBoundary) {
   // Every size through the single copy, in 256-byte chunks: the counts cross
   // chunk and slice boundaries.
@@ -260,23 +282,7 @@ TEST(ShmSingleCopy, ManyCallsMixingBothPathsReuseTheirBuffersAtOnce) {
   auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
   if (!shm.value()->single_copy()) GTEST_SKIP() << shm.value()->single_copy_why_not();
-  const int size = Size(), rank = Rank();
-  std::vector<float> x(40000), y(40000);
-  for (int round = 0; round < 60; ++round) {
-    const int64_t sizes[] = {1000, 1025, 9999, 16384, 16385, 39999};  // elements
-    const int64_t n = sizes[round % 6];
-    const bool in_place = round / 6 % 2 == 0;
-    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 7));
-    Status s = in_place ? shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum)
-                        : shm.value()->Allreduce(x.data(), y.data(), n, DataType::kFloat32,
-                                                 ReduceOp::kSum);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    const float* got = in_place ? x.data() : y.data();
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(got[i], static_cast<float>((i + round) % 7 * size * (size + 1) / 2))
-          << "round " << round << " rank " << rank << " elem " << i;
-    }
-  }
+  ExpectSumsOverRounds(*shm.value(), {1000, 1025, 9999, 16384, 16385, 39999}, 60);
 }
 
 TEST(ShmSingleCopy, APeerWhoseMemoryCannotBeReadFailsTheCallOnEveryRankNamingIt) {
@@ -375,23 +381,7 @@ TEST(ShmPipelined, CallsMixedWithTheSlotsReuseTheSlotsAtOnce) {
   options.pipelined_piece_bytes = 1024;
   auto shm = ShmAllreduce::Create(MPI_COMM_WORLD, options);
   ASSERT_TRUE(shm.ok()) << shm.status().ToString();
-  const int size = Size(), rank = Rank();
-  std::vector<float> x(9000), y(9000);
-  for (int round = 0; round < 80; ++round) {
-    const int64_t sizes[] = {100, 2047, 2048, 300, 9000, 1500, 4097};  // elements
-    const int64_t n = sizes[round % 7];
-    const bool in_place = round / 7 % 2 == 0;
-    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * ((i + round) % 7));
-    Status s = in_place ? shm.value()->Allreduce(x.data(), n, DataType::kFloat32, ReduceOp::kSum)
-                        : shm.value()->Allreduce(x.data(), y.data(), n, DataType::kFloat32,
-                                                 ReduceOp::kSum);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    const float* got = in_place ? x.data() : y.data();
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(got[i], static_cast<float>((i + round) % 7 * size * (size + 1) / 2))
-          << "round " << round << " rank " << rank << " elem " << i;
-    }
-  }
+  ExpectSumsOverRounds(*shm.value(), {100, 2047, 2048, 300, 9000, 1500, 4097}, 80);
 }
 
 // Where both paths can take a buffer, rank 0 chooses and every rank follows:
