@@ -87,6 +87,25 @@ def test_keras_state_and_callbacks_under_model_fit():
     assert int(model.optimizer.iterations.numpy()) == iterations and state.epoch == 3
 
 
+def test_restore_after_sync_returns_to_the_synced_state_on_every_rank():
+    # Horovod's test_elastic_state: a restore before the first commit after a sync must
+    # not bring a rank back to its own values from before the sync.
+    model = make_model(float(R + 1))
+    model.optimizer.build(model.trainable_variables)
+    state = hvd.elastic.KerasState(model, batch=20 + R)
+    v = tf.Variable(np.full(3, float(R)), dtype=tf.float64)
+    variables = TensorFlowState([v], step=R)
+    state.sync()
+    variables.sync()
+    model.set_weights([np.full(w.shape, 7.0, w.dtype) for w in model.get_weights()])
+    v.assign(np.full(3, 7.0))
+    state.batch, variables.step = 99, 99
+    state.restore()
+    variables.restore()
+    assert all(np.all(w == 1.0) for w in model.get_weights()), "rank %d" % R
+    assert v.numpy().tolist() == [0.0] * 3 and state.batch == 20 and variables.step == 0
+
+
 def test_tensorflow_state_of_variables():
     v = tf.Variable(np.full(3, float(R)), dtype=tf.float64)
     state = TensorFlowState([v], step=R)

@@ -53,6 +53,32 @@ def test_sync_commit_restore_across_ranks():
     assert all(g == gathered[0] for g in gathered), gathered
 
 
+def test_restore_after_sync_returns_to_the_synced_state_on_every_rank():
+    # A restore before the first commit after a sync must not bring a rank back to its own
+    # values from before the sync: the ranks would train apart.
+    model = make_model(R + 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5 + R, momentum=0.9)
+    sampler = hvd.elastic.ElasticSampler(list(range(40)), shuffle=True)
+    sampler.set_epoch(3 + R)
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=10 + R)
+    objects = common_elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=R)
+    state.sync()
+    objects.sync()
+    synced_shard = list(sampler)  # this rank's part of epoch 3's order
+    with torch.no_grad():
+        model.weight.add_(R + 5)
+    opt.param_groups[0]["lr"] = 9.0
+    state.epoch, objects.step = 99, 99
+    sampler.set_epoch(7)
+    state.restore()
+    objects.restore()
+    assert values(model) == [1.0], "rank %d: not the synced parameters" % R
+    assert opt.param_groups[0]["lr"] == 0.5 and state.epoch == 10 and objects.step == 0
+    assert sampler.epoch == 3 and list(sampler) == synced_shard, "rank %d: sampler" % R
+    gathered = hvd.allgather_object((sampler.epoch, values(model), state.epoch))
+    assert all(g == gathered[0] for g in gathered), gathered
+
+
 def test_record_indices_of_every_rank_are_in_every_commit():
     sampler = hvd.elastic.ElasticSampler(list(range(40)), shuffle=False)
     state = hvd.elastic.TorchState(sampler=sampler)

@@ -53,6 +53,7 @@ class State:
         self._generation = 0
         self._env = None  # an ElasticEnv while run() runs this state under elastic kolorun
         self._sync_root = 0
+        self._save_after_sync = True
 
     def register_reset_callbacks(self, callbacks):
         """Registers functions called after a reset: under elastic kolorun, in a new
@@ -119,6 +120,14 @@ class State:
         self._store.write(store.commit_key(self._generation, number), tree, self._codec)
         self._commit = number
 
+    def _keep_synced(self):
+        """After a sync, restore() returns to the synced state, not to this rank's values
+        from before it (the ranks would train apart): the snapshot is saved again as the
+        current commit. Horovod's TensorFlow states save in sync too. (``_resume`` saves
+        itself once the reset callbacks have run, so its sync does not.)"""
+        if self._save_after_sync:
+            self._write_commit(self._commit)
+
     def _newest_commit(self):
         """The tree of the newest commit in this process's store, or None."""
         return self._store.newest(self._codec)
@@ -156,6 +165,7 @@ class ObjectState(State):
             self._saved_state = _broadcast_from(self._bcast_object, self._saved_state,
                                                 self._sync_root)
             self._set_attrs()
+        self._keep_synced()
 
     def _set_attrs(self):
         for attr, value in self._saved_state.items():
@@ -386,10 +396,12 @@ def _resume(env, state):
     state._store.attach(directory, env.generation, basics.rank())
     state._env = env
     state._sync_root = root
+    state._save_after_sync = False  # saved below, after the reset
     try:
         state.sync()
     finally:
         state._sync_root = 0
+        state._save_after_sync = True
     if commit >= 0:
         state.on_reset()
     # Saved again as the same commit (-1: as the state to restore, not a commit): this
