@@ -143,6 +143,34 @@ def test_keras_partial_distributed_optimizer_trains_the_local_layer_locally():
     assert kolo.keras.PartialDistributedOptimizer is hvd_keras.PartialDistributedOptimizer
 
 
+@pytest.mark.parametrize("local_layers", [0, 1, 2])
+def test_compute_gradients_of_a_partial_distributed_optimizer(local_layers):
+    # Horovod's test_partial_distributed_optimizer, with the variables themselves as keys
+    # (its own code keys them by Variable.ref(), which Keras 3 variables lack): the local
+    # layers' gradients are this rank's divided by the size, the others are reduced.
+    model = _model(R)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = _loss(model)
+    own = tape.gradient(loss, model.trainable_weights)
+    opt = hvd_keras.PartialDistributedOptimizer(keras.optimizers.Adam(), sparse_as_dense=True,
+                                                local_layers=model.layers[:local_layers])
+    pairs = opt._compute_gradients(loss, model.trainable_weights, tape=tape)
+    assert [v for _, v in pairs] == model.trainable_weights
+    local = {id(v) for layer in model.layers[:local_layers] for v in layer.trainable_weights}
+    every = hvd.allgather_object([g.numpy() for g in own])
+    for i, ((g, v), mine) in enumerate(zip(pairs, own)):
+        if id(v) in local:
+            assert np.allclose(mine.numpy(), N * g.numpy()), i
+        else:
+            assert np.allclose(g.numpy(), np.mean([e[i] for e in every], axis=0)), i
+            assert not np.allclose(g.numpy(), mine.numpy()), i
+    callable_pairs = opt._compute_gradients(lambda: _loss(model), model.trainable_weights)
+    assert all(np.allclose(a.numpy(), b.numpy()) for (a, _), (b, _) in zip(callable_pairs,
+                                                                            pairs))
+    with pytest.raises(ValueError, match="`tape` is required"):
+        opt._compute_gradients(loss, model.trainable_weights)
+
+
 def test_broadcast_callback_leaves_local_variables_alone():
     model = _model(R)
     model.layers[1].trainable = False

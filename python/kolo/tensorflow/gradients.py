@@ -12,9 +12,8 @@ from kolo.tensorflow.compression import Compression
 from kolo.tensorflow.mpi_ops import Adasum, Average, Sum, global_process_set
 
 
-def _allreduce_slices(slices, name, op, prescale_factor, postscale_factor, process_set):
-    """Horovod's reduction of a tf.IndexedSlices: every rank's values and indices gathered
-    (one grouped allgather), the values divided by the set's size for Average."""
+def _check_slices_op(op, prescale_factor, postscale_factor):
+    """Horovod's refusals of what a tf.IndexedSlices cannot be reduced with (its errors)."""
     if op == Adasum:
         raise NotImplementedError("The Adasum reduction does not currently support sparse "
                                   "tensors. As a workaround please pass sparse_as_dense=True "
@@ -23,6 +22,12 @@ def _allreduce_slices(slices, name, op, prescale_factor, postscale_factor, proce
         raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+
+
+def _allreduce_slices(slices, name, op, prescale_factor, postscale_factor, process_set):
+    """Horovod's reduction of a tf.IndexedSlices: every rank's values and indices gathered
+    (one grouped allgather), the values divided by the set's size for Average."""
+    _check_slices_op(op, prescale_factor, postscale_factor)
     values, indices = _ops.grouped_allgather([slices.values, slices.indices], name,
                                              process_set=process_set)
     if op == Average:
@@ -62,6 +67,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         return tensors
     op = _ops._reduce_op(op, average)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    if len(dense) < len(tensors):  # refused before any collective starts, as Horovod does
+        _check_slices_op(op, prescale_factor, postscale_factor)
     out = replace_at(tensors, dense, lambda some: _reduce_dense(
         some, name, op, compression, prescale_factor, postscale_factor, process_set))
     return [_allreduce_slices(t, None, op, prescale_factor, postscale_factor, process_set)

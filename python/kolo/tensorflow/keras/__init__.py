@@ -69,6 +69,20 @@ class _DistributedOptimizer(_gradients.SharedGradients):
             return super().apply(self._kolo_reduce(grads, variables), trainable_variables)
         return self._kolo_accumulate(grads, variables, trainable_variables)
 
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        """Horovod's (over Keras 2's private method, which Horovod code calls): the
+        gradients of ``loss`` (a tensor that ``tape`` recorded, or a callable) with respect
+        to ``var_list``, reduced as ``apply`` reduces them, as (gradient, variable) pairs."""
+        var_list = list(var_list() if callable(var_list) else var_list)
+        if callable(loss):
+            tape = tape if tape is not None else tf.GradientTape()
+            with tape:
+                loss = loss()
+        elif tape is None:
+            raise ValueError("`tape` is required when a `Tensor` loss is passed.")
+        grads = tape.gradient(loss, var_list, grad_loss)
+        return list(zip(self._kolo_reduce(list(grads), var_list), var_list))
+
     def _kolo_accumulate(self, grads, variables, trainable_variables):
         if not self.built:
             self.build(variables)
