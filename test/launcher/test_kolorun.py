@@ -12,6 +12,7 @@ import time
 import pytest
 
 from netns_host import namespace_host
+from processes import no_process_matches
 from open_mpi import DAEMON, DAEMON_FAILED, MPIRUN_PROCESS, NONZERO_EXIT, OPEN_MPI_5
 
 KOLORUN = os.environ["KOLORUN"]
@@ -201,11 +202,6 @@ if os.environ["RANK"] == "1":
     raise ValueError("bad batch on rank 1")
 time.sleep(60)
 """
-
-
-def no_process_matches(pattern):
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return out.stdout.strip() == ""
 
 
 def test_rank_exit_code_becomes_kolorun_exit_code_and_is_named(tmp_path):
@@ -584,7 +580,6 @@ def test_sigterm_to_kolorun_tears_the_job_down(tmp_path):
     _, err = p.communicate(timeout=20)
     assert p.returncode == 128 + 15, err
     assert "stopped by" in err
-    time.sleep(0.5)
     assert no_process_matches(tag)
 
 

@@ -25,9 +25,7 @@ TEST_F(Errors, MismatchedShapesRaiseTheSameErrorOnEveryRankThenCarryOn) {
   int64_t d = rank_ == 0 ? 17 : 18;
   AllreduceOptions opts;
   opts.name = "mismatch.shape";
-  auto start = Clock::now();
   Status s = Run(rt_->EnqueueAllreduce(b.View({d, d}), b.View({d, d}), opts));
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(s.ok()) << "rank " << rank_;
   EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed);
   EXPECT_TRUE(Contains(s.message(),
@@ -36,7 +34,9 @@ TEST_F(Errors, MismatchedShapesRaiseTheSameErrorOnEveryRankThenCarryOn) {
       << s.message();
   EXPECT_TRUE(Contains(s.message(), "rank 0 sent a tensor of shape [17, 17]")) << s.message();
   EXPECT_TRUE(Contains(s.message(), "shape [18, 18]")) << s.message();
-  EXPECT_LT(seconds, 2.0) << "the error took " << seconds << " s";
+  // The message is the coordinator's: nothing waited for a stall check (the time it took
+  // is the machine's, not a promise).
+  EXPECT_FALSE(Contains(s.message(), "Stalled")) << s.message();
   // The same name works afterwards with agreeing shapes.
   b.Set(0, 1);
   opts.op = ReduceOp::kSum;
@@ -248,7 +248,6 @@ TEST_F(Errors, UnnamedCollectivesOutOfStepResyncAndPairCorrectlyAgain) {
   skipped.call_site = "train.py:10 in step";
   next.call_site = "train.py:20 in step";
   next.op = ReduceOp::kSum;
-  auto start = Clock::now();
   Handle waiting = 0;
   if (rank_ != 0) {
     Result<Handle> h = rt_->EnqueueAllreduce(ints.View(), ints.View(), skipped);
@@ -275,7 +274,6 @@ TEST_F(Errors, UnnamedCollectivesOutOfStepResyncAndPairCorrectlyAgain) {
         << "rank " << rank_ << " call " << i;
     EXPECT_EQ(floats.Get(0), size_ * (size_ - 1) / 2 + size_ * i) << "rank " << rank_;
   }
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
 }
 
 TEST_F(Errors, UnnamedMismatchAtOnePlaceLeavesRanksInStep) {
@@ -347,7 +345,9 @@ TEST_F(Stall, MissingTensorFailsWithTheMissingRankNamed) {
     EXPECT_TRUE(Contains(s.message(), "not by rank(s) " + std::to_string(size_ - 1)))
         << s.message();
     EXPECT_TRUE(Contains(s.message(), "'skipped.by.last.rank'")) << s.message();
-    EXPECT_LT(seconds, 5.0);
+    // Failed by the stall shutdown (1.5 s), not before it; an upper bound would be the
+    // machine's speed, and a hang ends at CTest's timeout.
+    EXPECT_GE(seconds, 1.4) << "failed before the stall shutdown time";
   }
   MeetAfterTheStall();
 }
@@ -418,9 +418,7 @@ TEST_F(Stall, TensorOnDifferentProcessSetsFailsOnEveryRank) {
   AllreduceOptions opts;
   opts.name = "sent.on.two.sets";
   opts.process_set = rank_ == 0 ? kGlobalProcessSet : other_set;
-  auto start = Clock::now();
   Status s = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.message(),
                        "Mismatched process sets for allreduce tensor "
@@ -428,7 +426,7 @@ TEST_F(Stall, TensorOnDifferentProcessSetsFailsOnEveryRank) {
       << s.message();
   EXPECT_TRUE(Contains(s.message(), "on process set 0")) << s.message();
   EXPECT_TRUE(Contains(s.message(), "on process set " + std::to_string(other_set))) << s.message();
-  EXPECT_LT(seconds, 1.4);  // before the stall shutdown (1.5 s) would have ended it
+  EXPECT_FALSE(Contains(s.message(), "Stalled")) << s.message();  // not the stall shutdown's
   // Both sets carry on.
   for (int set : {kGlobalProcessSet, other_set}) {
     b.Set(0, 1);
@@ -541,10 +539,9 @@ class Refusals : public RuntimeTest {
   }
   bool refuser() const { return rank_ == size_ - 1; }
   // The refusing rank runs `bad` (refused at once), the others `good`, which
-  // must fail quickly with the refusal and `fragment`.
+  // must fail with the refusal and `fragment`, not with the stall shutdown.
   void Expect(const char* label, const std::function<Result<Handle>()>& bad,
               const std::function<Result<Handle>()>& good, const std::string& fragment) {
-    const auto start = Clock::now();
     if (refuser()) {
       Result<Handle> h = bad();
       ASSERT_FALSE(h.ok()) << label << ": accepted on the refusing rank";
@@ -553,14 +550,12 @@ class Refusals : public RuntimeTest {
       return;
     }
     Status s = Run(good());
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     ASSERT_FALSE(s.ok()) << label << ": rank " << rank_ << " completed it";
     EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed) << label << ": " << s.ToString();
     EXPECT_TRUE(Contains(s.message(), "rank " + std::to_string(size_ - 1) + " refused its input: "))
         << label << ": " << s.message();
     EXPECT_TRUE(Contains(s.message(), fragment)) << label << ": " << s.message();
     EXPECT_FALSE(Contains(s.message(), "Stalled")) << label << ": " << s.message();
-    EXPECT_LT(seconds, 5.0) << label << ": rank " << rank_ << " waited " << seconds << " s";
   }
 };
 

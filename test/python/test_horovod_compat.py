@@ -10,7 +10,6 @@ rank outside the set.
 """
 import inspect
 import signal
-import time
 
 import pytest
 import torch
@@ -402,10 +401,9 @@ def test_synchronize_keeps_the_handle_when_an_alarm_fires():
     old = signal.signal(signal.SIGALRM, handler)
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.2)
-        start = time.monotonic()
-        with pytest.raises(Alarm):
+        with pytest.raises(Alarm):  # the partners wait for rank 0: only the alarm ends it
             hvd.synchronize(h)
-        assert time.monotonic() - start < 0.9
+        assert not hvd.poll(h), "the allreduce completed without its partners"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
