@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kolo/runtime_types.h"
 #include "kolo/status.h"
 #include "ops/join.h"
 #include "ops/p2p.h"
@@ -90,7 +91,7 @@ void RegisterJoin(py::module_& m, JoinedRanks* joined) {
   m.def(
       "join_rank", [joined] { return joined->rank(); }, "This process's rank among them.");
   m.def(
-      "join_comm_handle", [joined] { return reinterpret_cast<uintptr_t>(joined->comm()); },
+      "join_comm_handle", [joined] { return HandleOfComm(joined->comm()); },
       "The joined communicator's handle, for init(comm_handle=...).");
   m.def(
       "join_finalize", [joined] { Check(joined->Finalize()); }, Release(),

@@ -24,6 +24,11 @@ const UlfmCalls& Ulfm() {
 }
 
 std::string UlfmUnavailableReason() {
+#ifndef OPEN_MPI
+  // MPICH's MPIX_Comm_shrink is not ULFM's, and kolorun runs no MPICH job in place.
+  return "this process's MPI is of the MPICH family (kolo shrinks in place only with Open MPI "
+         "5's ULFM)";
+#endif
   const char* in_place = std::getenv("KOLO_ELASTIC_IN_PLACE");
   if (in_place == nullptr || std::strcmp(in_place, "1") != 0) {
     return "the job runs without fault tolerance (KOLO_ELASTIC_IN_PLACE is not 1: kolorun sets "

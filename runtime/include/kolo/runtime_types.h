@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,26 @@ using Handle = int64_t;
 
 // The global process set (all ranks) always has id 0.
 constexpr int kGlobalProcessSet = 0;
+
+// A communicator as a number and back (mpi4py's MPI._handleof(comm), a Python
+// caller's handle): Open MPI's and the standard ABI's handles are pointers, the MPICH
+// ABI's are integers.
+template <typename Comm = MPI_Comm>
+Comm CommFromHandle(uintptr_t handle) {
+  if constexpr (std::is_pointer_v<Comm>) {
+    return reinterpret_cast<Comm>(handle);
+  } else {
+    return static_cast<Comm>(handle);
+  }
+}
+template <typename Comm = MPI_Comm>
+uintptr_t HandleOfComm(Comm comm) {
+  if constexpr (std::is_pointer_v<Comm>) {
+    return reinterpret_cast<uintptr_t>(comm);
+  } else {
+    return static_cast<uintptr_t>(comm);
+  }
+}
 
 struct InitOptions {
   // Communicator to run on; MPI_COMM_NULL means MPI_COMM_WORLD. kolo duplicates
