@@ -18,8 +18,8 @@ host="$1"
 shift
 # FAKE_SSH_DELAY=S plays a host that is slow to start Open MPI's daemon
 # (kolorun's pre-flight check of the program answers at once).
-# (orted: Open MPI 4.1's daemon; prted: 5.0's.)
-case "$*" in *orted*|*prted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
+# (orted: Open MPI 4.1's daemon; prted: 5.0's; hydra_*_proxy: Hydra's.)
+case "$*" in *orted*|*prted*|*hydra_pmi_proxy*|*hydra_bstrap_proxy*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
 # Open MPI names a daemon's session directory (and the topology file it maps
