@@ -14,8 +14,9 @@ namespace fs = std::filesystem;
 // PREFIX/lib of a Hydra launcher at PREFIX/bin, when it holds libmpi.so.12.
 std::string HydraLibraryDir(const std::string& launcher) {
   std::error_code ec;
-  const fs::path lib = fs::path(launcher).parent_path().parent_path() / "lib";
-  return fs::exists(lib / "libmpi.so.12", ec) ? lib.string() : std::string();
+  const fs::path lib = fs::absolute(fs::path(launcher).parent_path().parent_path() / "lib", ec);
+  return !ec && fs::exists(lib / "libmpi.so.12", ec) ? lib.lexically_normal().string()
+                                                     : std::string();
 }
 
 }  // namespace

@@ -347,6 +347,22 @@ Status CheckProgramsOn(Launcher& l, const LaunchPlan& plan, const std::vector<Ho
   return Status::OK();
 }
 
+// The variables a rank gets for kolorun's flags (RankVariables) and for the
+// MPI it runs on: an MPI named by --mpi-home or found beside kolorun is the
+// one the ranks' kolo package loads too (kolo/_mpi_library.py), whatever the
+// ranks' PATH says; Hydra's ranks get what hydra_command.h says.
+Variables MpiVariables(const Launcher& l, const LaunchPlan& plan,
+                       const std::vector<HostSlots>& used) {
+  Variables out = RankVariables(l.o, used);
+  if (!l.mpi.choice.on_path) out["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
+  if (plan.dialect == MpiDialect::kHydra) {
+    for (const auto& [k, v] : HydraRankVariables(plan, l.mpi.library_dir, l.environment)) {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
 // The job that runs `plan`, without its environment.
 Job JobOf(const Launcher& l, const LaunchPlan& plan, const std::vector<HostSlots>& used) {
   Job job;
@@ -385,15 +401,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
     std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
               << "); " << FamilyName(plan.family) << " will listen on every network interface\n";
   }
-  Variables child_env = RankVariables(o, used);
-  // An MPI named by --mpi-home or found beside kolorun: the ranks' kolo package
-  // loads its library too (kolo/_mpi_library.py), whatever the ranks' PATH says.
-  if (!l.mpi.choice.on_path) child_env["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
-  if (hydra) {
-    for (const auto& [k, v] : HydraRankVariables(plan, l.mpi.library_dir, l.environment)) {
-      child_env[k] = v;
-    }
-  }
+  Variables child_env = MpiVariables(l, plan, used);
   for (const auto& [k, v] : extra) child_env[k] = v;
   KOLO_ASSIGN_OR_RETURN(std::vector<std::string> user_names,
                         UserVariables(o.env_vars, l.environment, &child_env));
@@ -414,12 +422,12 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
     child_env[kBindLibrary] = plan.env[kBindLibrary] = plan.bind_library;
     child_env[kBindInterfaces] = plan.env[kBindInterfaces] = JoinComma(plan.network_interfaces);
   }
+  // Hydra's launcher takes ssh's options in its environment (shown, not sent to the ranks).
+  const Variables launcher_env = hydra ? HydraLauncherVariables(plan, l.environment) : Variables();
   // The token goes to the ranks but is never printed.
   Variables launch_env = child_env;
   ListenOnlyWhereTheJobLives(plan, l.environment, &launch_env);
-  if (hydra) {
-    for (const auto& [k, v] : HydraLauncherVariables(plan, l.environment)) launch_env[k] = v;
-  }
+  for (const auto& [k, v] : launcher_env) launch_env[k] = v;
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = l.token;
   if (!o.dry_run && l.monitor != nullptr) {
     // The counters go where the ranks register, with the job's token.
@@ -430,6 +438,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   planned.job.mpirun_env = launch_env;
   if (!o.dry_run && l.monitor != nullptr) l.monitor->NewJob(planned.job.rank_hosts);
   for (const auto& [k, v] : child_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
+  for (const auto& [k, v] : launcher_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
   planned.shown += ShellQuote(planned.job.mpirun_argv);
   return planned;
 }
