@@ -93,16 +93,15 @@ class MpiLog {
     std::fprintf(file_, "%s\n", line.c_str());
     std::fflush(file_);
     // The report quotes the MPI's first words, but not a warning: mpirun's
-    // "plm:rsh: Warning: setpgid(...) failed" comes first or not by timing;
-    // Hydra's own words come after what a failed ssh printed.
-    const std::string hydra = HydraMessage(line);
+    // "plm:rsh: Warning: setpgid(...) failed" comes first or not by timing.
+    // Hydra's own words, when it says any, come after what a failed ssh printed.
     const bool words = line.find_first_not_of("-= ") != std::string::npos;
-    const bool weak = line.find(": Warning: ") != std::string::npos || !hydra_said_.empty();
-    if (words && (first_.empty() || (first_is_weak_ && !weak))) {
+    const bool warning = line.find(": Warning: ") != std::string::npos;
+    if (words && (first_.empty() || (first_is_warning_ && !warning))) {
       first_ = line;
-      first_is_weak_ = weak;
+      first_is_warning_ = warning;
     }
-    if (!hydra.empty() && hydra_said_.empty()) hydra_said_ = hydra;
+    if (hydra_said_.empty()) hydra_said_ = HydraMessage(line);
     ++lines_;
   }
   const std::string& path() const { return path_; }
@@ -135,7 +134,7 @@ class MpiLog {
   }
 
   std::string dir_, mpi_name_, path_, first_, hydra_said_;
-  bool first_is_weak_ = false;
+  bool first_is_warning_ = false;
   bool append_;
   FILE* file_ = nullptr;
   int lines_ = 0;
@@ -148,7 +147,7 @@ class MpiLog {
 // kept for the final report instead of printed.
 class OutputSink {
  public:
-  OutputSink(const Job& job)
+  explicit OutputSink(const Job& job)
       : dir_(job.output_dir),
         verbose_(job.verbose),
         append_(job.append_output),
