@@ -559,7 +559,9 @@ def test_rank_that_does_not_start_in_time_is_named(tmp_path):
     # host holds back all ranks; the message names them with their hosts.
     assert re.search(r"rank\(s\) .*2 \(127\.0\.0\.2\), 3 \(127\.0\.0\.2\) did not start within 2 s "
                      r"\(--start-timeout\)", r.stderr), r.stderr
-    assert time.monotonic() - start < 12
+    # Intel MPI's mpiexec.hydra ignores SIGTERM until its proxies are up: kolorun's teardown
+    # kills it 5 s later, and stops reading 3 s after that (10.5 s in all, measured).
+    assert time.monotonic() - start < (16 if FAMILY == "impi" else 12)
 
 
 INTRUDER = """
