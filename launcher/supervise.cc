@@ -448,9 +448,10 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
   }
   sink.Write(assembler.Flush());
   if (job.progress) job.progress->Clear();  // kolorun's report is the last line
-  if (first_failure && teardown.killed() && outcome.silent_hosts.empty()) {
-    // The launcher did not end within the teardown's bound after a rank failed:
-    // the hosts whose ranks never reported back are the ones it waited for.
+  if (job.end_on_rank_failure && first_failure && teardown.killed()) {
+    // The launcher did not end within the teardown's bound after kolorun ended
+    // the job for a rank's failure: the hosts whose ranks never reported back
+    // are the ones it waited for (mpirun's own grace above does it otherwise).
     outcome.silent_hosts = SilentHosts(job.rank_hosts, sink.exits());
   }
   outcome.mpirun_status = teardown.Wait();
