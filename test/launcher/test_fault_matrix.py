@@ -99,7 +99,7 @@ def test_fault_in_an_mpi_program_without_kolo_ends_the_job_naming_the_rank(fault
     # raise), kolo-rank ends a rank stopped for the stall shutdown time (stop).
     bound, _ = BOUNDS[fault]
     r = run_fault(KOLORUN, PYTHON_DIR, fault, np=3, step=3, timeout=60,
-                  program=os.environ["PRINT_RANKS"])
+                  program=os.environ["MPI_PROBE"])
     record(r)
     out = r["output"][-4000:]
     assert not r["hung"], "the job hung (60 s):\n" + out
