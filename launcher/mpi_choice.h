@@ -12,28 +12,55 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kolo/status.h"
 
 namespace kolo::launcher {
 
-// Open MPI's two runtimes: 4.x starts its daemons with ORTE (orterun,
-// orted, `orte_*` and `plm_rsh_*` parameters, --oversubscribe); 5.x with
-// PRRTE (prterun, prted, `prte_*` and `plm_ssh_*` parameters given with
-// --prtemca, --map-by :OVERSUBSCRIBE).
-enum class MpiDialect { kOrte, kPrrte };
+// The process managers kolorun speaks to. Open MPI 4.x starts its daemons
+// with ORTE (orterun, orted, `orte_*` and `plm_rsh_*` parameters,
+// --oversubscribe); 5.x with PRRTE (prterun, prted, `prte_*` and `plm_ssh_*`
+// parameters given with --prtemca, --map-by :OVERSUBSCRIBE). MPICH and Intel
+// MPI start their proxies with Hydra (mpiexec.hydra, hydra_pmi_proxy, -hosts,
+// -genvlist, no MCA parameters at all).
+enum class MpiDialect { kOrte, kPrrte, kHydra };
+
+// Whose MPI: the library the ranks load and the words of its messages.
+enum class MpiFamily { kOpenMpi, kMpich, kIntelMpi };
 
 const char* DialectName(MpiDialect dialect);
+const char* FamilyName(MpiFamily family);  // "Open MPI", "MPICH", "Intel MPI"
 
 struct MpiVersion {
-  std::string version;  // "4.1.4", "5.0.11"
+  std::string version;  // "4.1.4", "5.0.11", "5.0.2", "2021.19.0"
   MpiDialect dialect = MpiDialect::kOrte;
+  MpiFamily family = MpiFamily::kOpenMpi;
 };
 
-// Reads `mpirun --version`'s output ("mpirun (Open MPI) 5.0.11"). Open MPI
-// 1.x to 3.x, MPICH's and Intel MPI's Hydra, and anything else are errors
-// saying why kolo cannot run on them.
+// Reads `mpirun --version`'s output: Open MPI's ("mpirun (Open MPI)
+// 5.0.11"), MPICH's Hydra ("HYDRA build details: ... Version: 5.0.2"), Intel
+// MPI's ("Intel(R) MPI Library for Linux* OS, Version 2021.19.0 Build ...").
+// Open MPI 1.x to 3.x and anything else are errors saying why.
 Result<MpiVersion> ParseMpirunVersion(const std::string& output);
+
+// What a job runs: `launcher` is the program started for each job, the
+// chosen mpirun itself, or for Hydra the `mpiexec.hydra` beside it (Intel
+// MPI's mpirun is a shell script that finds mpiexec.hydra on PATH only).
+struct MpiIdentity {
+  MpiVersion version;
+  std::string launcher;
+};
+
+// Asks the chosen `mpirun` who it is (`run(argv)` returns a program's
+// stdout, or an error when it cannot run or fails). Open MPI's answer is
+// taken as it is; otherwise, when an `mpiexec.hydra` is beside it, that
+// program's answer (a system may hold Open MPI's mpirun and MPICH's
+// mpiexec.hydra side by side in /usr/bin: mpirun says which is meant).
+Result<MpiIdentity> IdentifyMpi(
+    const std::string& mpirun,
+    const std::function<Result<std::string>(const std::vector<std::string>&)>& run,
+    const std::function<bool(const std::string&)>& executable);
 
 struct MpiChoice {
   std::string mpirun;    // an absolute path

@@ -51,9 +51,9 @@ void AddOptions(CLI::App& app, Options* o, std::string* monitor) {
       ->allow_extra_args(false);
   app.add_option("--mpi-args", o->mpi_args, "Extra arguments for mpirun");
   app.add_option("--mpi-home", o->mpi,
-                 "The Open MPI to run on: its installation folder (PREFIX/bin/mpirun) or its "
-                 "mpirun (default: KOLO_MPI_HOME, else the first mpirun on PATH, else the one "
-                 "beside kolorun)");
+                 "The MPI to run on (Open MPI, MPICH, Intel MPI): its installation folder "
+                 "(PREFIX/bin/mpirun) or its mpirun (default: KOLO_MPI_HOME, else the first "
+                 "mpirun on PATH, else the one beside kolorun)");
   app.add_option("--binding", o->binding, "mpirun --bind-to value (default none)")
       ->check(CLI::IsMember({"none", "core", "socket", "numa", "hwthread"}));
   app.add_option("--fusion-threshold-mb", o->fusion_threshold_mb, "KOLO_FUSION_THRESHOLD in MiB")

@@ -1,5 +1,6 @@
 #include "output.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
@@ -7,11 +8,30 @@
 namespace kolo::launcher {
 namespace {
 
-// If `s` at `pos` starts with a tag "[J,R]<stdout>:" or "[J,R]<stderr>:"
-// (followed by a space with `space_after`), returns its length and sets
-// rank/stream; 0 if not a tag; -1 if `s` ends in what may be the start of a
-// tag (need more bytes).
-int MatchTag(const std::string& s, size_t pos, bool space_after, int* rank, bool* is_stderr) {
+// The part of a tag after "[...]": its stream's word.
+int MatchWord(const std::string& s, size_t i, size_t pos, OutputTags tags, bool* is_stderr) {
+  static const std::string kOut = "<stdout>:", kErr = "<stderr>:";
+  static const std::string kOutSpace = "<stdout>: ", kErrSpace = "<stderr>: ";
+  static const std::string kHydra = "<kolorun>:";
+  const bool space = tags == OutputTags::kOpenMpiSpace;
+  const std::string* words[2] = {space ? &kOutSpace : &kOut, space ? &kErrSpace : &kErr};
+  if (tags == OutputTags::kHydra) words[0] = words[1] = &kHydra;
+  for (int k = 0; k < 2; ++k) {
+    const std::string& word = *words[k];
+    size_t n = std::min(word.size(), s.size() - i);
+    if (s.compare(i, n, word, 0, n) != 0) continue;
+    if (n < word.size()) return -1;
+    if (tags != OutputTags::kHydra) *is_stderr = k == 1;
+    return static_cast<int>(i + word.size() - pos);
+  }
+  return 0;
+}
+
+// If `s` at `pos` starts with a tag ("[J,R]<stdout>:", "[J,R]<stderr>:" or,
+// from Hydra, "[R]<kolorun>:"), returns its length and sets rank (and
+// stream, where the tag says it); 0 if not a tag; -1 if `s` ends in what may
+// be the start of a tag (need more bytes).
+int MatchTag(const std::string& s, size_t pos, OutputTags tags, int* rank, bool* is_stderr) {
   size_t i = pos;
   auto need_more = [&] { return i >= s.size(); };
   if (s[i] != '[') return 0;
@@ -19,27 +39,18 @@ int MatchTag(const std::string& s, size_t pos, bool space_after, int* rank, bool
   size_t start = i;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
   if (need_more()) return -1;
-  if (i == start || s[i] != ',') return 0;
-  ++i;
-  start = i;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-  if (need_more()) return -1;
-  if (i == start || s[i] != ']') return 0;
-  int r = std::atoi(s.substr(start, i - start).c_str());
-  ++i;
-  static const std::string kOut = "<stdout>:", kErr = "<stderr>:";
-  static const std::string kOutSpace = "<stdout>: ", kErrSpace = "<stderr>: ";
-  const std::string& out = space_after ? kOutSpace : kOut;
-  const std::string& err = space_after ? kErrSpace : kErr;
-  for (const std::string* word : {&out, &err}) {
-    size_t n = std::min(word->size(), s.size() - i);
-    if (s.compare(i, n, *word, 0, n) != 0) continue;
-    if (n < word->size()) return -1;
-    *rank = r;
-    *is_stderr = word == &err;
-    return static_cast<int>(i + word->size() - pos);
+  if (tags != OutputTags::kHydra) {  // Open MPI's job number first
+    if (i == start || s[i] != ',') return 0;
+    ++i;
+    start = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (need_more()) return -1;
   }
-  return 0;
+  if (i == start || s[i] != ']') return 0;
+  const int r = std::atoi(s.substr(start, i - start).c_str());
+  const int n = MatchWord(s, i + 1, pos, tags, is_stderr);
+  if (n > 0) *rank = r;
+  return n;
 }
 
 }  // namespace
@@ -65,8 +76,8 @@ std::vector<OutputLine> OutputAssembler::Feed(const std::string& bytes, bool fro
   size_t i = 0, text_start = 0;
   while (i < p.pending.size()) {
     int rank = -1;
-    bool is_stderr = false;
-    int n = p.pending[i] == '[' ? MatchTag(p.pending, i, space_after_tag_, &rank, &is_stderr) : 0;
+    bool is_stderr = from_stderr_pipe;
+    int n = p.pending[i] == '[' ? MatchTag(p.pending, i, tags_, &rank, &is_stderr) : 0;
     if (n < 0) break;  // a tag may be cut here; wait for more bytes
     if (n > 0) {
       Append(p.rank, p.is_stderr, p.pending.substr(text_start, i - text_start), &out);
@@ -77,7 +88,7 @@ std::vector<OutputLine> OutputAssembler::Feed(const std::string& bytes, bool fro
       continue;
     }
     if (p.pending[i] == '\n' && p.rank >= 0) {
-      // Open MPI tags each line; an untagged line after this one is mpirun's own.
+      // Each line is tagged; an untagged line after this one is mpirun's own.
       Append(p.rank, p.is_stderr, p.pending.substr(text_start, i + 1 - text_start), &out);
       p.rank = -1;
       p.is_stderr = from_stderr_pipe;
@@ -101,6 +112,21 @@ std::vector<OutputLine> OutputAssembler::Flush() {
   }
   partial_.clear();
   return out;
+}
+
+std::string HydraMessage(const std::string& line) {
+  if (line.rfind("[mpiexec@", 0) != 0) return "";
+  const size_t close = line.find("] ");
+  if (close == std::string::npos) return "";
+  std::string words = line.substr(close + 2);
+  // Where in Hydra's source it was said: "function (path/file.c:123): ".
+  const size_t open = words.find(" (");
+  const size_t end = words.find("): ");
+  if (open != std::string::npos && end != std::string::npos && open < end &&
+      words.find(' ') == open) {
+    words = words.substr(end + 3);
+  }
+  return words;
 }
 
 bool ParseRankExit(const std::string& line, RankExit* out) {

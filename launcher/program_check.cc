@@ -118,8 +118,11 @@ std::vector<std::string> RemoteShellArgv(const std::vector<std::string>& agent,
 std::vector<std::string> RemoteAgent(const std::vector<std::string>& mpi_args,
                                      const std::string& environment_value) {
   std::string agent = environment_value;
-  for (size_t i = 0; i + 2 < mpi_args.size(); ++i) {
+  for (size_t i = 0; i + 1 < mpi_args.size(); ++i) {
     const std::string& a = mpi_args[i];
+    // Hydra's option, and Intel MPI's other name for it.
+    if (a == "-launcher-exec" || a == "-bootstrap-exec") agent = mpi_args[i + 1];
+    if (i + 2 >= mpi_args.size()) continue;
     const std::string& name = mpi_args[i + 1];
     // ORTE's name, and PRRTE's (Open MPI 5 maps the first to the second).
     const bool agent_param = name == "plm_rsh_agent" || name == "plm_ssh_agent";

@@ -56,8 +56,10 @@ std::vector<std::string> RemoteShellArgv(const std::vector<std::string>& agent,
                                          const std::string& command, double timeout_seconds);
 
 // The remote agent that mpirun will use: plm_rsh_agent's (or Open MPI 5's
-// plm_ssh_agent's) value from the mpirun arguments, else from
-// OMPI_MCA_plm_rsh_agent (`environment_value`), split into words; empty for ssh.
+// plm_ssh_agent's) value from the mpirun arguments, or Hydra's -launcher-exec
+// (Intel MPI's -bootstrap-exec), else the environment's (`environment_value`:
+// OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC), split into words;
+// empty for ssh.
 std::vector<std::string> RemoteAgent(const std::vector<std::string>& mpi_args,
                                      const std::string& environment_value);
 

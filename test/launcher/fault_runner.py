@@ -6,6 +6,8 @@ import subprocess
 import tempfile
 import time
 
+from which_mpi import remote_agent_args
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULT_JOB = os.path.join(HERE, "fault_job.py")
 FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
@@ -18,11 +20,13 @@ STALL_ENV = {"KOLO_STALL_CHECK_TIME_SECONDS": "2", "KOLO_STALL_SHUTDOWN_TIME_SEC
 
 def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=False, timeout=60,
               python="/usr/bin/python3", hosts=None, extra_env=None, job=FAULT_JOB,
-              kolorun_args=()):
+              kolorun_args=(), program=None):
     """One job. Returns a dict: fault, rank, step, hung, returncode, seconds (fault until
     kolorun returned), seen {rank: (seconds after the fault, error line)}, named (the
     lines that name the faulty rank), output. `hosts` ("a:2,b:2") places the ranks on
-    hosts started by fake_ssh.sh, as two_hosts does on 127.0.0.1 and 127.0.0.2."""
+    hosts started by fake_ssh.sh, as two_hosts does on 127.0.0.1 and 127.0.0.2. `program`
+    (an MPI program that reads FAULT* as fault_job.py does: mpi_probe.c) runs instead of
+    `python job`."""
     rank = np - 1 if rank is None else rank
     with tempfile.TemporaryDirectory() as tmp:
         stamp = os.path.join(tmp, "stamp")
@@ -32,8 +36,8 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
         if two_hosts and not hosts:
             hosts = "127.0.0.1:%d,127.0.0.2:%d" % (np // 2, np - np // 2)
         if hosts:
-            cmd += ["-H", hosts, "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
-        cmd += [python, job]
+            cmd += ["-H", hosts, "--mpi-args", remote_agent_args(FAKE_SSH)]
+        cmd += [program] if program else [python, job]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
             hung, out, code = False, r.stdout + r.stderr, r.returncode

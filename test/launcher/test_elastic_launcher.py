@@ -14,12 +14,14 @@ import subprocess
 
 import pytest
 
+from which_mpi import HYDRA, MPI_NAME, remote_agent_args
+
 KOLORUN = os.environ["KOLORUN"]
 PYTHON = "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
 WORKER = os.path.join(HERE, "elastic_worker.py")
-FAKE_HOSTS = ["--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
+FAKE_HOSTS = ["--mpi-args", remote_agent_args(FAKE_SSH)]
 
 
 def kolorun(*args, timeout=120, env=None):
@@ -95,6 +97,10 @@ def test_host_of_a_killed_rank_is_blacklisted_and_the_job_goes_on_without_it(tmp
     assert "WORKER rank=2 gen=0 killing myself" in out, out
     assert "WORKER rank=0 gen=1 done size=2" in out and "WORKER rank=1 gen=1 done size=2" in out
     lines = elastic_lines(r)
+    if HYDRA:  # the job's first line says why it restarts
+        assert lines[0] == ("kolorun: elastic: a lost rank or host restarts every worker from the "
+                            "last commit (%s has no fault tolerance to recover in place: no ULFM; "
+                            "Open MPI 5 recovers in place)" % MPI_NAME), out
     assert ("kolorun: elastic: incarnation 0 failed: rank 2 on host 127.0.0.2 was killed by "
             "signal 9 (SIGKILL); host 127.0.0.2 blacklisted for the rest of the job") in lines, out
     assert "kolorun: elastic: starting incarnation 1 at np=2 on 127.0.0.1:2" in lines, out
@@ -208,5 +214,6 @@ def test_dry_run_shows_the_first_incarnation_with_the_elastic_variables(tmp_path
     assert r.returncode == 0, r.stderr
     assert re.search(r"KOLO_ELASTIC=1 KOLO_ELASTIC_GENERATION=0 KOLO_ELASTIC_JOB=[0-9a-f]{32} ",
                      r.stdout), r.stdout
-    assert " -np 2 -H 127.0.0.1:2 " in r.stdout, r.stdout  # min(--max-np, slots)
-    assert "KOLORUN_TOKEN" not in re.split(r" \S*mpirun (?=--)", r.stdout)[0], r.stdout
+    # min(--max-np, slots)
+    assert (" -n 2 -hosts 127.0.0.1" if HYDRA else " -np 2 -H 127.0.0.1:2 ") in r.stdout, r.stdout
+    assert "KOLORUN_TOKEN" not in re.split(r" \S*(?:mpirun|mpiexec\.hydra) (?=-)", r.stdout)[0], r.stdout

@@ -3,6 +3,9 @@
 the last rank misbehaving at step 3, stall check 2 s and stall shutdown 5 s. For each:
 nothing hangs, the other ranks get an error or are ended by kolorun, a line names the
 faulty rank, and the time from the fault until that happened is within its bound.
+Until kolo's library runs on MPICH and Intel MPI, their runs take the faults that need no
+kolo (kill, stop, raise) in an MPI program without it (mpi_probe.c): the others wait in
+MPI_Allreduce, and kolorun, kolo-rank and Hydra alone must end the job and name the rank.
 Set FAULT_MATRIX_LOG=<file> to have each test append its figures (JSON lines)."""
 import json
 import os
@@ -11,11 +14,12 @@ import pytest
 
 from fault_runner import run_fault
 from netns_host import namespace_host
+from which_mpi import HYDRA, needs_kolo
 
 KOLORUN = os.environ["KOLORUN"]
 PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")
-pytestmark = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
-                                reason="the Python binding is not built in this build")
+needs_binding = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
+                                   reason="the Python binding is not built in this build")
 
 # fault: (seconds within which the job has ended, whether the surviving ranks must each
 # print their own error; where kolorun ends the job first, its line names the rank).
@@ -38,6 +42,8 @@ def record(result):
             f.write(json.dumps(row) + "\n")
 
 
+@needs_binding
+@needs_kolo
 @pytest.mark.parametrize("fault", sorted(BOUNDS))
 def test_fault_ends_the_job_with_a_named_error(fault):
     bound, survivors_report = BOUNDS[fault]
@@ -66,6 +72,8 @@ def cut_off_host():
         yield
 
 
+@needs_binding
+@needs_kolo
 def test_a_host_cut_off_ends_the_job_naming_it(cut_off_host):
     # np=4, ranks 2 and 3 on the namespace's host; rank 2 cuts the link at step 3. The
     # ranks on this side find the negotiation unanswered after the stall shutdown time
@@ -82,3 +90,20 @@ def test_a_host_cut_off_ends_the_job_naming_it(cut_off_host):
     assert all("did not answer a negotiation round" in e for t, e in r["seen"].values()), r["seen"]
     assert "Rank(s) 2, 3 on %s never reported back" % CUT_HOST in out, out
     assert r["seconds"] < 30, (r["seconds"], out)
+
+
+@pytest.mark.skipif(not HYDRA, reason="Open MPI's runs take every fault in kolo's training job")
+@pytest.mark.parametrize("fault", ["kill", "raise", "stop"])
+def test_fault_in_an_mpi_program_without_kolo_ends_the_job_naming_the_rank(fault):
+    # The other ranks wait in MPI_Allreduce: Hydra ends the job when the rank dies (kill,
+    # raise), kolo-rank ends a rank stopped for the stall shutdown time (stop).
+    bound, _ = BOUNDS[fault]
+    r = run_fault(KOLORUN, PYTHON_DIR, fault, np=3, step=3, timeout=60,
+                  program=os.environ["MPI_PROBE"])
+    record(r)
+    out = r["output"][-4000:]
+    assert not r["hung"], "the job hung (60 s):\n" + out
+    assert r["fault_happened"], out
+    assert r["returncode"] == (1 if fault == "raise" else 137), out
+    assert r["named"] and r["named"][-1].startswith("kolorun: rank 2 on host "), out
+    assert r["seconds"] < bound, (r["seconds"], out)

@@ -7,11 +7,13 @@ import time
 import pytest
 
 from processes import no_process_matches
+from which_mpi import needs_kolo
 
 KOLORUN = os.environ["KOLORUN"]
 PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")
-pytestmark = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
-                                reason="the Python binding is not built in this build")
+pytestmark = [pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
+                                 reason="the Python binding is not built in this build"),
+              needs_kolo]
 
 
 def run(np, body, tmp_path, env=None, timeout=60):

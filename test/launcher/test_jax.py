@@ -16,21 +16,21 @@ import subprocess
 
 import pytest
 
-from open_mpi import OPEN_MPI_5
+from which_mpi import HYDRA, OPEN_MPI_5, forwarded_names, remote_agent_args
 
 # JAX finds Open MPI's job only through ORTE's OMPI_MCA_orte_hnp_uri (jax/_src/clusters/
-# ompi_cluster.py), which Open MPI 5's PRRTE does not set.
+# ompi_cluster.py), which Open MPI 5's PRRTE does not set, nor Hydra.
 NO_JAX_DETECTION = pytest.mark.skipif(
-    OPEN_MPI_5, reason="JAX detects Open MPI's job by ORTE's OMPI_MCA_orte_hnp_uri, which Open "
-    "MPI 5 (PRRTE) does not set: jax.distributed.initialize() needs num_processes and "
-    "process_id there")
+    OPEN_MPI_5 or HYDRA, reason="JAX detects Open MPI's job by ORTE's OMPI_MCA_orte_hnp_uri, "
+    "which Open MPI 5 (PRRTE) and Hydra (MPICH, Intel MPI) do not set: "
+    "jax.distributed.initialize() needs num_processes and process_id there")
 
 KOLORUN = os.environ["KOLORUN"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
 JAX_PYTHON = os.environ.get("KOLO_TF_PYTHON") or os.path.join(HERE, "..", "..", ".venv", "bin",
                                                                 "python")
-TWO_HOSTS = ["-H", "127.0.0.1:2,127.0.0.2:2", "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH]
+TWO_HOSTS = ["-H", "127.0.0.1:2,127.0.0.2:2", "--mpi-args", remote_agent_args(FAKE_SSH)]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_jax_distributed_initialize_across_two_loopback_hosts(jax_python, tmp_pa
 
 def exported(stdout):
     """The NAME=value settings that kolorun --dry-run prints before the command."""
-    return dict(re.findall(r"\b([A-Z_]+)='?([^ ']*)'? ", re.split(r" \S*mpirun (?=--)", stdout)[0] + " "))
+    return dict(re.findall(r"\b([A-Z_]+)='?([^ ']*)'? ", re.split(r" \S*(?:mpirun|mpiexec\.hydra) (?=-)", stdout)[0] + " "))
 
 
 def test_jax_coordinator_is_rank_0s_host_on_a_port_of_its_own():
@@ -128,7 +128,7 @@ def test_jax_coordinator_is_rank_0s_host_on_a_port_of_its_own():
     host, port = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)
     assert host == "127.0.0.1" == env["MASTER_ADDR"]
     assert int(port) > 0 and port != env["MASTER_PORT"]
-    assert "-x JAX_COORDINATOR_ADDRESS " in r.stdout  # reaches remote hosts too
+    assert "JAX_COORDINATOR_ADDRESS" in forwarded_names(r.stdout)  # reaches remote hosts too
     r = kolorun("-np", "4", "-H", "node1:2,node2:2", "--dry-run", "prog")
     assert exported(r.stdout)["JAX_COORDINATOR_ADDRESS"].startswith("node1:")
     # "localhost" first, another host beside it: that host must reach this machine by its name.

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from open_mpi import OPEN_MPI_5
+from which_mpi import OPEN_MPI_5
 
 PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")
 pytestmark = pytest.mark.skipif(not os.path.isdir(PYTHON_DIR),
