@@ -66,16 +66,8 @@ if [ ! -x "$tf_python" ]; then
     "(kolo.tensorflow compiles it on first import) and kolo.jax uses io_callback inside jit"
 fi
 
-# find_python 3.X: the interpreter for that version, or nothing.
-find_python() {
-  local v=$1 candidate
-  if [ -x "/usr/bin/python$v" ]; then
-    echo "/usr/bin/python$v"
-    return
-  fi
-  candidate=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$v".*/bin/"python$v" 2>/dev/null | sort -V | tail -1)
-  [ -z "$candidate" ] || echo "$candidate"
-}
+# shellcheck source=scripts/wheel/pythons.sh
+source scripts/wheel/pythons.sh
 pythons=()
 if [ -n "${KOLO_WHEEL_PYTHONS:-}" ]; then
   read -r -a pythons <<<"$KOLO_WHEEL_PYTHONS"
@@ -99,6 +91,8 @@ stamp="$stamp $("$tools/bin/pip" list --disable-pip-version-check 2>/dev/null | 
 if [ "$(cat "$sysroot/STAMP" 2>/dev/null)" != "$stamp" ]; then
   "$tools/bin/python" scripts/wheel/sysroot.py --tag "$tag" --out "$sysroot"
   echo "$stamp" >"$sysroot/STAMP"
+  # CMake does not see what a binary links through the toolchain: link every one again.
+  rm -rf "$root/build-wheel/$tag"-*
 fi
 
 # PyTorch's CUDA wheels target Volta to Hopper; CUDA 13 compiles nothing older
@@ -110,13 +104,22 @@ else
   archs="75-real;$archs"
 fi
 
+# One compiler for every Python: CMake would otherwise take the one each Python's
+# sysconfig names (Debian's python3.11 says x86_64-linux-gnu-g++, pyenv's g++), the
+# same GCC under two names, which ccache tells apart.
+export CC=gcc CXX=g++
 # ccache compiles a source once for every Python and every build folder: the paths
 # under the checkout are hashed relative to it.
 if command -v ccache >/dev/null 2>&1; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR=$root
-  ccache --zero-stats >/dev/null
 fi
+# ccache_counts: "hits misses" so far (this build's are the difference).
+ccache_counts() {
+  ccache --print-stats 2>/dev/null | awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {hit += $2}
+    $1 == "cache_miss" {miss = $2} END {print hit + 0, miss + 0}'
+}
+read -r hits0 misses0 <<<"$(ccache_counts)"
 
 # MPI's libraries, whichever family (what libmpi loads comes with it), TensorFlow's,
 # and CUDA's and NCCL's stay outside the wheel.
@@ -161,9 +164,8 @@ for python in "${pythons[@]}"; do
   echo "build_wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB) in $(($(date +%s) - t)) s"
 done
 if command -v ccache >/dev/null 2>&1; then
-  echo "build_wheel: ccache: $(ccache --print-stats 2>/dev/null | awk -F'\t' '
-    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {hit += $2}
-    $1 == "cache_miss" {miss = $2} END {printf "%d hits, %d misses", hit, miss}')"
+  read -r hits misses <<<"$(ccache_counts)"
+  echo "build_wheel: ccache: $((hits - hits0)) compilations found, $((misses - misses0)) compiled"
 fi
 
 if [ $sdist = 1 ]; then

@@ -25,12 +25,13 @@ int pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex, clockid
   struct timespec now, wall;
   clock_gettime(CLOCK_MONOTONIC, &now);
   clock_gettime(CLOCK_REALTIME, &wall);
-  long long left = (long long)(deadline->tv_sec - now.tv_sec) * 1000000000LL +
-                   (deadline->tv_nsec - now.tv_nsec);
+  long long left =
+      (long long)(deadline->tv_sec - now.tv_sec) * 1000000000LL + (deadline->tv_nsec - now.tv_nsec);
   if (left < 0) left = 0;
   long long ns = wall.tv_nsec + left % 1000000000LL;
-  struct timespec until = {wall.tv_sec + (time_t)(left / 1000000000LL) + (time_t)(ns / 1000000000LL),
-                           (long)(ns % 1000000000LL)};
+  struct timespec until = {
+      wall.tv_sec + (time_t)(left / 1000000000LL) + (time_t)(ns / 1000000000LL),
+      (long)(ns % 1000000000LL)};
   return pthread_cond_timedwait(cond, mutex, &until);
 }
 
@@ -38,9 +39,9 @@ int pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex, clockid
  * without one (0, real-time signals, out of range), as glibc's table on x86_64. */
 const char* sigabbrev_np(int sig) {
   static const char* const names[] = {
-      NULL,   "HUP",  "INT",  "QUIT", "ILL",    "TRAP", "ABRT",  "BUS",  "FPE",  "KILL",   "USR1",
-      "SEGV", "USR2", "PIPE", "ALRM", "TERM",   "STKFLT", "CHLD", "CONT", "STOP", "TSTP",  "TTIN",
-      "TTOU", "URG",  "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "POLL", "PWR",  "SYS"};
+      NULL,   "HUP",  "INT",  "QUIT", "ILL",    "TRAP",   "ABRT",  "BUS",  "FPE",  "KILL", "USR1",
+      "SEGV", "USR2", "PIPE", "ALRM", "TERM",   "STKFLT", "CHLD",  "CONT", "STOP", "TSTP", "TTIN",
+      "TTOU", "URG",  "XCPU", "XFSZ", "VTALRM", "PROF",   "WINCH", "POLL", "PWR",  "SYS"};
   if (sig < 0 || sig >= (int)(sizeof names / sizeof names[0])) return NULL;
   return names[sig];
 }
