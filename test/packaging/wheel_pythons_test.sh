@@ -37,6 +37,9 @@ source "$src/scripts/wheel/pythons.sh"
 torch_pin=$("$ref_python" -c 'from importlib import metadata; print(metadata.version("torch").split("+")[0])') ||
   fail "$ref_python has no torch to take the version from"
 
+# pip's cache stays the user's: the two PyTorch installs share their nvidia-* wheels
+# (3 GB), with each other and with later runs.
+export PIP_CACHE_DIR=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}
 # A user's shell: a home of its own, nothing of ours on the paths.
 export HOME="$work/home"
 unset PYTHONPATH KOLO_PYTHON
