@@ -19,6 +19,9 @@ packages=(
   python3-cloudpickle python3-mock python3-parameterized python3-pytest-timeout
   # the monitor's tests (test/monitor): a browser that reads the page, Prometheus' parser
   chromium python3-prometheus-client python3-jsonschema
+  # the wheels' builds: one compilation per source for every Python (scripts/build_wheel.sh),
+  # a Debian 11 root to run a wheel on an older glibc (test/packaging/old_glibc_test.sh)
+  ccache debootstrap
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kolo's binary wheel, tested as a user would use it (docs/install.md):
-# scripts/build_wheel.sh builds it once; it is installed
+# scripts/build_wheel.sh builds it once (packaging.wheels_build, for every Python);
+# the one for the reference Python's version is installed
 # into a fresh virtual environment without system site packages, from PyPI
 # wheels only (--only-binary :all:, so no compiler runs), next to PyPI's
 # PyTorch, TensorFlow/Keras and JAX at the versions the reference environment
@@ -17,7 +18,8 @@
 #   test/packaging/wheel_test.sh <source_dir> <reference_python> [work_dir]
 #
 # Prints the wheel's size and the install time. Ends with "wheel: OK".
-# WHEEL_TEST_PREBUILT=<path> checks that wheel instead of building one.
+# WHEEL_TEST_PREBUILT=<path> checks that wheel, or the one for the reference Python's
+# version in that folder, instead of building one.
 set -euo pipefail
 src=$(cd "$1" && pwd)
 ref_python=$2
@@ -39,12 +41,20 @@ fail() {
 elapsed() { echo $(($(date +%s) - $1)); }
 
 t=$(date +%s)
+ref_version=$("$ref_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+cp=cp${ref_version/./}
 if [ -n "${WHEEL_TEST_PREBUILT:-}" ]; then
-  # A wheel already built (while working on this test): the checks only.
+  # A wheel already built (by packaging.wheels_build): the checks only.
   mkdir -p "$work/dist"
-  cp "$WHEEL_TEST_PREBUILT" "$work/dist/"
+  if [ -d "$WHEEL_TEST_PREBUILT" ]; then
+    prebuilt=$(ls "$WHEEL_TEST_PREBUILT"/kolo-*-"$cp"-"$cp"-*.whl 2>/dev/null) ||
+      fail "no $cp wheel in $WHEEL_TEST_PREBUILT (packaging.wheels_build makes them)"
+  else
+    prebuilt=$WHEEL_TEST_PREBUILT
+  fi
+  cp "$prebuilt" "$work/dist/"
 else
-  KOLO_TF_PYTHON=$ref_python "$src/scripts/build_wheel.sh" --out "$work/dist" >"$work/build.log" 2>&1 ||
+  KOLO_TF_PYTHON=$ref_python "$src/scripts/build_wheel.sh" --python "$ref_version" --out "$work/dist" >"$work/build.log" 2>&1 ||
     { tail -40 "$work/build.log"; fail "scripts/build_wheel.sh failed (log above)"; }
   grep -E "^build_wheel: " "$work/build.log"
 fi
@@ -54,11 +64,11 @@ echo "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB, built in $(e
 # What the wheel holds: the scripts, _core, libkolo, the TensorFlow op library
 # and its sources, and no MPI.
 listing=$(/usr/bin/python3 -m zipfile -l "$wheel")
-for f in "kolo-[^/]*.data/scripts/kolorun" "kolo-[^/]*.data/scripts/kolo-rank" "kolo/_core\." "kolo/libkolo.so" \
+for f in "kolo-[^/]*.data/scripts/kolorun" "kolo-[^/]*.data/scripts/kolo-rank" "kolo/_core[^/]*\.so" "kolo/libkolo[^/]*\.so" \
   "kolo/tensorflow/ops/tf[0-9.]*/libkolo_tf_ops.so" "kolo/tensorflow/ops/src/kolo_tf_ops.cc"; do
   echo "$listing" | grep -q "$f" || fail "the wheel holds no $f"
 done
-if echo "$listing" | grep -E "libmpi|libopen-(rte|pal)|libtensorflow|libcudart|libnccl"; then
+if echo "$listing" | grep -E "libmpi|libopen-(rte|pal)|libpmix|libtensorflow|libcudart|libnccl"; then
   fail "the wheel vendors MPI, TensorFlow, CUDA or NCCL (listed above)"
 fi
 
