@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "kolo/mpi_handle.h"
 #include "kolo/runtime.h"
 
 namespace {
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(comm, &size);
 
   kolo::InitOptions init;
-  init.comm = MPI_COMM_WORLD;
+  init.comm = kolo::HandleOfComm(MPI_COMM_WORLD);
   auto rt = kolo::Runtime::Create(init);
   if (!rt.ok()) {
     std::fprintf(stderr, "%s\n", rt.status().ToString().c_str());

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kolo/mpi_handle.h"
 #include "kolo/runtime.h"
 
 namespace {
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
   kolo::InitOptions init;
-  init.comm = MPI_COMM_WORLD;
+  init.comm = kolo::HandleOfComm(MPI_COMM_WORLD);
   auto rt = kolo::Runtime::Create(init);
   if (!rt.ok()) Die(rt.status().ToString());
   kolo::Runtime& kolo_rt = *rt.value();

@@ -1,7 +1,7 @@
 // kolo._core's MPI outside the runtime, for kolo's torch.distributed backend:
 // joining the ranks that torchrun or torch.multiprocessing.spawn started
-// (join_*, ops/join.h) and point-to-point messages among them (P2PComm,
-// P2PRequest, ops/p2p.h). Every call that waits lets the GIL go.
+// (join_*) and point-to-point messages among them (P2PComm, P2PRequest), over
+// libkolo's kolo/c10d.h. Every call that waits lets the GIL go.
 #include "c10d_mpi.h"
 
 #include <pybind11/stl.h>
@@ -13,10 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "kolo/runtime_types.h"
+#include "kolo/c10d.h"
 #include "kolo/status.h"
-#include "ops/join.h"
-#include "ops/p2p.h"
 
 namespace py = pybind11;
 
@@ -91,7 +89,7 @@ void RegisterJoin(py::module_& m, JoinedRanks* joined) {
   m.def(
       "join_rank", [joined] { return joined->rank(); }, "This process's rank among them.");
   m.def(
-      "join_comm_handle", [joined] { return HandleOfComm(joined->comm()); },
+      "join_comm_handle", [joined] { return joined->comm_handle(); },
       "The joined communicator's handle, for init(comm_handle=...).");
   m.def(
       "join_finalize", [joined] { Check(joined->Finalize()); }, Release(),
@@ -107,7 +105,7 @@ void RegisterPointToPoint(py::module_& m, const JoinedRanks* joined) {
             Result<std::shared_ptr<P2PComm>> comm = Status::OK();
             {
               py::gil_scoped_release release;  // collective: waits for the other members
-              comm = P2PComm::Create(joined->world(), ranks, kolo_rank, kolo_size);
+              comm = MakeP2PComm(*joined, ranks, kolo_rank, kolo_size);
             }
             return Check(std::move(comm));
           },
@@ -157,7 +155,7 @@ void RegisterC10dMpi(py::module_& m) {
   // The process's one JoinedRanks, shared by join_* and P2PComm.create. Made
   // with the module and never destroyed: a join that timed out leaves its
   // thread waiting in MPI with it when the process exits.
-  auto* joined = new JoinedRanks();
+  JoinedRanks* joined = MakeJoinedRanks().release();
   RegisterJoin(m, joined);
   RegisterPointToPoint(m, joined);
 }

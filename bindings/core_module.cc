@@ -32,9 +32,9 @@ namespace py = pybind11;
 PYBIND11_MODULE(_core, m) {
   using namespace kolo;
   m.doc() = "kolo's framework-neutral core (use kolo.torch or kolo.numpy)";
-  // The MPI ABI this build of kolo runs on ("ompi", "mpich" or "mpiabi";
-  // cmake/KoloMpiAbis.cmake), which kolo/_mpi_library.py chose it for.
-  m.attr("MPI_ABI") = KOLO_MPI_ABI;
+  // The MPI ABI of the libkolo this module runs over ("ompi", "mpich" or
+  // "mpiabi"; cmake/KoloMpiAbis.cmake), which kolo/_mpi_library.py chose.
+  m.attr("MPI_ABI") = MpiAbi();
   State().set_internal_error(
       py::exception<std::runtime_error>(m, "KoloInternalError", PyExc_RuntimeError));
 
@@ -55,8 +55,8 @@ PYBIND11_MODULE(_core, m) {
          std::vector<int> world_ranks) {
         InitOptions options;
         options.process_sets = std::move(process_sets);
-        // An mpi4py communicator's handle (MPI._handleof(comm)), of this build's MPI ABI.
-        if (comm_handle != 0) options.comm = CommFromHandle(comm_handle);
+        // An mpi4py communicator's handle (MPI._handleof(comm)), of the job's MPI ABI.
+        options.comm = comm_handle;
         options.world_ranks = std::move(world_ranks);  // init(comm=[ranks])
         State().Init(options);
       },

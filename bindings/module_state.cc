@@ -92,25 +92,17 @@ bool ModuleState::ShrinkInPlace() {
     // The shrink waits for every living rank: one alive but not answering
     // (stuck in its own code) would hold the others forever. Past the
     // patience the shrink is left to its thread, and this process to leave.
-    auto shrinking = std::make_shared<std::promise<Result<MPI_Comm>>>();
-    std::future<Result<MPI_Comm>> done = shrinking->get_future();
-    std::thread([old = runtime_, shrinking] {
-      shrinking->set_value(old->ShrinkAfterFailure());
+    auto resuming = std::make_shared<std::promise<Result<std::unique_ptr<Runtime>>>>();
+    std::future<Result<std::unique_ptr<Runtime>>> done = resuming->get_future();
+    std::thread([old = runtime_, resuming] {
+      resuming->set_value(old->ResumeOnSurvivors());
     }).detach();
     if (done.wait_for(kShrinkPatience) != std::future_status::ready) return false;
-    Result<MPI_Comm> shrunk = done.get();
-    if (!shrunk.ok()) {
-      failed = shrunk.status();
+    Result<std::unique_ptr<Runtime>> resumed = done.get();
+    if (resumed.ok()) {
+      created = std::move(resumed).value();
     } else {
-      InitOptions options;
-      options.comm = shrunk.value();
-      Result<std::unique_ptr<Runtime>> made = Runtime::Create(options);  // duplicates the comm
-      MPI_Comm_free(&options.comm);
-      if (made.ok()) {
-        created = std::move(made).value();
-      } else {
-        failed = made.status();
-      }
+      failed = resumed.status();
     }
   }
   if (!created) Raise(failed);

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "input_checks.h"
+#include "kolo/mpi_handle.h"
 #include "logging.h"
 #include "metrics_snapshot.h"
 #include "ops/ulfm.h"
@@ -35,6 +36,16 @@ int GpuCount() { return MakeGpu(false)->DeviceCount(); }
 int NcclVersion() { return NcclVersionCode(); }
 std::string InPlaceRecoveryUnavailable() { return UlfmUnavailableReason(); }
 
+const char* MpiAbi() {
+#if defined(MPI_ABI_VERSION)
+  return "mpiabi";
+#elif defined(OPEN_MPI)
+  return "ompi";
+#else
+  return "mpich";
+#endif
+}
+
 Status CopyDeviceResult(const WorkResult& result, void* dst) {
   if (result.device == kCpuDevice || !result.device_data) {
     return Status::InvalidArgument("the result is not in device memory");
@@ -62,9 +73,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
 
 Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
 
-Result<MPI_Comm> Runtime::ShrinkAfterFailure() {
+Result<std::unique_ptr<Runtime>> Runtime::ResumeOnSurvivors() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
-  return impl_->ShrinkAfterFailure();
+  Result<MPI_Comm> shrunk = impl_->ShrinkAfterFailure();
+  if (!shrunk.ok()) return shrunk.status();
+  MPI_Comm survivors = shrunk.value();
+  InitOptions options;
+  options.comm = HandleOfComm(survivors);
+  Result<std::unique_ptr<Runtime>> resumed = Create(options);  // duplicates the comm
+  MPI_Comm_free(&survivors);
+  return resumed;
 }
 
 bool Runtime::is_running() const { return impl_->running(); }

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "kolo/mpi_handle.h"
 #include "logging.h"
 #include "ops/ulfm.h"
 #include "runtime_impl.h"
@@ -215,10 +216,10 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
         "from its background thread. Initialize MPI with MPI_Init_thread(..., "
         "MPI_THREAD_MULTIPLE, ...) or let kolo initialize it.");
   }
-  MPI_Comm base = options.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : options.comm;
+  MPI_Comm base = CommFromHandle(options.comm);
   MpiComm listed;
   if (!options.world_ranks.empty()) {
-    if (options.comm != MPI_COMM_NULL) {
+    if (options.comm != 0) {
       return Status::InvalidArgument("init(): pass a communicator or a list of ranks, not both");
     }
     KOLO_RETURN_IF_ERROR(CommOfWorldRanks(options.world_ranks, &listed));

@@ -1,7 +1,9 @@
-"""Which MPI library kolo._core runs on, and so which build of it: chosen before it loads.
+"""Which MPI library kolo runs on, and so which build of libkolo: chosen before kolo._core
+loads.
 
-kolo's MPI layer is built once per MPI ABI (cmake/KoloMpiAbis.cmake; kolo/_builds.py,
-written at build time, lists the builds of this installation):
+kolo's MPI layer (libkolo) is built once per MPI ABI (cmake/KoloMpiAbis.cmake;
+kolo/_builds.py, written at build time, lists the builds of this installation), under one
+kolo._core:
 
 - ``ompi``: Open MPI 4.1 and 5.0 (``libmpi.so.40``);
 - ``mpich``: the MPICH ABI (``libmpi.so.12``): MPICH, Intel MPI, MVAPICH, Cray MPICH;
@@ -21,8 +23,8 @@ The library, by kolorun's rule (docs/launcher.md, "Which MPI"), the first that a
 
 An installation with a library of its own ABI and the standard ABI's (MPICH 5, Intel MPI
 2021.19) runs on its own (``libmpi.so.12``) unless KOLO_MPI_ABI says ``mpiabi``. The
-chosen library is loaded with RTLD_GLOBAL, then that ABI's build of kolo._core is
-imported as ``kolo._core``.
+chosen library is loaded with RTLD_GLOBAL, then that ABI's build of libkolo (the same
+kolo._core runs over each), then kolo._core.
 
 No module here imports kolo._core's names: the engine and the lifecycle do
 (python.package_shape).
@@ -30,8 +32,6 @@ No module here imports kolo._core's names: the engine and the lifecycle do
 import collections
 import ctypes
 import importlib
-import importlib.machinery
-import importlib.util
 import os
 import shutil
 import sys
@@ -150,16 +150,17 @@ def _load_by_name(environ):
 
 
 def _builds():
-    """{abi: module file name} of the kolo._core builds this installation has."""
+    """{abi: its libkolo, relative to the package ("": the one beside kolo._core)} of the
+    MPI ABIs this installation was built for (kolo/_builds.py, written by the build)."""
     try:
         from kolo import _builds
     except ImportError:  # a tree without the build's table: FindMPI's build alone
-        return {"ompi": "_core"}
+        return {"ompi": ""}
     return dict(_builds.BUILDS)
 
 
 def _import_core(abi):
-    """Imports this installation's build of kolo._core for ``abi`` as kolo._core."""
+    """Imports kolo._core over this installation's libkolo for ``abi``."""
     builds = _builds()
     if abi not in builds:
         raise ImportError(
@@ -167,21 +168,21 @@ def _import_core(abi):
             "wheel (built for every ABI), or build kolo with KOLO_MPICH_HOME naming an MPICH "
             "installation (docs/install.md, \"MPI\")"
             % (NAMES[abi], ", ".join(NAMES[a] for a in builds)))
-    name = builds[abi]
-    if name == "_core":
-        return importlib.import_module("kolo._core")
-    here = os.path.dirname(os.path.abspath(__file__))
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(here, name + suffix)
-        if os.path.isfile(path):
-            # The module inside is "_core" (PyInit__core) whatever its file is named.
-            spec = importlib.util.spec_from_file_location("kolo._core", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["kolo._core"] = module
-            spec.loader.exec_module(module)
-            return module
-    raise ImportError("kolo: the build of kolo._core for %s (%s) is missing from %s"
-                      % (NAMES[abi], name, here))
+    if builds[abi]:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), builds[abi])
+        if not os.path.isfile(path):
+            raise ImportError("kolo: the build of libkolo for %s (%s) is missing"
+                              % (NAMES[abi], path))
+        # Every ABI's libkolo is libkolo.so, its soname too: loaded first, it is the one
+        # that kolo._core links.
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    core = importlib.import_module("kolo._core")
+    if core.MPI_ABI != abi:
+        raise ImportError("kolo: kolo._core runs over the libkolo built for %s, and this "
+                          "process's MPI is %s: a libkolo.so of another build was loaded "
+                          "first (LD_PRELOAD, LD_LIBRARY_PATH?)"
+                          % (NAMES[core.MPI_ABI], NAMES[abi]))
+    return core
 
 
 def load():

@@ -45,7 +45,7 @@ std::string ReadFile(const std::string& path) {
 
 std::unique_ptr<Runtime> Start(const Settings& settings, bool with_pair_set) {
   InitOptions options;
-  options.comm = MPI_COMM_WORLD;
+  options.comm = HandleOfComm(MPI_COMM_WORLD);
   options.settings = settings;
   if (with_pair_set) options.process_sets = {{0, 1}};
   auto rt = Runtime::Create(options);
@@ -288,7 +288,7 @@ TEST(Autotune, AMalformedFileFailsInitOnEveryRankNamingTheLine) {
   if (rank == 0) std::ofstream(path) << "# tuned\nKOLO_FUSION_THRESHOLD=4M\nKOLO_CYCLE_TIME=fast\n";
   MPI_Barrier(MPI_COMM_WORLD);
   InitOptions options;
-  options.comm = MPI_COMM_WORLD;
+  options.comm = HandleOfComm(MPI_COMM_WORLD);
   options.settings = {{"KOLO_AUTOTUNE_FILE", path}};
   auto rt = Runtime::Create(options);
   ASSERT_FALSE(rt.ok());

@@ -206,7 +206,7 @@ TEST_F(Errors, ShutdownWithPendingWorkFailsEveryHandle) {
   EXPECT_TRUE(rt_->Shutdown().ok());
   // A new runtime works on the same (still initialized) MPI.
   InitOptions again;
-  again.comm = MPI_COMM_WORLD;
+  again.comm = HandleOfComm(MPI_COMM_WORLD);
   auto rt2 = Runtime::Create(again);
   ASSERT_TRUE(rt2.ok()) << rt2.status().ToString();
   b.Set(0, 2);
@@ -432,7 +432,8 @@ TEST_F(Stall, TensorOnDifferentProcessSetsFailsOnEveryRank) {
     b.Set(0, 1);
     opts.process_set = set;
     opts.op = ReduceOp::kSum;
-    ASSERT_TRUE(Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts)).ok());
+    Status again = Run(rt_->EnqueueAllreduce(b.View(), b.View(), opts));
+    ASSERT_TRUE(again.ok()) << "rank " << rank_ << ", set " << set << ": " << again.ToString();
     EXPECT_EQ(b.Get(0), size_);
   }
 }
@@ -444,7 +445,7 @@ TEST(ProcessSets, RegisteredAtInitAndAddedLater) {
   std::vector<int> evens;
   for (int r = 0; r < size; r += 2) evens.push_back(r);
   InitOptions options;
-  options.comm = MPI_COMM_WORLD;
+  options.comm = HandleOfComm(MPI_COMM_WORLD);
   options.process_sets = {evens};
   auto created = Runtime::Create(options);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -704,7 +705,7 @@ TEST_F(Refusals, ACachedNameIsRefusedWithinARound) {
 
 TEST(Init, BadConfigurationFailsNamingTheVariable) {
   InitOptions options;
-  options.comm = MPI_COMM_WORLD;
+  options.comm = HandleOfComm(MPI_COMM_WORLD);
   options.settings = {{"KOLO_CYCLE_TIME", "fast"}};
   auto rt = Runtime::Create(options);
   ASSERT_FALSE(rt.ok());
@@ -804,7 +805,7 @@ TEST(Init, ListsThatAreNoRanksAreRefusedOnEveryRank) {
   ASSERT_FALSE(outside.ok());
   EXPECT_TRUE(Contains(outside.status().message(), "between 0 and")) << outside.status().message();
   InitOptions both;
-  both.comm = MPI_COMM_WORLD;
+  both.comm = HandleOfComm(MPI_COMM_WORLD);
   both.world_ranks = {0};
   auto rt = Runtime::Create(both);
   ASSERT_FALSE(rt.ok());

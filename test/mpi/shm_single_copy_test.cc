@@ -476,7 +476,7 @@ TEST(ShmPipelined, PartsAreReducedAsTheirConcatenation) {
 // fusion buffer): averaged, in place and out of place, each tensor right.
 TEST(ShmPipelined, FusedTensorsThroughTheRuntimeAreAveragedEachInItsOwnMemory) {
   InitOptions init;
-  init.comm = MPI_COMM_WORLD;
+  init.comm = HandleOfComm(MPI_COMM_WORLD);
   auto rt = Runtime::Create(init);
   ASSERT_TRUE(rt.ok()) << rt.status().ToString();
   const int size = Size(), rank = Rank();
@@ -519,7 +519,7 @@ TEST(ShmPipelined, FusedTensorsThroughTheRuntimeAreAveragedEachInItsOwnMemory) {
 std::unique_ptr<Runtime> StartCapturingLog(
     const std::vector<std::pair<std::string, std::string>>& settings, std::string* log) {
   InitOptions options;
-  options.comm = MPI_COMM_WORLD;
+  options.comm = HandleOfComm(MPI_COMM_WORLD);
   options.settings = settings;
   ::testing::internal::CaptureStderr();
   auto rt = Runtime::Create(options);

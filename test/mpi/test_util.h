@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../../ops/cpu_kernels.h"
+#include "kolo/mpi_handle.h"
 #include "kolo/runtime.h"
 #include "ops/data_mover.h"
 
@@ -36,7 +37,7 @@ class RuntimeTest : public ::testing::Test {
   virtual std::vector<std::pair<std::string, std::string>> Settings() { return {}; }
   void SetUp() override {
     InitOptions options;
-    options.comm = MPI_COMM_WORLD;
+    options.comm = HandleOfComm(MPI_COMM_WORLD);
     options.settings = Settings();
     auto rt = Runtime::Create(options);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();

@@ -12,8 +12,6 @@
 // ranks, whose matching collective fails too (nobody waits for it).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +36,10 @@ int NcclVersion();
 // Why a lost rank cannot be recovered from in place in this process ("" when
 // it can): its MPI has no ULFM, or the job runs without fault tolerance.
 std::string InPlaceRecoveryUnavailable();
+// The MPI ABI this libkolo was built for: "ompi" (Open MPI, libmpi.so.40),
+// "mpich" (the MPICH ABI, libmpi.so.12) or "mpiabi" (the MPI-5 standard ABI,
+// libmpi_abi.so.1); docs/mpi.md.
+const char* MpiAbi();
 // CUDA devices this process can use: 0 without a GPU build, driver or GPU.
 int GpuCount();
 // Copies a device result (allgather, alltoall, reducescatter) into `dst`, a
@@ -60,12 +62,12 @@ class Runtime {
   // After a rank or host was lost, with fault tolerance on (Open MPI 5's ULFM,
   // kolorun's in-place elastic mode): revokes this runtime's communicators,
   // stops it without talking to the other ranks (and without MPI_Finalize,
-  // which would wait for the dead), and returns the survivors' communicator,
-  // ranked in their old order, for a new runtime (the caller frees it).
-  // Collective over the survivors. Fails, naming why, where the job cannot
-  // recover in place (ops/ulfm.h: the runtime is then left as it was), or
-  // when the shrink itself failed (the runtime is then stopped).
-  Result<MPI_Comm> ShrinkAfterFailure();
+  // which would wait for the dead), and returns a new runtime (default
+  // options) on the survivors, ranked in their old order. Collective over the
+  // survivors. Fails, naming why, where the job cannot recover in place
+  // (ops/ulfm.h: this runtime is then left as it was), or when the shrink
+  // itself failed (this runtime is then stopped).
+  Result<std::unique_ptr<Runtime>> ResumeOnSurvivors();
 
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

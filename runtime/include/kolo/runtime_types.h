@@ -1,15 +1,13 @@
 // The value types of kolo's public C++ API: options, results, placement.
 // kolo/runtime.h (the Runtime class) includes this; the runtime's inner code
 // includes only this, so that no arrow inside runtime/ points back up at the
-// public class.
+// public class. No MPI type appears here: the API is the same over every MPI
+// ABI's build of libkolo.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,33 +22,15 @@ using Handle = int64_t;
 // The global process set (all ranks) always has id 0.
 constexpr int kGlobalProcessSet = 0;
 
-// A communicator as a number and back (mpi4py's MPI._handleof(comm), a Python
-// caller's handle): Open MPI's and the standard ABI's handles are pointers, the MPICH
-// ABI's are integers.
-template <typename Comm = MPI_Comm>
-Comm CommFromHandle(uintptr_t handle) {
-  if constexpr (std::is_pointer_v<Comm>) {
-    return reinterpret_cast<Comm>(handle);
-  } else {
-    return static_cast<Comm>(handle);
-  }
-}
-template <typename Comm = MPI_Comm>
-uintptr_t HandleOfComm(Comm comm) {
-  if constexpr (std::is_pointer_v<Comm>) {
-    return reinterpret_cast<uintptr_t>(comm);
-  } else {
-    return static_cast<uintptr_t>(comm);
-  }
-}
-
 struct InitOptions {
-  // Communicator to run on; MPI_COMM_NULL means MPI_COMM_WORLD. kolo duplicates
-  // it. When MPI is not initialized yet, kolo initializes it and finalizes it
-  // at Shutdown(); when Create() fails after that, MPI stays initialized until
-  // the process exits (a failed start neither waits there for the ranks that
-  // did start nor keeps a later Create() from starting).
-  MPI_Comm comm = MPI_COMM_NULL;
+  // The communicator to run on, as a handle (kolo/mpi_handle.h: HandleOfComm;
+  // mpi4py's MPI._handleof), or 0 for MPI_COMM_WORLD. kolo duplicates it. When
+  // MPI is not initialized yet, kolo initializes it and finalizes it at
+  // Shutdown(); when Create() fails after that, MPI stays initialized until the
+  // process exits (a failed start neither waits there for the ranks that did
+  // start nor keeps a later Create() from starting). A handle, not an MPI_Comm,
+  // so that this API is the same for every MPI ABI (docs/mpi.md).
+  uintptr_t comm = 0;
   // Horovod's init(comm=[ranks]): the ranks of MPI_COMM_WORLD to run on
   // instead of `comm`, in this order (kolo's rank i is world rank
   // world_ranks[i]). Collective over the listed ranks only: every one of them

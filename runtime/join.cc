@@ -15,11 +15,16 @@
 //
 // The joined communicator lives in a JoinedRanks from the first join to
 // Finalize(); the binding holds the one JoinedRanks, and point-to-point
-// messages (ops/p2p.h) run on its world() as on MPI_COMM_WORLD under mpirun.
-#include "ops/join.h"
+// messages (runtime/p2p.h) run on its world() as on MPI_COMM_WORLD under mpirun.
+#include "join.h"
 
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "kolo/mpi_handle.h"
+#include "p2p.h"
 
 namespace kolo {
 namespace {
@@ -73,7 +78,7 @@ void CloseJoinPort(const std::string& port) {
   if (MpiUsable()) MPI_Close_port(port.c_str());
 }
 
-Status JoinedRanks::Merge(MPI_Comm inter, bool high, const char* call) {
+Status MpiJoinedRanks::Merge(MPI_Comm inter, bool high, const char* call) {
   MPI_Comm merged = MPI_COMM_NULL;
   int rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &merged);
   MPI_Comm_disconnect(&inter);
@@ -85,7 +90,7 @@ Status JoinedRanks::Merge(MPI_Comm inter, bool high, const char* call) {
 }
 
 // The next rank's connection, accepted by every rank joined so far.
-Status JoinedRanks::Accept(const std::string& port) {
+Status MpiJoinedRanks::Accept(const std::string& port) {
   MPI_Comm joined = comm();
   if (joined == MPI_COMM_NULL) joined = MPI_COMM_SELF;  // rank 0, alone so far
   MPI_Comm inter = MPI_COMM_NULL;
@@ -95,7 +100,7 @@ Status JoinedRanks::Accept(const std::string& port) {
 }
 
 // This process's connection to the ranks joined before it.
-Status JoinedRanks::Connect(const std::string& port) {
+Status MpiJoinedRanks::Connect(const std::string& port) {
   if (comm() != MPI_COMM_NULL) {
     return Status::PreconditionFailed("joining kolo's ranks: this process has joined already");
   }
@@ -106,31 +111,46 @@ Status JoinedRanks::Connect(const std::string& port) {
   return Merge(inter, true, "MPI_Comm_connect");
 }
 
-int JoinedRanks::size() const {
+int MpiJoinedRanks::size() const {
   MPI_Comm joined = comm();
   int size = 1;
   if (joined != MPI_COMM_NULL) MPI_Comm_size(joined, &size);
   return size;
 }
 
-int JoinedRanks::rank() const {
+int MpiJoinedRanks::rank() const {
   MPI_Comm joined = comm();
   int rank = 0;
   if (joined != MPI_COMM_NULL) MPI_Comm_rank(joined, &rank);
   return rank;
 }
 
-MPI_Comm JoinedRanks::comm() const {
+uintptr_t MpiJoinedRanks::comm_handle() const {
+  const MPI_Comm joined = comm();
+  return joined == MPI_COMM_NULL ? 0 : HandleOfComm(joined);
+}
+
+std::unique_ptr<JoinedRanks> MakeJoinedRanks() { return std::make_unique<MpiJoinedRanks>(); }
+
+Result<std::shared_ptr<P2PComm>> MakeP2PComm(const JoinedRanks& joined,
+                                             const std::vector<int>& ranks, int kolo_rank,
+                                             int kolo_size) {
+  // Every JoinedRanks is this file's (MakeJoinedRanks).
+  const auto& mpi = static_cast<const MpiJoinedRanks&>(joined);
+  return MpiP2PComm::Create(mpi.world(), ranks, kolo_rank, kolo_size);
+}
+
+MPI_Comm MpiJoinedRanks::comm() const {
   MutexLock lock(&mu_);
   return comm_.get();
 }
 
-MPI_Comm JoinedRanks::world() const {
+MPI_Comm MpiJoinedRanks::world() const {
   MPI_Comm joined = comm();
   return joined == MPI_COMM_NULL ? MPI_COMM_WORLD : joined;
 }
 
-Status JoinedRanks::Finalize() {
+Status MpiJoinedRanks::Finalize() {
   if (!MpiUsable()) return Status::OK();
   {
     MutexLock lock(&mu_);

@@ -25,7 +25,7 @@
 // sender sent exactly as many bytes as its tensor holds (more is
 // MPI_ERR_TRUNCATE, fewer a short count); a dtype or shape that differs at
 // the same size cannot be seen, as with gloo.
-#include "ops/p2p.h"
+#include "p2p.h"
 
 #include <sched.h>
 
@@ -57,7 +57,7 @@ constexpr auto kMaxPause = std::chrono::milliseconds(1);
 
 }  // namespace
 
-P2PRequest::~P2PRequest() {
+MpiP2PRequest::~MpiP2PRequest() {
   if (!MpiUsable()) return;
   MutexLock lock(&mu_);
   if (done_) return;
@@ -69,7 +69,7 @@ P2PRequest::~P2PRequest() {
   }
 }
 
-void P2PRequest::Finish(int rc, const MPI_Status& st) {
+void MpiP2PRequest::Finish(int rc, const MPI_Status& st) {
   done_ = true;
   request_ = MPI_REQUEST_NULL;
   if (!recv_) {
@@ -101,7 +101,7 @@ void P2PRequest::Finish(int rc, const MPI_Status& st) {
   }
 }
 
-bool P2PRequest::Test() {
+bool MpiP2PRequest::Test() {
   MutexLock lock(&mu_);
   if (done_) return true;
   if (!MpiUsable()) {  // kolo shut down, and MPI with it
@@ -116,12 +116,12 @@ bool P2PRequest::Test() {
   return done_;
 }
 
-Clock::duration P2PRequest::SpinTime() const {
+Clock::duration MpiP2PRequest::SpinTime() const {
   return kSpin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                      static_cast<double>(bytes_) / kSpinBytesPerSecond));
 }
 
-bool P2PRequest::WaitFor(double seconds, double waited) {
+bool MpiP2PRequest::WaitFor(double seconds, double waited) {
   const auto start = Clock::now();
   const auto to_duration = [](double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -142,7 +142,7 @@ bool P2PRequest::WaitFor(double seconds, double waited) {
   }
 }
 
-bool P2PRequest::Cancel() {
+bool MpiP2PRequest::Cancel() {
   MutexLock lock(&mu_);
   if (done_ || !recv_) return false;
   MPI_Cancel(&request_);
@@ -152,8 +152,8 @@ bool P2PRequest::Cancel() {
   return status_.code() == StatusCode::kAborted;
 }
 
-Result<std::shared_ptr<P2PComm>> P2PComm::Create(MPI_Comm world, const std::vector<int>& ranks,
-                                                 int kolo_rank, int kolo_size) {
+Result<std::shared_ptr<P2PComm>> MpiP2PComm::Create(MPI_Comm world, const std::vector<int>& ranks,
+                                                    int kolo_rank, int kolo_size) {
   if (!MpiUsable())
     return Status::PreconditionFailed("MPI is not initialized (kolo is not running)");
   int provided = 0, world_rank = 0, world_size = 0;
@@ -193,16 +193,16 @@ Result<std::shared_ptr<P2PComm>> P2PComm::Create(MPI_Comm world, const std::vect
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   MPI_Comm_get_attr(world, MPI_TAG_UB, &tag_ub, &found);
-  return std::shared_ptr<P2PComm>(new P2PComm(comm, rank, size, found ? *tag_ub : 32767));
+  return std::shared_ptr<P2PComm>(new MpiP2PComm(comm, rank, size, found ? *tag_ub : 32767));
 }
 
-void P2PComm::Free() {
+void MpiP2PComm::Free() {
   MutexLock lock(&mu_);
   comm_ = MpiComm();  // frees it, unless MPI was finalized
 }
 
-Result<std::shared_ptr<P2PRequest>> P2PComm::Start(bool recv, uintptr_t data, int64_t bytes,
-                                                   int peer, int tag) {
+Result<std::shared_ptr<P2PRequest>> MpiP2PComm::Start(bool recv, uintptr_t data, int64_t bytes,
+                                                      int peer, int tag) {
   const char* what = recv ? "recv" : "send";
   if (peer < (recv ? -1 : 0) || peer >= size_) {
     return Status::InvalidArgument(std::string(what) + ": rank " + std::to_string(peer) +
@@ -230,7 +230,7 @@ Result<std::shared_ptr<P2PRequest>> P2PComm::Start(bool recv, uintptr_t data, in
                                   comm_.get(), &request)
                       : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm_.get(), &request);
   KOLO_RETURN_IF_ERROR(MpiStatus(rc, recv ? "MPI_Irecv" : "MPI_Isend"));
-  return std::make_shared<P2PRequest>(request, recv, bytes, peer);
+  return std::shared_ptr<P2PRequest>(std::make_shared<MpiP2PRequest>(request, recv, bytes, peer));
 }
 
 }  // namespace kolo
