@@ -6,6 +6,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/random.h>
 #include <time.h>
 
 /* libstdc++ skips atomic reference counting while this says that the process
@@ -44,4 +47,21 @@ const char* sigabbrev_np(int sig) {
       "TTOU", "URG",  "XCPU", "XFSZ", "VTALRM", "PROF",   "WINCH", "POLL", "PWR",  "SYS"};
   if (sig < 0 || sig >= (int)(sizeof names / sizeof names[0])) return NULL;
   return names[sig];
+}
+
+/* glibc 2.36: 32 random bits from the kernel. libstdc++'s std::random_device
+ * ("default" token) calls it; getrandom (glibc 2.25) reads the same source.
+ * It cannot fail in glibc either: a kernel without getrandom ends the process. */
+uint32_t arc4random(void) {
+  uint32_t value;
+  size_t got = 0;
+  while (got < sizeof value) {
+    ssize_t n = getrandom((char*)&value + got, sizeof value - got, 0);
+    if (n > 0) {
+      got += (size_t)n;
+    } else if (n < 0 && errno != EINTR) {
+      abort();
+    }
+  }
+  return value;
 }
