@@ -42,9 +42,17 @@ for fd in /proc/$$/fd/*; do
 done
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
 # a veth link) runs there: a machine whose link the test can cut.
+# Such a host also gets a /dev/shm of its own, as a real one has: else an MPI whose
+# transport between hosts can be shared memory (MPICH's libfabric picks its shm
+# provider) would go on talking past the cut link.
 netns=()
-[ -e "/run/netns/kolo-$host" ] && netns=(ip netns exec "kolo-$host")
+own_shm=:
+if [ -e "/run/netns/kolo-$host" ]; then
+  netns=(ip netns exec "kolo-$host")
+  echo "$(cat /proc/sys/kernel/random/uuid)" >"$hosts_file.boot_id"
+  own_shm="mount -t tmpfs -o size=1g tmpfs /dev/shm && mount --bind $hosts_file.boot_id /proc/sys/kernel/random/boot_id && rm -f $hosts_file.boot_id"
+fi
 # The bind mount keeps the file's contents; its name is removed at once.
-exec "${netns[@]}" unshare --uts --mount /bin/sh -c \
-  'mount --bind "$1" /etc/hosts && rm -f "$1" && hostname "kolo-$0" && exec /bin/sh -c "$2"' \
-  "$host" "$hosts_file" "$*"
+exec "${netns[@]}" unshare --uts --mount --ipc /bin/sh -c \
+  'mount --bind "$1" /etc/hosts && rm -f "$1" && eval "$3" && hostname "kolo-$0" && exec /bin/sh -c "$2"' \
+  "$host" "$hosts_file" "$*" "$own_shm"

@@ -85,8 +85,8 @@ def forwarded_names(command_line):
 
 
 # kolo's library (libkolo, kolo._core) is built for Open MPI's ABI; on MPICH and Intel MPI
-# it runs once its build for the MPICH ABI is there: KOLO_ON_HYDRA=1 (test/CMakeLists.txt)
+# it runs once its build for the MPICH ABI is there: HYDRA_RUNS_KOLO=1 (test/CMakeLists.txt)
 # switches the tests that need it on.
-KOLO_RUNS_HERE = not HYDRA or os.environ.get("KOLO_ON_HYDRA") == "1"
+KOLO_RUNS_HERE = not HYDRA or os.environ.get("HYDRA_RUNS_KOLO") == "1"
 needs_kolo = pytest.mark.skipif(
-    not KOLO_RUNS_HERE, reason="needs kolo's library built for the MPICH ABI (KOLO_ON_HYDRA=1)")
+    not KOLO_RUNS_HERE, reason="needs kolo's library built for the MPICH ABI (HYDRA_RUNS_KOLO=1)")
