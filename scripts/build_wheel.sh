@@ -7,7 +7,9 @@
 #      and its CMake toolchain file, once;
 #   2. per Python, `python -m build --wheel` in a build environment of that Python
 #      (scikit-build-core drives CMake, with the toolchain): what CMake installs goes
-#      into the wheel — every core library and kolo._core variant in the kolo package,
+#      into the wheel — kolo._core and a libkolo per MPI ABI (Open MPI's beside _core,
+#      with PyPI's MPICH's headers (KOLO_MPICH_HOME, .venv-mpich) the MPICH ABI's and
+#      the MPI-5 standard ABI's in kolo/mpi/; the same for every Python),
 #      the TensorFlow op library built for the TensorFlow of KOLO_TF_PYTHON (and its
 #      sources, for any other TensorFlow), kolorun, kolo-rank and libkolo_bind.so as
 #      the wheel's scripts (bin/ of the environment it is installed into, where kolorun
@@ -122,6 +124,16 @@ ccache_counts() {
 }
 read -r hits0 misses0 <<<"$(ccache_counts)"
 
+# The MPICH family's headers and libraries (PyPI's mpich, in scripts/setup.sh's
+# .venv-mpich, or KOLO_MPICH_HOME): with them every wheel holds libkolo for the MPICH ABI
+# and the MPI-5 standard ABI beside Open MPI's (docs/mpi.md).
+mpich_home=${KOLO_MPICH_HOME:-$root/.venv-mpich}
+if [ ! -f "$mpich_home/include/mpi.h" ]; then
+  echo "build_wheel: no MPICH at $mpich_home (scripts/setup.sh makes .venv-mpich): the wheels" \
+    "run on Open MPI only"
+  mpich_home=""
+fi
+
 # MPI's libraries, whichever family (what libmpi loads comes with it), TensorFlow's,
 # and CUDA's and NCCL's stay outside the wheel.
 excludes=(libmpi.so.40 libmpi.so.12 libmpi_abi.so.1 'libopen-rte.so.*' 'libopen-pal.so.*' 'libpmix.so.*'
@@ -151,6 +163,7 @@ for python in "${pythons[@]}"; do
   # A build folder per Python and tag: `pip install .` builds in build-wheel/<tag> with other settings.
   "$env/bin/python" -m build --wheel --no-isolation --skip-dependency-check --outdir "$raw" \
     -C cmake.define.KOLO_WITH_CUDA="$cuda" \
+    -C cmake.define.KOLO_MPICH_HOME="$mpich_home" \
     -C cmake.define.KOLO_TF_PYTHON="$tf_python" \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$archs" \
     -C cmake.define.CMAKE_TOOLCHAIN_FILE="$sysroot/toolchain.cmake" \

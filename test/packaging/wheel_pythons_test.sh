@@ -4,10 +4,10 @@
 # built (packaging.wheels_build), a fresh virtual environment of its Python without
 # system site packages, `pip install --only-binary :all:` of the wheel and NumPy (no
 # compiler runs), the environment's bin/ first on PATH, and a 2-rank kolo.numpy
-# allreduce under the environment's own kolorun on the system's Open MPI. Then, on
-# CPython 3.12 and 3.13, PyPI's PyTorch (the reference environment's version) and
-# scikit-learn join, and examples/pytorch_digits.py trains at np=2 to the main job's
-# 0.95 test accuracy.
+# allreduce under the environment's own kolorun on the system's Open MPI; on PyPI's MPICH
+# (both of its ABIs) and on Intel MPI too. Then, on CPython 3.12 and 3.13, PyPI's
+# PyTorch (the reference environment's version) and scikit-learn join, and
+# examples/pytorch_digits.py trains at np=2 to the main job's 0.95 test accuracy.
 #
 #   test/packaging/wheel_pythons_test.sh <source_dir> <wheel_dir> <reference_python> [work_dir]
 #
@@ -57,6 +57,23 @@ pip_into() {
   echo "install: CPython $v: ${what//$wheels\//} in $(elapsed "$t") s"
 }
 
+# allreduce_in VERSION [VAR=VALUE...]: a 2-rank kolo.numpy allreduce under venv-VERSION's
+# kolorun, with VAR=VALUE in its environment; prints which libmpi each rank mapped.
+allreduce_in() {
+  local v=$1 out rc=0
+  shift
+  out=$(env PATH="$work/venv-$v/bin:/usr/bin:/bin" "$@" timeout 120 kolorun -np 2 python -c '
+import sys, numpy as np, kolo.numpy as hvd
+hvd.init()
+maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libmpi" in l})
+print("sum", hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), "python", sys.version.split()[0], "from", hvd.__file__, "mpi", maps)' 2>&1) ||
+    rc=$?
+  [ $rc = 0 ] || { echo "$out"; fail "CPython $v $*: kolorun exited $rc (124: it ran past 120 s)"; }
+  echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] python $v\.[0-9]* from $work/venv-$v/lib/python$v/site-packages/kolo/" ||
+    { echo "$out"; fail "CPython $v $*: no 2-rank allreduce from the environment's kolo"; }
+  echo "$out" | grep -m1 "^\[1\]<stdout>:sum" | sed 's/.* mpi /mpi /'
+}
+
 for v in 3.9 3.10 3.11 3.12 3.13; do
   cp=cp${v/./}
   python=$(find_python "$v")
@@ -65,18 +82,32 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
   "$python" -m venv "$work/venv-$v"
   pip_into "$v" "$wheel" numpy
   t=$(date +%s)
-  rc=0
-  out=$(PATH="$work/venv-$v/bin:/usr/bin:/bin" timeout 120 kolorun -np 2 python -c '
-import sys, numpy as np, kolo.numpy as hvd
-hvd.init()
-print("sum", hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), "python", sys.version.split()[0], "from", hvd.__file__)' 2>&1) ||
-    rc=$?
-  [ $rc = 0 ] || { echo "$out"; fail "CPython $v: kolorun exited $rc (124: it ran past 120 s)"; }
-  echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] python $v\.[0-9]* from $work/venv-$v/lib/python$v/site-packages/kolo/" ||
-    { echo "$out"; fail "CPython $v: no 2-rank allreduce from the environment's kolo"; }
+  maps=$(allreduce_in "$v")
   mpi=$(PATH="$work/venv-$v/bin:/usr/bin:/bin" timeout 60 kolorun --check-build 2>&1 | grep -m1 "MPI (job)" | tr -s ' ') || true
-  echo "ok: CPython $v ($python): $(basename "$wheel"), 2-rank allreduce in $(elapsed "$t") s; $mpi"
+  echo "ok: CPython $v ($python): $(basename "$wheel"), 2-rank allreduce in $(elapsed "$t") s; $mpi; $maps"
 done
+
+# The MPICH family, as its users install it: PyPI's MPICH (kolo[mpich]) in the CPython 3.12
+# environment, whose kolorun then runs MPICH's mpiexec (first on PATH), on the wheel's
+# MPICH-ABI libkolo and, with KOLO_MPI_ABI=mpiabi, its standard-ABI one; and Intel MPI
+# (scripts/setup.sh's .venv-impi, KOLO_MPI_HOME) on its MPICH ABI. Each rank must map that
+# MPI's library.
+pip_into 3.12 "mpich==5.0.2"
+for abi in mpich mpiabi; do
+  maps=$(allreduce_in 3.12 KOLO_MPI_ABI=$abi UCX_LOG_LEVEL=fatal)
+  lib=libmpi.so.12
+  [ $abi = mpiabi ] && lib=libmpi_abi.so.1
+  echo "$maps" | grep -q "$work/venv-3.12/lib/$lib" || fail "CPython 3.12 on PyPI's MPICH ($abi): ranks mapped $maps"
+  echo "ok: CPython 3.12 on PyPI's MPICH 5.0.2, ABI $abi: $maps"
+done
+impi=$src/.venv-impi
+if [ -x "$impi/bin/mpiexec.hydra" ]; then
+  maps=$(allreduce_in 3.13 KOLO_MPI_HOME="$impi")
+  echo "$maps" | grep -q "libmpi.so.12" || fail "CPython 3.13 on Intel MPI: ranks mapped $maps"
+  echo "ok: CPython 3.13 on Intel MPI ($impi): $maps"
+else
+  echo "skipped: Intel MPI: no $impi (scripts/setup.sh makes it)"
+fi
 
 # PyPI's PyTorch on two Pythons besides 3.11 (the newest two: PyTorch $torch_pin is
 # built for both, and they share its nvidia-* wheels with the reference environment's).

@@ -61,10 +61,11 @@ fi
 wheel=$(ls "$work"/dist/kolo-*.whl)
 echo "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB, built in $(elapsed "$t") s"
 
-# What the wheel holds: the scripts, _core, libkolo, the TensorFlow op library
+# What the wheel holds: the scripts, _core, libkolo for each MPI ABI, the TensorFlow op library
 # and its sources, and no MPI.
 listing=$(/usr/bin/python3 -m zipfile -l "$wheel")
 for f in "kolo-[^/]*.data/scripts/kolorun" "kolo-[^/]*.data/scripts/kolo-rank" "kolo/_core[^/]*\.so" "kolo/libkolo[^/]*\.so" \
+  "kolo/mpi/mpich/libkolo.so" "kolo/mpi/mpiabi/libkolo.so" "kolo/_builds.py" \
   "kolo/tensorflow/ops/tf[0-9.]*/libkolo_tf_ops.so" "kolo/tensorflow/ops/src/kolo_tf_ops.cc"; do
   echo "$listing" | grep -q "$f" || fail "the wheel holds no $f"
 done
