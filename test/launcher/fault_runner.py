@@ -2,6 +2,7 @@
 used by the fault matrix (test_fault_matrix.py) and the chaos run (bench/chaos.py)."""
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -38,12 +39,18 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
         if hosts:
             cmd += ["-H", hosts, "--mpi-args", remote_agent_args(FAKE_SSH)]
         cmd += [program] if program else [python, job]
+        # A session of its own: a job that hangs is ended whole (kolorun, the MPI's
+        # launcher and the ranks), not kolorun alone, so nothing of it runs on.
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-            hung, out, code = False, r.stdout + r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
+            stdout, stderr = p.communicate(timeout=timeout)
+            hung, out, code = False, stdout + stderr, p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            stdout, stderr = p.communicate()
             hung, code = True, None
-            out = _text(e.stdout) + _text(e.stderr)
+            out = _text(stdout) + _text(stderr)
         ended = time.time()
         fault_at = float(open(stamp).read()) if os.path.exists(stamp) else None
     seen = {}

@@ -15,6 +15,11 @@ def namespace_host(host, local, veth):
     near, far = veth + "a", veth + "b"
 
     def clean():
+        # What still runs on the host goes with it: ranks cut off inside a blocking MPI
+        # call never return (docs/reliability.md), and Intel MPI's spin on both cores.
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            subprocess.run(["kill", "-9", pid], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", near], capture_output=True)
 
