@@ -1,7 +1,6 @@
 #include "check_build.h"
 
 #include <fcntl.h>
-#include <mpi.h>  // OMPI_*_VERSION only: kolorun links no MPI
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,10 +123,6 @@ std::vector<std::string> FrameworkVersions(const std::string& python,
 int CheckBuild(const std::string& python, const std::string& chosen_by,
                const std::string& job_mpi) {
   std::printf("kolo %s build:\n", KOLO_VERSION);
-  // The headers kolo was compiled with; Open MPI 4.1 and 5.0 share their
-  // library's ABI (libmpi.so.40), so either runs it.
-  std::printf("  %-16s Open MPI %d.%d.%d headers (libmpi.so.40: Open MPI 4.x or 5.x)\n",
-              "MPI (built)", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
   std::printf("  %-16s %s\n", "MPI (job)", job_mpi.c_str());
   std::printf("  %-16s %s\n", "CUDA / NCCL",
               KOLO_CUDA_FOUND ? "yes (NCCL collectives on CUDA tensors)" : "no (built without)");
@@ -137,16 +132,27 @@ int CheckBuild(const std::string& python, const std::string& chosen_by,
                                                    : ": " + version.status().message() +
                                                          "; KOLO_PYTHON names the interpreter");
   std::printf("  %-16s %s\n", "Python", python_line.c_str());
-  // The binding loads its libmpi when kolo.common.basics imports _core; which
-  // file that is (kolo/_mpi_library.py chooses it) shows in the process's maps.
+  // The MPI ABIs the package has a libkolo for (kolo/_builds.py), the one
+  // kolo/_mpi_library.py chose when kolo.common.basics imported _core, and why,
+  // and the libmpi file the process then mapped. Open MPI 4.x and 5.x share one
+  // ABI (libmpi.so.40); MPICH, Intel MPI, MVAPICH and Cray MPICH another.
   Result<std::string> binding =
       CaptureStdout({python, "-c",
                      "import kolo.common.basics\n"
-                     "maps = [l.split()[-1] for l in open('/proc/self/maps') if 'libmpi.so' in l]\n"
-                     "print('yes (libmpi: %s)' % (maps[0] if maps else '?'))"});
-  std::printf(
-      "  %-16s %s\n", "Python binding",
-      binding.ok() && binding.value().rfind("yes", 0) == 0 ? binding.value().c_str() : "no");
+                     "from kolo import _mpi_library as m\n"
+                     "maps = [l.split()[-1] for l in open('/proc/self/maps') if 'libmpi' in l]\n"
+                     "print(', '.join(m.NAMES[a] for a in m._builds()))\n"
+                     "print('yes: on %s (%s); libmpi: %s' % (m.NAMES[m.CHOSEN.abi], m.CHOSEN.why,\n"
+                     "      maps[0] if maps else '?'))"});
+  std::string builds = "unknown: the Python binding does not import", chosen = "no";
+  if (binding.ok()) {
+    std::istringstream text(binding.value());
+    std::getline(text, builds);
+    std::getline(text, chosen);
+    if (chosen.rfind("yes", 0) != 0) chosen = "no";
+  }
+  std::printf("  %-16s %s\n", "MPI (built)", builds.c_str());
+  std::printf("  %-16s %s\n", "Python binding", chosen.c_str());
   // PyTorch on its own, TensorFlow and Keras together (Keras imports
   // TensorFlow, seconds): a framework whose import kills the interpreter
   // (TensorFlow's wheels need AVX) costs only its own lines.

@@ -21,6 +21,7 @@ KOLORUN = os.environ["KOLORUN"]
 PRINT_RANKS = os.environ["PRINT_RANKS"]
 AVERAGE_TENSORS = os.environ["AVERAGE_TENSORS"]
 PYTHON = "/usr/bin/python3"
+PYTHON_DIR = os.environ.get("TEST_PYTHON_DIR", "")  # the binding, where this build has it
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SSH = os.path.join(HERE, "fake_ssh.sh")
 # Through the ssh stand-in: other hosts on this machine (docs/launcher.md).
@@ -422,7 +423,7 @@ def test_options_after_the_program_are_the_programs():
 
 
 def test_check_build_and_version():
-    r = kolorun("--check-build", env={"KOLO_PYTHON": PYTHON})
+    r = kolorun("--check-build", env={"KOLO_PYTHON": PYTHON, "PYTHONPATH": PYTHON_DIR})
     assert r.returncode == 0 and MPI_NAME in r.stdout and "PyTorch" in r.stdout
     assert "Python           %s (3." % PYTHON in r.stdout and "from KOLO_PYTHON" in r.stdout
     # Debian's interpreter has no TensorFlow (the project's .venv does).
@@ -436,6 +437,13 @@ def test_check_build_and_version():
             "mpich": r"mpiexec\.hydra: MPICH \d+\.\d+\.\d+ \(Hydra\)",
             "impi": r"mpiexec\.hydra: Intel MPI 20\d\d\.\d+\.\d+ \(Hydra\)"}[FAMILY]
     assert re.search(r"MPI \(job\) +/\S*%s, %s\n" % (said, why), r.stdout), r.stdout
+    # The ABIs the package has a libkolo for, the one the binding took and why, its libmpi.
+    if not os.path.isdir(PYTHON_DIR):
+        return
+    assert re.search(r"MPI \(built\) +Open MPI(, the MPICH ABI, the MPI-5 standard ABI)?\n",
+                     r.stdout), r.stdout
+    assert re.search(r"Python binding +yes: on (Open MPI|the MPICH ABI|the MPI-5 standard ABI) "
+                     r"\(.+\); libmpi: /\S+\n", r.stdout), r.stdout
 
 
 def test_mpi_home_names_the_mpirun_and_refuses_what_kolo_cannot_run_on(tmp_path):
@@ -479,7 +487,7 @@ case "$2" in
   *platform*) echo 3.99.0 ;;
   *tensorflow*) printf '2.99.0-fake\\n3.99.1-fake\\n' ;;
   *torch*) echo 9.9.9-fake ;;
-  *kolo*) echo yes ;;
+  *kolo*) printf 'Open MPI, the MPICH ABI\nyes: on Open MPI (fake); libmpi: /fake/libmpi.so.40\n' ;;
 esac
 """
 
@@ -499,7 +507,8 @@ def test_check_build_runs_kolo_python_without_a_shell(tmp_path):
     r = kolorun("--check-build", env={"KOLO_PYTHON": str(python)})
     assert r.returncode == 0, r.stderr
     assert "Python           %s (3.99.0), from KOLO_PYTHON" % python in r.stdout
-    assert "Python binding   yes" in r.stdout
+    assert "MPI (built)      Open MPI, the MPICH ABI\n" in r.stdout
+    assert "Python binding   yes: on Open MPI (fake); libmpi: /fake/libmpi.so.40\n" in r.stdout
     assert "PyTorch          9.9.9-fake" in r.stdout
     assert "TensorFlow       2.99.0-fake" in r.stdout and "Keras            3.99.1-fake" in r.stdout
     assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists("INJECTED")
