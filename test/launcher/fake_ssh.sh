@@ -41,18 +41,21 @@ for fd in /proc/$$/fd/*; do
   if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-"; fi
 done
 # A host whose network namespace a test made (/run/netns/kolo-HOST, reached over
-# a veth link) runs there: a machine whose link the test can cut.
-# Such a host also gets a /dev/shm of its own, as a real one has: else an MPI whose
-# transport between hosts can be shared memory (MPICH's libfabric picks its shm
-# provider) would go on talking past the cut link.
+# a veth link) runs there: a machine whose link the test can cut. Such a host also
+# gets what a real machine has of its own, a /dev/shm, System V IPC and a boot id:
+# else MPICH's UCX takes it for this machine and goes on talking through shared
+# memory past the cut link. (A loopback host such as 127.0.0.2 keeps them shared:
+# UCX has no transport over loopback, and its ranks talk through shared memory.)
 netns=()
-own_shm=:
+unshare=(unshare --uts --mount)
+own=:
 if [ -e "/run/netns/kolo-$host" ]; then
   netns=(ip netns exec "kolo-$host")
-  echo "$(cat /proc/sys/kernel/random/uuid)" >"$hosts_file.boot_id"
-  own_shm="mount -t tmpfs -o size=1g tmpfs /dev/shm && mount --bind $hosts_file.boot_id /proc/sys/kernel/random/boot_id && rm -f $hosts_file.boot_id"
+  unshare+=(--ipc)
+  cat /proc/sys/kernel/random/uuid >"$hosts_file.boot_id"
+  own="mount -t tmpfs -o size=1g tmpfs /dev/shm && mount --bind $hosts_file.boot_id /proc/sys/kernel/random/boot_id && rm -f $hosts_file.boot_id"
 fi
 # The bind mount keeps the file's contents; its name is removed at once.
-exec "${netns[@]}" unshare --uts --mount --ipc /bin/sh -c \
+exec "${netns[@]}" "${unshare[@]}" /bin/sh -c \
   'mount --bind "$1" /etc/hosts && rm -f "$1" && eval "$3" && hostname "kolo-$0" && exec /bin/sh -c "$2"' \
-  "$host" "$hosts_file" "$*" "$own_shm"
+  "$host" "$hosts_file" "$*" "$own"
