@@ -5,13 +5,22 @@
 # a clang build whose -Wthread-safety analysis checks every lock (build-clang/).
 # The sanitizer builds leave the GPU path out (KOLO_WITH_CUDA=OFF): they check the
 # host-side logic, and the CUDA runtime does not run under ASan without extra options.
-# Extra arguments go to every ctest run.
+# --release (first) also runs the tests labelled "release" (test/CMakeLists.txt): the
+# packaging checks that each repeat a whole build or system (the sdist without system
+# packages, the wheel on Debian 11, the GPU kit), about 15 minutes more; run it before a
+# release and after changing what they check. CI's run leaves them out.
+# Other arguments go to every ctest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+release=(-LE release)
+if [ "${1:-}" = --release ]; then
+  release=()
+  shift
+fi
 scripts/setup.sh
 
 echo "== tests (build/)"
-(cd build && ctest --output-on-failure --timeout 300 "$@")
+(cd build && ctest --output-on-failure --timeout 300 "${release[@]}" "$@")
 
 echo "== other projects' own test suites against kolo (../shared/peer-suites)"
 scripts/peer_suites.sh

@@ -5,7 +5,7 @@
 # system site packages, `pip install --only-binary :all:` of the wheel and NumPy (no
 # compiler runs), the environment's bin/ first on PATH, and a 2-rank kolo.numpy
 # allreduce under the environment's own kolorun on the system's Open MPI; on PyPI's MPICH
-# (both of its ABIs) and on Intel MPI too. Then, on CPython 3.12 and 3.13, PyPI's
+# (both of its ABIs) and on Intel MPI too. Then, on CPython 3.13, PyPI's
 # PyTorch (the reference environment's version) and scikit-learn join, and
 # examples/pytorch_digits.py trains at np=2 to the main job's 0.95 test accuracy.
 #
@@ -109,9 +109,9 @@ else
   echo "skipped: Intel MPI: no $impi (scripts/setup.sh makes it)"
 fi
 
-# PyPI's PyTorch on two Pythons besides 3.11 (the newest two: PyTorch $torch_pin is
-# built for both, and they share its nvidia-* wheels with the reference environment's).
-for v in 3.12 3.13; do
+# PyPI's PyTorch on the newest Python (PyTorch $torch_pin is built for it, and it shares
+# its nvidia-* wheels with the reference environment's); 3.11's is packaging.wheel's.
+for v in 3.13; do
   pip_into "$v" "torch==$torch_pin" scikit-learn
   t=$(date +%s)
   rc=0

@@ -10,7 +10,7 @@
 #     in that environment;
 #   - the PyTorch, Keras and JAX digits examples train under `kolorun -np 2`
 #     and reach the main job's 0.95 test accuracy;
-#   - kolo[mpi] (PyPI's Open MPI 5) trains the three examples with Debian's
+#   - kolo[mpi] (PyPI's Open MPI 5) trains the PyTorch example with Debian's
 #     Open MPI hidden from the job (needs root and overlayfs, else skipped);
 #   - the same wheel installed beside Debian's PyTorch 1.13 (a venv that sees
 #     the system's packages) runs a 2-rank allreduce.
@@ -143,18 +143,17 @@ if [ "$(id -u)" = 0 ] && grep -qw overlay /proc/filesystems; then
       echo "the system Open MPI is still visible"; exit 1
     fi
     kolorun --check-build | grep "MPI"
-    for example in pytorch_digits keras_digits jax_digits; do
-      echo "== $example"
-      TF_CPP_MIN_LOG_LEVEL=2 JAX_PLATFORMS=cpu timeout 300 kolorun -np 2 python "$2/examples/$example.py"
-    done
+    # One framework: what changes with the MPI is the layer under all three.
+    echo "== pytorch_digits"
+    timeout 300 kolorun -np 2 python "$2/examples/pytorch_digits.py"
   ' _ "$work" "$src" 2>&1) || rc=$?
   [ $rc = 0 ] || { echo "$out" | tail -30; fail "kolo[mpi] without the system MPI: exited $rc (124: it ran past 300 s)"; }
   echo "$out" | grep -E "MPI \(job\)|^== |test accuracy" || true
   echo "$out" | grep -q "MPI (job) *$work/venv/bin/mpirun: Open MPI 5\..* (PRRTE)" ||
     fail "kolo[mpi]: kolorun did not choose the environment's Open MPI 5"
-  [ "$(echo "$out" | grep -Ec "^\[0\]<stdout>:ranks: 2  test accuracy: (0\.9[5-9]|1\.0)")" = 3 ] ||
-    { echo "$out" | tail -30; fail "kolo[mpi]: not every digits example reached test accuracy 0.95"; }
-  echo "ok: the PyTorch, Keras and JAX digits examples on kolo[mpi] without the system MPI in $(elapsed "$t") s"
+  [ "$(echo "$out" | grep -Ec "^\[0\]<stdout>:ranks: 2  test accuracy: (0\.9[5-9]|1\.0)")" = 1 ] ||
+    { echo "$out" | tail -30; fail "kolo[mpi]: the PyTorch digits example did not reach test accuracy 0.95"; }
+  echo "ok: the PyTorch digits example on kolo[mpi] without the system MPI in $(elapsed "$t") s"
 else
   echo "kolo[mpi] without the system MPI: SKIPPED (needs root and overlayfs to hide it)"
 fi
