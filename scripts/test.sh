@@ -6,9 +6,10 @@
 # The sanitizer builds leave the GPU path out (KOLO_WITH_CUDA=OFF): they check the
 # host-side logic, and the CUDA runtime does not run under ASan without extra options.
 # --release (first) also runs the tests labelled "release" (test/CMakeLists.txt): the
-# packaging checks that each repeat a whole build or system (the sdist without system
-# packages, the wheel on Debian 11, the GPU kit), about 15 minutes more; run it before a
-# release and after changing what they check. CI's run leaves them out.
+# packaging checks that each repeat a whole build or system (the wheels of the other four
+# Pythons, the sdist without system packages, the wheel on Debian 11, the GPU kit), about
+# 25 minutes more; run it before a release and after changing what they check. CI's run
+# leaves them out.
 # Other arguments go to every ctest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

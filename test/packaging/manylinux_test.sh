@@ -9,14 +9,17 @@
 #   - scripts/wheel/check_symbols.py finds no glibc or libstdc++ symbol without a
 #     version (one that the old glibc's link stubs lacked);
 #   - it vendors no MPI (any family), TensorFlow, CUDA or NCCL library;
-# and there is a wheel for every CPython 3.9 to 3.13.
+# and there is a wheel for each CPython version given (default: 3.9 to 3.13).
 #
-#   test/packaging/manylinux_test.sh <source_dir> <wheel_dir>
+#   test/packaging/manylinux_test.sh <source_dir> <wheel_dir> [3.X...]
 #
 # Ends with "manylinux: OK".
 set -euo pipefail
 src=$(cd "$1" && pwd)
 wheels=$2
+shift 2
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(3.9 3.10 3.11 3.12 3.13)
 tools=$src/build-wheel/tools
 sysroot=$src/build-wheel/sysroot-manylinux_2_28
 fail() {
@@ -33,7 +36,7 @@ for lib in libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libstdc++.s
   ln -s "/lib/x86_64-linux-gnu/$lib" "$work/base/$lib"
 done
 
-for v in 3.9 3.10 3.11 3.12 3.13; do
+for v in "${versions[@]}"; do
   cp=cp${v/./}
   wheel=$(ls "$wheels"/kolo-*-"$cp"-"$cp"-*.whl 2>/dev/null) || fail "no wheel for CPython $v in $wheels"
   name=$(basename "$wheel")

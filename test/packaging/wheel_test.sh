@@ -12,6 +12,8 @@
 #     and reach the main job's 0.95 test accuracy;
 #   - kolo[mpi] (PyPI's Open MPI 5) trains the PyTorch example with Debian's
 #     Open MPI hidden from the job (needs root and overlayfs, else skipped);
+#   - a 2-rank allreduce on PyPI's MPICH (its MPICH ABI and the MPI-5 ABI) and on
+#     Intel MPI, through KOLO_MPI_HOME (scripts/setup.sh's .venv-mpich, .venv-impi);
 #   - the same wheel installed beside Debian's PyTorch 1.13 (a venv that sees
 #     the system's packages) runs a 2-rank allreduce.
 #
@@ -157,6 +159,29 @@ if [ "$(id -u)" = 0 ] && grep -qw overlay /proc/filesystems; then
 else
   echo "kolo[mpi] without the system MPI: SKIPPED (needs root and overlayfs to hide it)"
 fi
+
+# The MPICH family (docs/mpi.md): PyPI's MPICH 5.0.2 (scripts/setup.sh's .venv-mpich) on
+# the wheel's MPICH-ABI libkolo and, with KOLO_MPI_ABI=mpiabi, its MPI-5 standard-ABI
+# one, and Intel MPI 2021.19 (.venv-impi) on its MPICH ABI, through KOLO_MPI_HOME: the
+# environment's kolorun runs Hydra, and each rank must map that MPI's library.
+for run in "mpich mpich libmpi.so.12" "mpich mpiabi libmpi_abi.so.1" "impi mpich libmpi.so.12"; do
+  read -r mpi abi lib <<<"$run"
+  home=$src/.venv-$mpi
+  if [ ! -x "$home/bin/mpiexec.hydra" ]; then
+    echo "skipped: $mpi: no $home (scripts/setup.sh makes it)"
+    continue
+  fi
+  rc=0
+  out=$(KOLO_MPI_HOME=$home KOLO_MPI_ABI=$abi UCX_LOG_LEVEL=fatal timeout 120 kolorun -np 2 python -c '
+import numpy as np, kolo.numpy as hvd
+hvd.init()
+maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libmpi" in l})
+print("sum", hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), "from", hvd.__file__, "mpi", maps)' 2>&1) || rc=$?
+  [ $rc = 0 ] || { echo "$out"; fail "$mpi ($abi): kolorun exited $rc (124: it ran past 120 s)"; }
+  echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] from $work/venv/lib/python[0-9.]*/site-packages/kolo/.* mpi .*$home/lib/$lib" ||
+    { echo "$out"; fail "$mpi ($abi): no 2-rank allreduce from the wheel's kolo on $home/lib/$lib"; }
+  echo "ok: $mpi on the wheel's $abi build: $(echo "$out" | grep -m1 "^\[1\]<stdout>:sum" | sed 's/.* mpi /mpi /')"
+done
 
 # The same wheel beside Debian's PyTorch 1.13, in a venv that sees the system's packages.
 /usr/bin/python3 -m venv --system-site-packages "$work/venv-debian"
