@@ -28,7 +28,7 @@ scripts/peer_suites.sh
 
 echo "== tests under ASan + UBSan (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOLO_BUILD_TESTS=ON \
-  -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_PYTHON=OFF -DKOLO_WITH_CUDA=OFF >/dev/null
+  -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_PYTHON=OFF -DKOLO_BUILD_BENCH=OFF -DKOLO_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$(nproc)"
 # Open MPI's own allocations are reported as leaks at exit; leaks are not checked here.
 # The C++ unit and MPI tests, as under TSan; with --release also the launcher's (kolorun
