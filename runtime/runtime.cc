@@ -36,15 +36,7 @@ int GpuCount() { return MakeGpu(false)->DeviceCount(); }
 int NcclVersion() { return NcclVersionCode(); }
 std::string InPlaceRecoveryUnavailable() { return UlfmUnavailableReason(); }
 
-const char* MpiAbi() {
-#if defined(MPI_ABI_VERSION)
-  return "mpiabi";
-#elif defined(OPEN_MPI)
-  return "ompi";
-#else
-  return "mpich";
-#endif
-}
+const char* MpiAbi() { return KOLO_BUILT_MPI_ABI; }  // runtime/CMakeLists.txt
 
 Status CopyDeviceResult(const WorkResult& result, void* dst) {
   if (result.device == kCpuDevice || !result.device_data) {
