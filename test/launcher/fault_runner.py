@@ -48,9 +48,12 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
             hung, out, code = False, stdout + stderr, p.returncode
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
-            stdout, stderr = p.communicate()
+            try:  # a process that left the session may still hold the pipes
+                stdout, stderr = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                stdout, stderr = "", "(its output was held by a process outside its session)"
             hung, code = True, None
-            out = _text(stdout) + _text(stderr)
+            out = stdout + stderr
         ended = time.time()
         fault_at = float(open(stamp).read()) if os.path.exists(stamp) else None
     seen = {}
@@ -64,8 +67,3 @@ def run_fault(kolorun, python_dir, fault, np=3, rank=None, step=3, two_hosts=Fal
             "seconds": None if fault_at is None else ended - fault_at, "seen": seen,
             "named": named, "output": out}
 
-
-def _text(b):
-    if b is None:
-        return ""
-    return b.decode(errors="replace") if isinstance(b, bytes) else b

@@ -2,6 +2,8 @@
 fake_ssh.sh enters for HOST) joined to this one by a veth pair, so that the job's
 traffic between the hosts goes over a network that is not loopback."""
 import contextlib
+import os
+import signal
 import subprocess
 
 import pytest
@@ -19,7 +21,8 @@ def namespace_host(host, local, veth):
         # call never return (docs/reliability.md), and Intel MPI's spin on both cores.
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
         for pid in pids.stdout.split():
-            subprocess.run(["kill", "-9", pid], capture_output=True)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", near], capture_output=True)
 
