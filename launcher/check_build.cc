@@ -136,20 +136,27 @@ int CheckBuild(const std::string& python, const std::string& chosen_by,
   // kolo/_mpi_library.py chose when kolo.common.basics imported _core, and why,
   // and the libmpi file the process then mapped. Open MPI 4.x and 5.x share one
   // ABI (libmpi.so.40); MPICH, Intel MPI, MVAPICH and Cray MPICH another.
-  Result<std::string> binding =
-      CaptureStdout({python, "-c",
-                     "import kolo.common.basics\n"
-                     "from kolo import _mpi_library as m\n"
-                     "maps = [l.split()[-1] for l in open('/proc/self/maps') if 'libmpi' in l]\n"
-                     "print(', '.join(m.NAMES[a] for a in m._builds()))\n"
-                     "print('yes: on %s (%s); libmpi: %s' % (m.NAMES[m.CHOSEN.abi], m.CHOSEN.why,\n"
-                     "      maps[0] if maps else '?'))"});
+  // An import that fails says why (no kolo for this Python, an MPI of an ABI
+  // the package was not built for: kolo/_mpi_library.py's ImportError).
+  Result<std::string> binding = CaptureStdout(
+      {python, "-c",
+       "try:\n"
+       "    import kolo.common.basics\n"
+       "    from kolo import _mpi_library as m\n"
+       "except Exception as e:\n"
+       "    print('unknown: the Python binding does not import')\n"
+       "    print('no: %s: %s' % (type(e).__name__, (str(e).splitlines() or [''])[0]))\n"
+       "else:\n"
+       "    maps = [l.split()[-1] for l in open('/proc/self/maps') if 'libmpi' in l]\n"
+       "    print(', '.join(m.NAMES[a] for a in m._builds()))\n"
+       "    print('yes: on %s (%s); libmpi: %s' % (m.NAMES[m.CHOSEN.abi], m.CHOSEN.why,\n"
+       "          maps[0] if maps else '?'))"});
   std::string builds = "unknown: the Python binding does not import", chosen = "no";
   if (binding.ok()) {
     std::istringstream text(binding.value());
     std::getline(text, builds);
     std::getline(text, chosen);
-    if (chosen.rfind("yes", 0) != 0) chosen = "no";
+    if (chosen.rfind("yes", 0) != 0 && chosen.rfind("no: ", 0) != 0) chosen = "no";
   }
   std::printf("  %-16s %s\n", "MPI (built)", builds.c_str());
   std::printf("  %-16s %s\n", "Python binding", chosen.c_str());

@@ -542,6 +542,18 @@ def test_check_build_names_an_import_that_kills_the_interpreter(tmp_path):
     assert "Keras            import failed: killed by signal 4" in r.stdout
 
 
+def test_check_build_says_why_the_binding_does_not_import(tmp_path):
+    # An interpreter without kolo on its path: the import error, in one line.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["KOLO_PYTHON"] = PYTHON
+    r = subprocess.run([KOLORUN, "--check-build"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "MPI (built)      unknown: the Python binding does not import\n" in r.stdout, r.stdout
+    assert ("Python binding   no: ModuleNotFoundError: No module named 'kolo'\n" in r.stdout
+            ), r.stdout
+
+
 def test_check_build_says_a_missing_kolo_python_is_not_found(tmp_path):
     missing = str(tmp_path / "no such python")
     r = kolorun("--check-build", env={"KOLO_PYTHON": missing})
