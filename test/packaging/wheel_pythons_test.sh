@@ -57,17 +57,14 @@ pip_into() {
   echo "install: CPython $v: ${what//$wheels\//} in $(elapsed "$t") s"
 }
 
-# allreduce_in VERSION [VAR=VALUE...]: a 2-rank kolo.numpy allreduce under venv-VERSION's
-# kolorun, with VAR=VALUE in its environment; prints which libmpi each rank mapped.
+# shellcheck source=test/packaging/allreduce_check.sh
+source "$src/test/packaging/allreduce_check.sh"
+# allreduce_in VERSION [VAR=VALUE...]: allreduce_check in venv-VERSION, which must run the
+# environment's kolo; prints which libmpi each rank mapped.
 allreduce_in() {
   local v=$1 out rc=0
   shift
-  out=$(env PATH="$work/venv-$v/bin:/usr/bin:/bin" "$@" timeout 120 kolorun -np 2 python -c '
-import sys, numpy as np, kolo.numpy as hvd
-hvd.init()
-maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libmpi" in l})
-print("sum", hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), "python", sys.version.split()[0], "from", hvd.__file__, "mpi", maps)' 2>&1) ||
-    rc=$?
+  out=$(allreduce_check "$work/venv-$v" "$@") || rc=$?
   [ $rc = 0 ] || { echo "$out"; fail "CPython $v $*: kolorun exited $rc (124: it ran past 120 s)"; }
   echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] python $v\.[0-9]* from $work/venv-$v/lib/python$v/site-packages/kolo/" ||
     { echo "$out"; fail "CPython $v $*: no 2-rank allreduce from the environment's kolo"; }

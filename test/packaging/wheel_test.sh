@@ -160,6 +160,8 @@ else
   echo "kolo[mpi] without the system MPI: SKIPPED (needs root and overlayfs to hide it)"
 fi
 
+# shellcheck source=test/packaging/allreduce_check.sh
+source "$src/test/packaging/allreduce_check.sh"
 # The MPICH family (docs/mpi.md): PyPI's MPICH 5.0.2 (scripts/setup.sh's .venv-mpich) on
 # the wheel's MPICH-ABI libkolo and, with KOLO_MPI_ABI=mpiabi, its MPI-5 standard-ABI
 # one, and Intel MPI 2021.19 (.venv-impi) on its MPICH ABI, through KOLO_MPI_HOME: the
@@ -172,13 +174,9 @@ for run in "mpich mpich libmpi.so.12" "mpich mpiabi libmpi_abi.so.1" "impi mpich
     continue
   fi
   rc=0
-  out=$(KOLO_MPI_HOME=$home KOLO_MPI_ABI=$abi UCX_LOG_LEVEL=fatal timeout 120 kolorun -np 2 python -c '
-import numpy as np, kolo.numpy as hvd
-hvd.init()
-maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libmpi" in l})
-print("sum", hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), "from", hvd.__file__, "mpi", maps)' 2>&1) || rc=$?
+  out=$(allreduce_check "$work/venv" KOLO_MPI_HOME="$home" KOLO_MPI_ABI=$abi UCX_LOG_LEVEL=fatal) || rc=$?
   [ $rc = 0 ] || { echo "$out"; fail "$mpi ($abi): kolorun exited $rc (124: it ran past 120 s)"; }
-  echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] from $work/venv/lib/python[0-9.]*/site-packages/kolo/.* mpi .*$home/lib/$lib" ||
+  echo "$out" | grep -q "^\[1\]<stdout>:sum \[2.0, 2.0\] python [0-9.]* from $work/venv/lib/python[0-9.]*/site-packages/kolo/.* mpi .*$home/lib/$lib" ||
     { echo "$out"; fail "$mpi ($abi): no 2-rank allreduce from the wheel's kolo on $home/lib/$lib"; }
   echo "ok: $mpi on the wheel's $abi build: $(echo "$out" | grep -m1 "^\[1\]<stdout>:sum" | sed 's/.* mpi /mpi /')"
 done
