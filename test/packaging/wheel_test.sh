@@ -5,7 +5,8 @@
 # into a fresh virtual environment without system site packages, from PyPI
 # wheels only (--only-binary :all:, so no compiler runs), next to PyPI's
 # PyTorch, TensorFlow/Keras and JAX at the versions the reference environment
-# has (pip's cache usually holds them); then, on the system's Open MPI:
+# has (installed first, from uv's cache: frameworks_into.sh; then the wheel with
+# pip); then, on the system's Open MPI:
 #   - the installed kolorun is on PATH and `kolorun --check-build` finds kolo
 #     in that environment;
 #   - the PyTorch, Keras and JAX digits examples train under `kolorun -np 2`
@@ -87,12 +88,19 @@ for name in ["torch", "tensorflow-cpu", "keras", "jax", "jaxlib", "optax", "flax
 EOF
 ) || fail "cannot read the framework versions of $ref_python"
 
+# shellcheck source=test/packaging/frameworks_into.sh
+source "$src/test/packaging/frameworks_into.sh"
 t=$(date +%s)
 /usr/bin/python3 -m venv "$work/venv"
+: >"$work/install.log"
 # shellcheck disable=SC2086
+frameworks_into "$work/venv" "$work/install.log" $pins ||
+  { tail -20 "$work/install.log"; fail "installing the frameworks failed"; }
+echo "install: $(echo "$pins" | tr '\n' ' ')in $(elapsed "$t") s"
+t=$(date +%s)
 "$work/venv/bin/pip" install -q --disable-pip-version-check --no-compile --only-binary :all: \
-  "$wheel" $pins >"$work/install.log" 2>&1 || { tail -20 "$work/install.log"; fail "pip install failed"; }
-echo "install: kolo wheel + $(echo "$pins" | tr '\n' ' ')in $(elapsed "$t") s"
+  "$wheel" >>"$work/install.log" 2>&1 || { tail -20 "$work/install.log"; fail "pip install of the wheel failed"; }
+echo "install: pip install $(basename "$wheel") in $(elapsed "$t") s"
 
 # A user's shell: the environment's bin/ on PATH, nothing else of ours, and a home
 # of its own (where kolo.tensorflow would cache an op library it had to compile).
