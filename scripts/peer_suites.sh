@@ -2,8 +2,9 @@
 # Runs other projects' own test suites against kolo, from ../shared/peer-suites
 # (see its README): Horovod 0.28.1's test/parallel/test_torch.py and
 # test_timeline.py through its runner, on Debian's PyTorch 1.13 and on .venv's
-# PyTorch 2.x, at np=2, and its test_adasum_pytorch.py on both at np=2 and 4; its
-# TensorFlow suites on two TensorFlow versions at np=2; and
+# PyTorch 2.x, at np=2 (test_torch.py also on PyPI's MPICH, with Debian's
+# PyTorch), and its test_adasum_pytorch.py on both at np=2 and 4; its TensorFlow
+# suites at np=2 (on two TensorFlow versions with --release); and
 # PyTorch's own distributed test base against the torch.distributed backend
 # "kolo" (pytorch-distributed/run_c10d.sh), at np=2 and 3, in both of its modes.
 # A suite that falls short fails this script. Without ../shared/peer-suites it
@@ -35,9 +36,15 @@
 # (test_stability, test_stability_2) and skip its 2 GPU-only ones (4 passed
 # where there is a GPU per rank).
 # Horovod's TensorFlow suites (run_tf.sh: test_tensorflow.py, test_tensorflow2_keras.py,
-# test_tensorflow_process_sets.py) run on .venv's TensorFlow and on .venv-tf2.20's.
+# test_tensorflow_process_sets.py) run on .venv's TensorFlow; with --release also on
+# .venv-tf2.20's (about 270 s), whose op library kolo compiles on first import: kolo's
+# own TensorFlow suite checks that in every CI run (python.tensorflow.other_version.np2).
+#
+#   scripts/peer_suites.sh [--release]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+tf_pythons=(.venv/bin/python)
+[ "${1:-}" = --release ] && tf_pythons+=(.venv-tf2.20/bin/python)
 suite=../shared/peer-suites/horovod-0.28.1
 if [ ! -x "$suite/run_torch.sh" ]; then
   echo "peer suites: SKIPPED: $suite/run_torch.sh is not there (../shared/peer-suites sits beside" \
@@ -143,6 +150,25 @@ for py in /usr/bin/python3 .venv/bin/python; do
   failed=1
 done
 
+# The same suite on the MPICH family: PyPI's MPICH (scripts/setup.sh's .venv-mpich), which
+# kolorun runs through its Hydra dialect when KOLO_MPI_HOME names it, and kolo.torch on the
+# MPICH ABI's libkolo (kolo/_mpi_library.py). Held to the runner's own verdict.
+mpich=$PWD/.venv-mpich
+if [ -x "$mpich/bin/mpiexec" ]; then
+  log=build/peer-horovod-torch-mpich.log
+  echo "== Horovod 0.28.1's test_torch.py against kolo.torch on PyPI's MPICH ($mpich), /usr/bin/python3 (log: $log)"
+  if ! KOLO_MPI_HOME=$mpich build/launcher/kolorun --dry-run -np 2 true | grep -q " $mpich/bin/mpiexec"; then
+    echo "peer suites: kolorun with KOLO_MPI_HOME=$mpich does not run its mpiexec:"
+    KOLO_MPI_HOME=$mpich build/launcher/kolorun --dry-run -np 2 true
+    failed=1
+  else
+    KOLO_MPI_HOME=$mpich run_once /usr/bin/python3 "$log" || failed=1
+  fi
+else
+  echo "peer suites: no MPICH at $mpich (scripts/setup.sh makes it): Horovod's test_torch.py did" \
+       "not run on the MPICH family"
+fi
+
 # Whether run_tf.sh's log $1 of test_tensorflow2_keras.py falls short only by the 2 tests
 # whose own code calls Variable.ref() (header), on each of the 2 ranks.
 only_keras3_ref_failures() {
@@ -163,7 +189,7 @@ only_keras3_ref_failures() {
 
 tf_suites=$suite/run_tf.sh
 if [ -x "$tf_suites" ]; then
-  for py in .venv/bin/python .venv-tf2.20/bin/python; do
+  for py in "${tf_pythons[@]}"; do
     for file in test_tensorflow.py test_tensorflow2_keras.py test_tensorflow_process_sets.py; do
       venv=${py%%/*}
       out=build/peer-horovod-tf-${venv#.}

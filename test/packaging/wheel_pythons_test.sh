@@ -5,7 +5,7 @@
 # system site packages, `pip install --only-binary :all:` of the wheel and NumPy (no
 # compiler runs), the environment's bin/ first on PATH, and a 2-rank kolo.numpy
 # allreduce under the environment's own kolorun on the system's Open MPI; on PyPI's MPICH
-# (both of its ABIs) and on Intel MPI too. Then, on CPython 3.13, PyPI's
+# (both of its ABIs) and on Intel MPI too. Then, on CPython 3.12 and 3.13, PyPI's
 # PyTorch (the reference environment's version) and scikit-learn join, and
 # examples/pytorch_digits.py trains at np=2 to the main job's 0.95 test accuracy.
 #
@@ -37,9 +37,11 @@ source "$src/scripts/wheel/pythons.sh"
 torch_pin=$("$ref_python" -c 'from importlib import metadata; print(metadata.version("torch").split("+")[0])') ||
   fail "$ref_python has no torch to take the version from"
 
-# pip's cache stays the user's: the two PyTorch installs share their nvidia-* wheels
-# (3 GB), with each other and with later runs.
+# pip's and uv's caches stay the user's: the two PyTorch installs share their nvidia-*
+# wheels (3 GB) with .venv's (frameworks_into.sh).
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}
+# shellcheck source=test/packaging/frameworks_into.sh
+source "$src/test/packaging/frameworks_into.sh"
 # A user's shell: a home of its own, nothing of ours on the paths.
 export HOME="$work/home"
 unset PYTHONPATH KOLO_PYTHON
@@ -106,10 +108,13 @@ else
   echo "skipped: Intel MPI: no $impi (scripts/setup.sh makes it)"
 fi
 
-# PyPI's PyTorch on the newest Python (PyTorch $torch_pin is built for it, and it shares
-# its nvidia-* wheels with the reference environment's); 3.11's is packaging.wheel's.
-for v in 3.13; do
-  pip_into "$v" "torch==$torch_pin" scikit-learn
+# PyPI's PyTorch on the two newest Pythons (PyTorch $torch_pin is built for them, and they
+# share its nvidia-* wheels with the reference environment's); 3.11's is packaging.wheel's.
+for v in 3.12 3.13; do
+  t=$(date +%s)
+  frameworks_into "$work/venv-$v" "$work/install-$v.log" "torch==$torch_pin" scikit-learn ||
+    { tail -20 "$work/install-$v.log"; fail "CPython $v: installing torch==$torch_pin scikit-learn failed"; }
+  echo "install: CPython $v: torch==$torch_pin scikit-learn in $(elapsed "$t") s"
   t=$(date +%s)
   rc=0
   out=$(cd "$work" && PATH="$work/venv-$v/bin:/usr/bin:/bin" timeout 300 kolorun -np 2 python \
