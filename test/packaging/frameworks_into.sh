@@ -4,7 +4,8 @@
 # kolo: torch, TensorFlow, JAX, scikit-learn), wheels only, into VENV, output to LOG.
 # Through scripts/setup.sh's uv (.venv-uv under SRC, the checkout) from uv's cache, which
 # .venv filled: the 3 GB of nvidia-* wheels that PyPI's torch brings are hard-linked, not
-# unpacked again (about 5 s where pip takes 70 s from its cache). Without .venv-uv, pip.
+# unpacked again (torch and scikit-learn in 10 s where pip took 73 s from its cache,
+# 2026-11-29). Without .venv-uv, pip.
 # kolo's own wheel is installed with pip afterwards, as its users do. The caller's HOME
 # may be a fresh one: the cache is taken from the real one (UV_CACHE_DIR, PIP_CACHE_DIR).
 frameworks_into() {
