@@ -136,14 +136,17 @@ class KoloProcessGroup(ProcessGroupCollectives, dist.ProcessGroup):
     def barrier(self, opts=None):
         """Bounded by ``dist.barrier(timeout=...)``, else by the group's timeout, as gloo's.
         One that a rank left on a timeout stays pending in kolo and is that rank's next
-        barrier on the set (docs/api-torch-distributed.md, "Timeouts")."""
+        barrier on the set (docs/api-torch-distributed.md, "Timeouts"): also when the other
+        ranks' next barriers have completed it already (started anew, this rank's barrier
+        would wait for a partner that never comes)."""
         timeout = getattr(opts, "timeout", None)
         if timeout is None or timeout.total_seconds() <= 0:
             timeout = self._p2p.timeout
         if 0 < _engine.stall_shutdown_seconds() <= timeout.total_seconds():
             timeout = None  # kolo's stall shutdown ends it first, naming the missing ranks
         left = _barriers.get(self._set_id)
-        if left is not None and not left.is_completed():
+        if left is not None and (left.left_on_timeout or not left.is_completed()):
+            left.left_on_timeout = False  # this call takes it over
             left._timeout = timeout
             return left
         self._name("barrier")  # kolo names barriers itself; this sets the label

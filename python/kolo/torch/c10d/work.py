@@ -129,6 +129,10 @@ class KoloWork(_Work):
         super().__init__()
         self._what = what
         self._timeout = timeout  # bounds wait() without a timeout of its own (barriers)
+        # Set when wait() gave up on a timeout: the operation stays pending in kolo, and a
+        # barrier left so is the rank's next barrier on its set (group.py), even if the
+        # other ranks' barriers complete it before this rank asks for the next one.
+        self.left_on_timeout = False
         self.label = label  # the parent name of operations its callbacks start
         self.children = 0
         self._handle = handle
@@ -196,6 +200,7 @@ class KoloWork(_Work):
             self._wait_handle(False)
         seconds = _seconds(limit) if limit else 0
         if not self._kolo_done.wait(seconds if seconds > 0 else None):
+            self.left_on_timeout = True
             raise RuntimeError(
                 _PREFIX + "Timed out after %g s waiting for %s (%s); it stays pending in kolo, "
                 "whose stall inspector names the ranks that are missing"
