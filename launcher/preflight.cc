@@ -109,20 +109,23 @@ struct Probe : std::enable_shared_from_this<Probe> {
     try_timer.cancel();
   }
 
-  // Records why try `this_try` failed; tries again in a second while the
-  // wait lasts, else the probe is done, with its failure.
+  // Records why try `this_try` failed; tries again a second later (at the
+  // end of the wait at the latest) while the wait lasts, else the probe is
+  // done, with its failure.
   void Fail(int this_try, Failure why, const std::string& message) {
     failure = why;
     error = message;
     try_timer.cancel();
     ++current_try;  // what the failed try still delivers is ignored
-    if (Clock::now() + Millis(kSshRetrySeconds) >= wait_until) {
+    const Clock::time_point now = Clock::now();
+    if (now >= wait_until) {
       done = true;
       return;
     }
     if (this_try == 1 && waiting) waiting(*this);
     auto self = shared_from_this();
-    retry_timer.expires_after(Millis(kSshRetrySeconds));
+    retry_timer.expires_after(
+        std::min<Clock::duration>(Millis(kSshRetrySeconds), wait_until - now));
     retry_timer.async_wait([self](const boost::system::error_code& ec) {
       if (ec) return;
       boost::system::error_code ignored;
@@ -135,7 +138,7 @@ struct Probe : std::enable_shared_from_this<Probe> {
   std::string LastFailure() const {
     switch (failure) {
       case Failure::kResolve:
-        return "the name does not resolve (" + error + ")";
+        return "the name does not resolve: " + error;
       case Failure::kConnect:
         return error;
       case Failure::kTimeout:
