@@ -51,8 +51,12 @@ Status RefuseMpiOperatorWorker(const std::map<std::string, std::string>& env);
 
 // True where a cloud starts the job's machines together with kolorun's (an
 // MPIJob's launcher pod, K_MPI_JOB_ROLE=launcher; a SageMaker training job):
-// the other hosts' sshd may come up after kolorun starts (--ssh-wait).
+// the other hosts' sshd may come up after kolorun starts, and kolorun waits
+// for it kCloudSshWaitSeconds unless --ssh-wait says otherwise. (An MPIJob's
+// launcher starts before its workers unless its launcherCreationPolicy is
+// WaitForWorkersReady, and a worker's name resolves only once its pod runs.)
 bool HostsStartWithTheJob(const std::map<std::string, std::string>& env);
+constexpr double kCloudSshWaitSeconds = 60;
 
 // ---- Amazon SageMaker ------------------------------------------------------
 

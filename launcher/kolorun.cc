@@ -115,12 +115,6 @@ int RunCheckBuild(const Options& o, const Variables& environment) {
   return CheckBuild(DefaultLaunchSettings().python, "the default (KOLO_PYTHON is unset)", mpi_line);
 }
 
-// How long kolorun waits by default for the ssh of hosts that a cloud starts
-// with the job: their sshd comes up with them, maybe after kolorun (an
-// MPIJob's launcher starts before its workers unless its
-// launcherCreationPolicy is WaitForWorkersReady).
-constexpr double kCloudSshWaitSeconds = 60;
-
 // The hosts that get ranks, with the ranks they get; sets o.np when it was 0.
 Result<std::vector<HostSlots>> ChooseHosts(Options& o, const Variables& environment, int cores) {
   Result<Allocation> alloc = ResolveHosts(o.hosts, o.hostfile, environment, o.np, cores, ReadFile);

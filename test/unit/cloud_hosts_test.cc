@@ -91,6 +91,9 @@ TEST(MpiOperator, ALauncherPodsAllocation) {
   EXPECT_EQ(a.value().hosts, (H{{"w-0.w", 2}, {"w-1.w", 2}}));
   EXPECT_TRUE(a.value().started_for_job);
   EXPECT_EQ(a.value().discovery_script, "/etc/mpi/discover_hosts.sh");
+  // -H and --hostfile win, as over a scheduler's allocation.
+  EXPECT_EQ(ResolveHosts("x:1", "", pod, 0, 2, PodFiles).value().source, "-H");
+  EXPECT_EQ(ResolveHosts("", "/hydra", pod, 0, 2, PodFiles).value().source, "--hostfile /hydra");
   a = ResolveHosts("", "", {{"K_MPI_JOB_ROLE", "launcher"}, {"I_MPI_HYDRA_HOST_FILE", "/hydra"}}, 0,
                    2, PodFiles);
   EXPECT_EQ(a.value().hosts, (H{{"w-0.w", 1}, {"w-1.w", 1}}));
