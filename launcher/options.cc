@@ -38,7 +38,7 @@ void AddOptions(CLI::App& app, Options* o, std::string* monitor) {
   app.add_option("--np", o->np, "Number of ranks (default: all slots)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("-H,--hosts", o->hosts, "Hosts and slots: host1:2,host2:2");
-  app.add_option("--hostfile", o->hostfile, "File of 'host slots=N' lines");
+  app.add_option("--hostfile", o->hostfile, "File of 'host slots=N' (or 'host:N') lines");
   app.add_option("-p,--ssh-port", o->ssh_port, "ssh port of the remote hosts")
       ->check(CLI::Range(1, 65535));
   app.add_option("-i,--ssh-identity-file", o->ssh_identity_file, "ssh identity file");
