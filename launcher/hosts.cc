@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <sstream>
+
+#include "cloud_hosts.h"
 
 namespace kolo::launcher {
 namespace {
@@ -59,11 +62,6 @@ bool ValidHostName(const std::string& h) {
   });
 }
 
-Status CheckHost(const std::string& host, const std::string& where) {
-  if (ValidHostName(host)) return Status::OK();
-  return Status::InvalidArgument(where + ": '" + host + "' is not a valid host name");
-}
-
 // One entry per host, its slots added up, in first-seen order. Schedulers
 // repeat a host: PBS_NODEFILE once per slot, SGE's PE_HOSTFILE once per
 // queue, LSF once per block, Slurm when a node list names a node twice. Left
@@ -102,6 +100,11 @@ Status CheckNoDuplicates(const std::vector<HostSlots>& hosts, const std::string&
 
 }  // namespace
 
+Status CheckHostName(const std::string& host, const std::string& where) {
+  if (ValidHostName(host)) return Status::OK();
+  return Status::InvalidArgument(where + ": '" + host + "' is not a valid host name");
+}
+
 Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec) {
   if (Trim(spec).empty()) return Status::InvalidArgument("-H: the host list is empty");
   std::vector<HostSlots> out;
@@ -118,7 +121,7 @@ Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec) {
       if (!slots.ok()) return slots.status();
       h.slots = slots.value();
     }
-    KOLO_RETURN_IF_ERROR(CheckHost(h.host, "-H '" + spec + "'"));
+    KOLO_RETURN_IF_ERROR(CheckHostName(h.host, "-H '" + spec + "'"));
     out.push_back(h);
   }
   KOLO_RETURN_IF_ERROR(CheckNoDuplicates(out, "-H '" + spec + "'"));
@@ -133,8 +136,49 @@ std::string FormatHostSpec(const std::vector<HostSlots>& hosts) {
   return out;
 }
 
+namespace {
+
+// One hostfile line's words: "host slots=N [max_slots=M]", "host:N" (MPICH's
+// and Intel MPI's form: one word with one colon; an IPv6 address has more,
+// and is a host) or "host".
+Result<HostSlots> HostfileLine(const std::vector<std::string>& words, const std::string& line,
+                               const std::string& where) {
+  HostSlots h{words[0], 1};
+  const bool colon_form = std::count(h.host.begin(), h.host.end(), ':') == 1;
+  if (colon_form && words.size() > 1) {
+    return Status::InvalidArgument(where + ": expected 'host slots=N' or 'host:N', got '" +
+                                   Trim(line) + "'");
+  }
+  if (colon_form) {
+    const size_t colon = h.host.find(':');
+    Result<int> slots = PositiveInt(h.host.substr(colon + 1), where + ": slots");
+    if (!slots.ok()) return slots.status();
+    h.slots = slots.value();
+    h.host.resize(colon);
+  }
+  KOLO_RETURN_IF_ERROR(CheckHostName(h.host, where));
+  for (size_t w = 1; w < words.size(); ++w) {
+    const std::string& word = words[w];
+    size_t eq = word.find('=');
+    std::string key = word.substr(0, eq);
+    if (eq == std::string::npos || (key != "slots" && key != "max_slots")) {
+      return Status::InvalidArgument(where + ": expected 'host slots=N' or 'host:N', got '" +
+                                     Trim(line) + "'");
+    }
+    if (key == "slots") {
+      Result<int> slots = PositiveInt(word.substr(eq + 1), where + ": slots");
+      if (!slots.ok()) return slots.status();
+      h.slots = slots.value();
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
   std::vector<HostSlots> out;
+  std::map<std::string, size_t> line_of;  // host -> the line that listed it
   std::vector<std::string> lines = Split(text, '\n');
   for (size_t n = 0; n < lines.size(); ++n) {
     std::string line = lines[n];
@@ -143,26 +187,17 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& text) {
     std::vector<std::string> words = Words(line);
     if (words.empty()) continue;
     const std::string where = "hostfile line " + std::to_string(n + 1);
-    HostSlots h{words[0], 1};
-    KOLO_RETURN_IF_ERROR(CheckHost(h.host, where));
-    for (size_t w = 1; w < words.size(); ++w) {
-      const std::string& word = words[w];
-      size_t eq = word.find('=');
-      std::string key = word.substr(0, eq);
-      if (eq == std::string::npos || (key != "slots" && key != "max_slots")) {
-        return Status::InvalidArgument(where + ": expected 'host slots=N', got '" + Trim(lines[n]) +
-                                       "'");
-      }
-      if (key == "slots") {
-        Result<int> slots = PositiveInt(word.substr(eq + 1), where + ": slots");
-        if (!slots.ok()) return slots.status();
-        h.slots = slots.value();
-      }
+    KOLO_ASSIGN_OR_RETURN(HostSlots h, HostfileLine(words, lines[n], where));
+    auto [first, fresh] = line_of.emplace(h.host, n + 1);
+    if (!fresh) {
+      return Status::InvalidArgument("hostfile: host '" + h.host + "' is listed twice (lines " +
+                                     std::to_string(first->second) + " and " +
+                                     std::to_string(n + 1) +
+                                     "); give each host once with its slots");
     }
     out.push_back(h);
   }
   if (out.empty()) return Status::InvalidArgument("the hostfile lists no hosts");
-  KOLO_RETURN_IF_ERROR(CheckNoDuplicates(out, "hostfile"));
   return out;
 }
 
@@ -218,7 +253,7 @@ Status ExpandRange(const std::string& list, const std::string& prefix, const std
     std::string num = std::to_string(v);
     if (num.size() < lo.size()) num = std::string(lo.size() - num.size(), '0') + num;
     out->push_back(prefix + num + suffix);
-    KOLO_RETURN_IF_ERROR(CheckHost(out->back(), "SLURM_JOB_NODELIST"));
+    KOLO_RETURN_IF_ERROR(CheckHostName(out->back(), "SLURM_JOB_NODELIST"));
   }
   return Status::OK();
 }
@@ -269,7 +304,7 @@ Result<std::vector<std::string>> ExpandSlurmNodelist(const std::string& list) {
     }
     size_t open = item.find('[');
     if (open == std::string::npos) {
-      KOLO_RETURN_IF_ERROR(CheckHost(item, "SLURM_JOB_NODELIST"));
+      KOLO_RETURN_IF_ERROR(CheckHostName(item, "SLURM_JOB_NODELIST"));
       out.push_back(item);
       continue;
     }
@@ -312,7 +347,7 @@ Result<std::vector<HostSlots>> ParsePbsNodefile(const std::string& text) {
   for (const std::string& line : Split(text, '\n')) {
     std::string host = Trim(line);
     if (host.empty()) continue;
-    KOLO_RETURN_IF_ERROR(CheckHost(host, "PBS_NODEFILE"));
+    KOLO_RETURN_IF_ERROR(CheckHostName(host, "PBS_NODEFILE"));
     names.push_back(host);
   }
   if (names.empty()) return Status::InvalidArgument("PBS_NODEFILE lists no hosts");
@@ -329,7 +364,7 @@ Result<std::vector<HostSlots>> ParseSgeHostfile(const std::string& text) {
     if (words.size() < 2) {
       return Status::InvalidArgument(where + ": expected 'host nslots queue range'");
     }
-    KOLO_RETURN_IF_ERROR(CheckHost(words[0], where));
+    KOLO_RETURN_IF_ERROR(CheckHostName(words[0], where));
     Result<int> slots = PositiveInt(words[1], where + ": nslots");
     if (!slots.ok()) return slots.status();
     out.push_back({words[0], slots.value()});
@@ -346,7 +381,7 @@ Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text) {
   }
   std::vector<HostSlots> out;
   for (size_t i = 0; i < words.size(); i += 2) {
-    KOLO_RETURN_IF_ERROR(CheckHost(words[i], "LSB_MCPU_HOSTS"));
+    KOLO_RETURN_IF_ERROR(CheckHostName(words[i], "LSB_MCPU_HOSTS"));
     Result<int> slots = PositiveInt(words[i + 1], "LSB_MCPU_HOSTS slots of " + words[i]);
     if (!slots.ok()) return slots.status();
     out.push_back({words[i], slots.value()});
@@ -444,6 +479,17 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
       a.source = "LSF";
       return ParseLsfMcpuHosts(get("LSB_MCPU_HOSTS"));
     }
+    // The clouds' allocations come whole (they say more than the hosts).
+    if (std::optional<MpiOperatorHostfile> pod = FindMpiOperatorHostfile(env)) {
+      KOLO_ASSIGN_OR_RETURN(a, MpiOperatorAllocation(*pod, read_file));
+      return a.hosts;
+    }
+    KOLO_RETURN_IF_ERROR(RefuseMpiOperatorWorker(env));
+    if (InSageMaker(env)) {
+      KOLO_ASSIGN_OR_RETURN(
+          a, SageMakerAllocation(env, read_file, np > 0 ? np : std::max(local_cores, 1)));
+      return a.hosts;
+    }
     a.source = "localhost";
     return std::vector<HostSlots>{{"localhost", np > 0 ? np : std::max(local_cores, 1)}};
   }();
@@ -451,6 +497,31 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
   a.hosts = std::move(hosts).value();
   return a;
 }
+
+namespace {
+
+// The refusal of a job that leaves hosts of a cloud's allocation without a
+// rank: the first `used` hosts get the `np` ranks.
+Status IdleHostsError(const Allocation& allocation, int np, size_t used) {
+  std::string idle;
+  for (size_t h = used; h < allocation.hosts.size(); ++h) {
+    if (h - used == 8) {
+      idle += " and " + std::to_string(allocation.hosts.size() - h) + " more";
+      break;
+    }
+    idle += (idle.empty() ? "" : ", ") + allocation.hosts[h].host;
+  }
+  const int total = TotalSlots(allocation.hosts);
+  const int every_host = total - allocation.hosts.back().slots + 1;
+  return Status::InvalidArgument(
+      "-np " + std::to_string(np) + " leaves " +
+      (allocation.hosts.size() - used > 1 ? "hosts " : "host ") + idle + " of " +
+      allocation.source + " without a rank (ranks fill the " + std::to_string(total) +
+      " slots host by host); omit -np to use every slot, give -np " + std::to_string(every_host) +
+      " or more, or start the job on fewer hosts");
+}
+
+}  // namespace
 
 Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np) {
   const int slots = TotalSlots(allocation.hosts);
@@ -470,6 +541,9 @@ Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np) 
       used.push_back({allocation.hosts[h].host, 0});
     }
     ++used.back().slots;
+  }
+  if (allocation.started_for_job && used.size() < allocation.hosts.size()) {
+    return IdleHostsError(allocation, np, used.size());
   }
   return used;
 }

@@ -20,15 +20,21 @@ struct HostSlots {
   bool operator==(const HostSlots& o) const { return host == o.host && slots == o.slots; }
 };
 
+// An error naming `where` unless `host` is a valid host name (letters,
+// digits, '-', '.', '_', ':').
+Status CheckHostName(const std::string& host, const std::string& where);
+
 // "a:2,b:2" or "a,b" (1 slot each). Duplicate hosts are an error.
 Result<std::vector<HostSlots>> ParseHostSpec(const std::string& spec);
 
 // The inverse: "a:2,b:2".
 std::string FormatHostSpec(const std::vector<HostSlots>& hosts);
 
-// Lines "host slots=N" (Open MPI, DeepSpeed, Horovod), "host" alone = 1 slot,
-// '#' comments, blank lines. Duplicates and malformed lines are errors that
-// name the line number.
+// Lines "host slots=N" (Open MPI, DeepSpeed, Horovod) or "host:N" (MPICH,
+// Intel MPI; the MPI Operator writes either), in any mix, since each line says
+// which form it is in; "host" alone = 1 slot (an IPv6 address too: the colon
+// form is one word with one colon), '#' comments, blank lines. Malformed lines
+// are errors that name the line number, a host listed twice names both.
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& text);
 
 // A host discovery script's output (Horovod's format, elastic mode): one
@@ -51,14 +57,24 @@ Result<std::vector<HostSlots>> ParseSgeHostfile(const std::string& text);
 Result<std::vector<HostSlots>> ParseLsfMcpuHosts(const std::string& text);
 
 struct Allocation {
-  std::string source;  // "-H", "--hostfile FILE", "Slurm", "PBS", "SGE", "LSF", "localhost"
+  // "-H", "--hostfile FILE", "Slurm", "PBS", "SGE", "LSF", "MPI Operator (FILE)",
+  // "SageMaker", "localhost"
+  std::string source;
   std::vector<HostSlots> hosts;
+  // A cloud started these machines for this job (MPI Operator, SageMaker):
+  // each must get a rank, since an idle one is paid for and the job would
+  // look complete on fewer machines (PlaceRanks refuses).
+  bool started_for_job = false;
+  // The allocation's own discovery script (the MPI Operator's
+  // discover_hosts.sh), for an elastic job that names none; or "".
+  std::string discovery_script;
 };
 
 // Picks the hosts in kolorun's order: -H / --hostfile, then a scheduler
-// allocation found in `env` (Slurm, PBS, SGE, LSF), then localhost with
-// `np` slots (or `local_cores` when np is 0). `read_file` reads a file or
-// fails with a message.
+// allocation found in `env` (Slurm, PBS, SGE, LSF), then a cloud's
+// (cloud_hosts.h: an MPI Operator launcher pod, SageMaker), then localhost
+// with `np` slots (or `local_cores` when np is 0). `read_file` reads a file
+// or fails with a message.
 using FileReader = Result<std::string> (*)(const std::string& path);
 Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string& hostfile,
                                 const std::map<std::string, std::string>& env, int np,
@@ -66,7 +82,8 @@ Result<Allocation> ResolveHosts(const std::string& host_spec, const std::string&
 
 // The hosts that get ranks when `np` ranks (every slot when 0) fill
 // `allocation` slot by slot, each with the ranks it gets. An error when the
-// allocation has more than kMaxSlots slots in all, or fewer than `np`.
+// allocation has more than kMaxSlots slots in all, or fewer than `np`, or
+// when a host started for the job would get no rank.
 Result<std::vector<HostSlots>> PlaceRanks(const Allocation& allocation, int np);
 
 // The sum of the slots, capped at kMaxSlots + 1.

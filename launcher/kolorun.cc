@@ -21,6 +21,7 @@
 
 #include "bind_shim.h"
 #include "check_build.h"
+#include "cloud_hosts.h"
 #include "command.h"
 #include "discovery.h"
 #include "elastic.h"
@@ -330,7 +331,8 @@ Status CheckSsh(const Launcher& l, const std::vector<HostSlots>& fresh) {
                             l.o.mpi_args.find("-launcher-exec") != std::string::npos ||
                             l.o.mpi_args.find("-bootstrap-exec") != std::string::npos;
   if (fresh.empty() || l.o.dry_run || custom_agent) return Status::OK();
-  return CheckHosts(fresh, l.o.ssh_port, l.o.start_timeout);
+  return CheckHosts(fresh, l.o.ssh_port, l.o.start_timeout, std::max(l.o.ssh_wait, 0.0),
+                    [](const std::string& line) { std::cerr << "kolorun: " << line << std::endl; });
 }
 
 // After planning: the programs that kolo-rank will start on the new hosts.
@@ -443,6 +445,20 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   return planned;
 }
 
+// An allocation that comes with its own discovery script (an MPIJob's
+// discover_hosts.sh, listing the workers running now) discovers an elastic
+// job's hosts, each with the slots that the allocation gives its first host
+// (an MPIJob's slotsPerWorker) unless --slots-per-host says otherwise.
+void UseAllocationsDiscovery(const Allocation& alloc, const Options& o, ElasticRun* run) {
+  if (alloc.discovery_script.empty() || access(alloc.discovery_script.c_str(), X_OK) != 0) return;
+  run->discovery_script = alloc.discovery_script;
+  if (!o.slots_per_host_given && !alloc.hosts.empty()) {
+    run->slots_per_host = alloc.hosts.front().slots;
+  }
+  std::cerr << "kolorun: elastic: hosts from " << alloc.discovery_script << " (" << alloc.source
+            << "), " << run->slots_per_host << " slot(s) each" << std::endl;
+}
+
 // Elastic mode's settings from the flags and KOLO_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT.
 Result<ElasticRun> ElasticFlags(const Options& o, const Variables& environment, int cores) {
   double timeout = o.elastic_timeout;
@@ -461,6 +477,7 @@ Result<ElasticRun> ElasticFlags(const Options& o, const Variables& environment, 
     KOLO_ASSIGN_OR_RETURN(Allocation alloc, ResolveHosts(o.hosts, o.hostfile, environment,
                                                          run.settings.np, cores, ReadFile));
     run.fixed_pool = alloc.hosts;
+    UseAllocationsDiscovery(alloc, o, &run);
   } else if (!o.hosts.empty() || !o.hostfile.empty()) {
     return Status::InvalidArgument(
         "--host-discovery-script lists the hosts; it cannot be used with -H or --hostfile");
@@ -548,6 +565,9 @@ int Run(Options& o) {
   if (!mpi.ok()) return Fail(mpi.status().message());
   Status timeout = ApplyStartTimeoutVariable(environment, &o);
   if (!timeout.ok()) return Fail(timeout.message());
+  Status ssh_wait = ApplySshWaitVariable(environment, &o);
+  if (!ssh_wait.ok()) return Fail(ssh_wait.message());
+  if (o.ssh_wait < 0) o.ssh_wait = HostsStartWithTheJob(environment) ? kCloudSshWaitSeconds : 0;
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const std::string token = NewToken();
   // Before the rendezvous, which feeds it: destroyed after the server stops.

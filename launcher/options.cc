@@ -31,13 +31,14 @@ void AddOptions(CLI::App& app, Options* o, std::string* monitor) {
       "  kolorun -np 4 python train.py                    4 ranks on this machine\n"
       "  kolorun -np 8 -H node1:4,node2:4 python train.py  two hosts\n"
       "  kolorun --hostfile hosts.txt python train.py      every slot of the hostfile\n"
-      "  kolorun python train.py                           inside a Slurm/PBS/SGE/LSF allocation\n"
+      "  kolorun python train.py                           inside a Slurm/PBS/SGE/LSF allocation,\n"
+      "                                                    an MPIJob's launcher pod, on SageMaker\n"
       "  kolorun -np 2 --dry-run python train.py           print the mpirun command only");
   app.set_version_flag("--version", std::string("kolorun ") + KOLO_VERSION);
   app.add_option("--np", o->np, "Number of ranks (default: all slots)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("-H,--hosts", o->hosts, "Hosts and slots: host1:2,host2:2");
-  app.add_option("--hostfile", o->hostfile, "File of 'host slots=N' lines");
+  app.add_option("--hostfile", o->hostfile, "File of 'host slots=N' (or 'host:N') lines");
   app.add_option("-p,--ssh-port", o->ssh_port, "ssh port of the remote hosts")
       ->check(CLI::Range(1, 65535));
   app.add_option("-i,--ssh-identity-file", o->ssh_identity_file, "ssh identity file");
@@ -45,6 +46,11 @@ void AddOptions(CLI::App& app, Options* o, std::string* monitor) {
                  "Seconds to wait for hosts and ranks (default 30, or KOLO_START_TIMEOUT / "
                  "HOROVOD_START_TIMEOUT)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--ssh-wait", o->ssh_wait,
+                 "Seconds to wait for the remote hosts' ssh to answer, trying each again every "
+                 "second (default 0: one try; 60 in an MPI Operator launcher pod and on SageMaker, "
+                 "whose workers start sshd while kolorun runs; or KOLO_SSH_WAIT)")
+      ->check(CLI::Range(0.0, kMaxSshWaitSeconds));
   app.add_option("--network-interface", o->network_interfaces, "NIC for MPI and NCCL (repeatable)")
       ->allow_extra_args(false);
   app.add_option("-x", o->env_vars, "Pass VAR (or set VAR=VALUE) for every rank (repeatable)")
@@ -212,6 +218,7 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o) {
   o->start_timeout_given = app.count("--start-timeout") > 0;
   o->np_given = app.count("--np") > 0;
   o->elastic_timeout_given = app.count("--elastic-timeout") > 0;
+  o->slots_per_host_given = app.count("--slots-per-host") > 0;
   if (!o->Elastic()) {
     for (const char* name :
          {"--reset-limit", "--blacklist-cooldown-range", "--elastic-timeout", "--slots-per-host"}) {
@@ -255,6 +262,20 @@ Status ApplyStartTimeoutVariable(const std::map<std::string, std::string>& envir
                                    "' is not a positive number of seconds");
   }
   o->start_timeout = seconds;
+  return Status::OK();
+}
+
+Status ApplySshWaitVariable(const std::map<std::string, std::string>& environment, Options* o) {
+  auto it = environment.find(env::kSshWait);
+  if (o->ssh_wait >= 0 || it == environment.end()) return Status::OK();
+  const std::string& text = it->second;
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(seconds >= 0 && seconds <= kMaxSshWaitSeconds)) {
+    return Status::InvalidArgument(it->first + "='" + text +
+                                   "' is not a number of seconds from 0 to 86400");
+  }
+  o->ssh_wait = seconds;
   return Status::OK();
 }
 

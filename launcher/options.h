@@ -11,6 +11,9 @@
 
 namespace kolo::launcher {
 
+// The longest --ssh-wait (a day): a bound for the timers it sets.
+constexpr double kMaxSshWaitSeconds = 86400;
+
 struct Options {
   int np = 0;  // 0: every slot
   std::string hosts, hostfile;
@@ -18,6 +21,9 @@ struct Options {
   std::string ssh_identity_file;
   double start_timeout = 30;
   bool start_timeout_given = false;  // else HOROVOD_START_TIMEOUT, as horovodrun reads it
+  // --ssh-wait, else KOLO_SSH_WAIT: how long the remote hosts' ssh may take to
+  // come up; -1 until set, then the host source's default (ChooseHosts).
+  double ssh_wait = -1;
   std::vector<std::string> network_interfaces, env_vars;
   std::string mpi_args, binding = "none";
   std::string mpi;  // --mpi-home: an mpirun or an Open MPI prefix (else KOLO_MPI_HOME)
@@ -38,9 +44,10 @@ struct Options {
   bool np_given = false;
   int min_np = 0, max_np = 0;  // 0: not given
   std::string discovery_script;
-  int slots_per_host = 1;           // for the discovery script's lines without ":slots"
-  int reset_limit = -1;             // -1: no limit
-  std::vector<int> cooldown_range;  // --blacklist-cooldown-range MIN MAX, or empty
+  int slots_per_host = 1;             // for the discovery script's lines without ":slots"
+  bool slots_per_host_given = false;  // else the allocation's slots, with its own script
+  int reset_limit = -1;               // -1: no limit
+  std::vector<int> cooldown_range;    // --blacklist-cooldown-range MIN MAX, or empty
   double elastic_timeout = 600;
   bool elastic_timeout_given = false;  // else KOLO_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT
   bool Elastic() const { return min_np > 0 || max_np > 0 || !discovery_script.empty(); }
@@ -58,6 +65,10 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options* o);
 // Applies HOROVOD_START_TIMEOUT from `environment` unless --start-timeout was
 // given; an error names the variable and the value.
 Status ApplyStartTimeoutVariable(const std::map<std::string, std::string>& environment, Options* o);
+
+// Applies KOLO_SSH_WAIT from `environment` unless --ssh-wait was given; an
+// error names the variable and the value.
+Status ApplySshWaitVariable(const std::map<std::string, std::string>& environment, Options* o);
 
 // The KOLO_* settings (and KOLORUN_PIN_GPUS) that the options ask for.
 std::map<std::string, std::string> RuntimeSettings(const Options& o);

@@ -12,6 +12,7 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -42,47 +43,153 @@ bool IsLocalAddress(const asio::ip::address& a) {
   return found;
 }
 
-// One probe: resolve, then connect to the ssh port unless the host is local.
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// How often a host that does not answer yet is tried again, while kolorun waits.
+constexpr double kSshRetrySeconds = 1.0;
+
+// One host's probe: resolve, then connect to the ssh port unless the host is
+// this machine; each try bounded by `try_seconds`, tried again until
+// `wait_until` while it fails.
 struct Probe : std::enable_shared_from_this<Probe> {
-  Probe(asio::io_context& io, std::string h, int p)
-      : host(std::move(h)), port(p), resolver(io), socket(io) {}
+  // Why the last try failed.
+  enum class Failure { kNone, kResolve, kConnect, kTimeout };
+
+  Probe(asio::io_context& io, std::string h, int p, double try_s, Clock::time_point until)
+      : host(std::move(h)),
+        port(p),
+        try_seconds(try_s),
+        wait_until(until),
+        resolver(io),
+        socket(io),
+        try_timer(io),
+        retry_timer(io) {}
+
   void Start() {
+    const int this_try = ++current_try;
     auto self = shared_from_this();
-    resolver.async_resolve(host, std::to_string(port),
-                           [self](const boost::system::error_code& ec,
-                                  tcp::resolver::results_type r) { self->OnResolved(ec, r); });
-  }
-  void OnResolved(const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
-    if (ec) {
-      problem = "host '" + host + "' does not resolve (" + ec.message() +
-                "); check the name in -H / the hostfile";
-      done = true;
-      return;
-    }
-    bool local = false;
-    for (const auto& entry : results) local |= IsLocalAddress(entry.endpoint().address());
-    if (local) {
-      done = true;
-      return;
-    }
-    auto self = shared_from_this();
-    asio::async_connect(
-        socket, results, [self](const boost::system::error_code& e, const tcp::endpoint&) {
-          if (e) {
-            self->problem = "host '" + self->host + "': nothing answers on ssh port " +
-                            std::to_string(self->port) + " (" + e.message() +
-                            "); is sshd running there, or does it use another port (-p)?";
-          }
-          self->done = true;
+    try_timer.expires_after(Millis(try_seconds));
+    try_timer.async_wait([self, this_try](const boost::system::error_code& ec) {
+      if (ec || this_try != self->current_try || self->done) return;
+      self->Fail(this_try, Failure::kTimeout, "");
+      self->resolver.cancel();
+      boost::system::error_code ignored;
+      self->socket.close(ignored);
+    });
+    resolver.async_resolve(
+        host, std::to_string(port),
+        [self, this_try](const boost::system::error_code& ec, tcp::resolver::results_type r) {
+          self->OnResolved(this_try, ec, r);
         });
   }
-  std::string host;
-  int port;
+
+  void OnResolved(int this_try, const boost::system::error_code& ec,
+                  const tcp::resolver::results_type& results) {
+    if (this_try != current_try || done) return;  // a try that timed out
+    if (ec) return Fail(this_try, Failure::kResolve, ec.message());
+    bool local = false;
+    for (const auto& entry : results) local |= IsLocalAddress(entry.endpoint().address());
+    if (local) return Answered();
+    auto self = shared_from_this();
+    asio::async_connect(socket, results,
+                        [self, this_try](const boost::system::error_code& e, const tcp::endpoint&) {
+                          if (this_try != self->current_try || self->done) return;
+                          if (e) return self->Fail(this_try, Failure::kConnect, e.message());
+                          self->Answered();
+                        });
+  }
+
+  void Answered() {
+    done = true;
+    failure = Failure::kNone;
+    try_timer.cancel();
+  }
+
+  // Records why try `this_try` failed; tries again a second later (at the
+  // end of the wait at the latest) while the wait lasts, else the probe is
+  // done, with its failure.
+  void Fail(int this_try, Failure why, const std::string& message) {
+    failure = why;
+    error = message;
+    try_timer.cancel();
+    ++current_try;  // what the failed try still delivers is ignored
+    const Clock::time_point now = Clock::now();
+    if (now >= wait_until) {
+      done = true;
+      return;
+    }
+    if (this_try == 1 && waiting) waiting(*this);
+    auto self = shared_from_this();
+    retry_timer.expires_after(
+        std::min<Clock::duration>(Millis(kSshRetrySeconds), wait_until - now));
+    retry_timer.async_wait([self](const boost::system::error_code& ec) {
+      if (ec) return;
+      boost::system::error_code ignored;
+      self->socket.close(ignored);
+      self->Start();
+    });
+  }
+
+  // The last try's failure, in a few words.
+  std::string LastFailure() const {
+    switch (failure) {
+      case Failure::kResolve:
+        return "the name does not resolve: " + error;
+      case Failure::kConnect:
+        return error;
+      case Failure::kTimeout:
+        return "no answer within " + std::to_string(static_cast<int>(try_seconds)) +
+               " s (--start-timeout)";
+      case Failure::kNone:
+        break;
+    }
+    return "";
+  }
+
+  const std::string host;
+  const int port;
+  const double try_seconds;
+  const Clock::time_point wait_until;
+  std::function<void(const Probe&)> waiting;  // told of the first failure when kolorun waits
   tcp::resolver resolver;
   tcp::socket socket;
-  std::string problem;
+  asio::steady_timer try_timer, retry_timer;
+  int current_try = 0;  // the try whose results count (1 for the first)
+  Failure failure = Failure::kNone;
+  std::string error;  // the system's words for the last failure
   bool done = false;
 };
+
+// The line for a host whose probe failed: with no wait, what the one try
+// found; after a wait, how long kolorun waited and what the last try found.
+std::string ProbeProblem(const Probe& p, double wait_seconds) {
+  const std::string port = std::to_string(p.port);
+  if (wait_seconds > 0) {
+    std::ostringstream waited;
+    waited << wait_seconds;
+    return "host '" + p.host + "': nothing answered on ssh port " + port + " for " + waited.str() +
+           " s (--ssh-wait; the last try: " + p.LastFailure() +
+           "); is the host up, and sshd running there?";
+  }
+  switch (p.failure) {
+    case Probe::Failure::kResolve:
+      return "host '" + p.host + "' does not resolve (" + p.error +
+             "); check the name in -H / the hostfile";
+    case Probe::Failure::kConnect:
+      return "host '" + p.host + "': nothing answers on ssh port " + port + " (" + p.error +
+             "); is sshd running there, or does it use another port (-p)?";
+    case Probe::Failure::kTimeout:
+    case Probe::Failure::kNone:
+      break;
+  }
+  return "host '" + p.host + "': no answer on ssh port " + port + " within " +
+         std::to_string(static_cast<int>(p.try_seconds)) +
+         " s (--start-timeout); is the host up and reachable?";
+}
 
 }  // namespace
 
@@ -95,24 +202,35 @@ bool IsLocalHost(const std::string& host) {
   return !ec && IsLocalAddress(address);
 }
 
-Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds) {
+Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds,
+                  double wait_seconds, const std::function<void(const std::string&)>& waiting) {
   asio::io_context io;
+  const Clock::time_point wait_until = Clock::now() + Millis(wait_seconds);
   std::vector<std::shared_ptr<Probe>> probes;
   for (const HostSlots& h : hosts) {
     if (IsLocalHost(h.host)) continue;
-    probes.push_back(std::make_shared<Probe>(io, h.host, ssh_port > 0 ? ssh_port : 22));
+    probes.push_back(std::make_shared<Probe>(io, h.host, ssh_port > 0 ? ssh_port : 22,
+                                             timeout_seconds, wait_until));
+    if (waiting) {
+      probes.back()->waiting = [&waiting, wait_seconds](const Probe& p) {
+        std::ostringstream line;
+        line << "waiting up to " << wait_seconds << " s (--ssh-wait) for ssh on host '" << p.host
+             << "' (port " << p.port << "): " << p.LastFailure();
+        waiting(line.str());
+      };
+    }
     probes.back()->Start();
   }
-  io.run_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  // Every probe ends by itself; this bound only guards against a resolver
+  // that never returns.
+  io.run_for(Millis(wait_seconds + timeout_seconds + 2 * kSshRetrySeconds));
+  std::string problems;
   for (const auto& p : probes) {
-    if (!p->problem.empty()) return Status::InvalidArgument(p->problem);
-    if (!p->done) {
-      return Status::InvalidArgument("host '" + p->host + "': no answer on ssh port " +
-                                     std::to_string(p->port) + " within " +
-                                     std::to_string(static_cast<int>(timeout_seconds)) +
-                                     " s (--start-timeout); is the host up and reachable?");
-    }
+    if (p->done && p->failure == Probe::Failure::kNone) continue;
+    if (!p->done) p->failure = Probe::Failure::kTimeout;
+    problems += (problems.empty() ? "" : "\nkolorun: ") + ProbeProblem(*p, wait_seconds);
   }
+  if (!problems.empty()) return Status::InvalidArgument(problems);
   return Status::OK();
 }
 

@@ -3,6 +3,7 @@
 // program can be started on every host.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,16 @@ namespace kolo::launcher {
 // host's name, or an address of one of its interfaces).
 bool IsLocalHost(const std::string& host);
 
-// The first problem found, as a one-line message, or OK.
-Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds);
+// Probes every remote host's ssh port at once, each try bounded by
+// `timeout_seconds`. With `wait_seconds` > 0, a host that does not answer yet
+// (its name does not resolve, nothing listens, no answer) is tried again
+// every second until that many seconds have passed: a cloud's workers start
+// their sshd while kolorun runs (an MPIJob's worker pods get their DNS names
+// only once running). `waiting` hears one line for each host that kolorun
+// waits for. Returns OK, or one line per host that never answered.
+Status CheckHosts(const std::vector<HostSlots>& hosts, int ssh_port, double timeout_seconds,
+                  double wait_seconds = 0,
+                  const std::function<void(const std::string&)>& waiting = {});
 
 // The names of this machine's interfaces that traffic to the hosts that are
 // not this machine leaves by (the routing table's answer), and the local

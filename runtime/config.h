@@ -48,7 +48,8 @@ struct Config {
   // KOLO_MPI_ABI: which library of such an installation kolo's package loads ("" = its
   // own ABI's); kolo/_mpi_library.py reads it, not the runtime.
   std::string mpi_abi;
-  double start_timeout_seconds = 30.0;     // kolorun's --start-timeout default, not the runtime's
+  double start_timeout_seconds = 30.0;  // kolorun's --start-timeout default, not the runtime's
+  double ssh_wait_seconds = 0.0;        // kolorun's --ssh-wait (its default depends on the hosts)
   double elastic_timeout_seconds = 600.0;  // kolorun's --elastic-timeout default (Horovod's)
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;

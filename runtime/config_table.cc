@@ -419,6 +419,12 @@ const std::vector<Setting>& Settings() {
        "Seconds kolorun waits for the hosts' ssh ports and for every rank to start; "
        "--start-timeout wins. The runtime does not read it.",
        SameReading("HOROVOD_START_TIMEOUT", "seconds, > 0")},
+      {env::kSshWait, Seconds(&Config::ssh_wait_seconds),
+       "Seconds kolorun waits for the remote hosts' ssh ports to answer, trying each host again "
+       "every second; unset, 60 in an MPI Operator launcher pod (K_MPI_JOB_ROLE=launcher) and "
+       "on SageMaker, whose workers start sshd while kolorun runs, else 0 (one try); --ssh-wait "
+       "wins. The runtime does not read it.",
+       NoHorovodName()},
       {"KOLO_PYTHON", Path(&Config::python, "(none)"),
        "The Python interpreter that `kolorun --check-build` runs (without a shell) to see "
        "whether the kolo package imports, and which PyTorch, TensorFlow and Keras it has. "

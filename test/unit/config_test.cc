@@ -77,6 +77,7 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_MPI_HOME", "/opt/openmpi-5"},
       {"KOLO_MPI_ABI", "mpiabi"},
       {"KOLO_START_TIMEOUT", "7.5"},
+      {"KOLO_SSH_WAIT", "12"},
       {"KOLO_ELASTIC_TIMEOUT", "90"},
       {"KOLO_TF_OPS", "0"},
       {"KOLO_MONITOR_REPORT", "0123abcd@127.0.0.1:4321"},

@@ -128,12 +128,12 @@ TEST(MapBySlot, FillsHostsInOrder) {
 }
 
 TEST(PlaceRanks, HostsThatGetRanksAndTheSlotChecks) {
-  const Allocation two{"-H", {{"a", 2}, {"b", 2}}};
+  const Allocation two{"-H", {{"a", 2}, {"b", 2}}, false, ""};
   EXPECT_EQ(PlaceRanks(two, 3).value(), (H{{"a", 2}, {"b", 1}}));
   EXPECT_EQ(PlaceRanks(two, 0).value(), (H{{"a", 2}, {"b", 2}}));  // 0: every slot
   ExpectError(PlaceRanks(two, 5).status(),
               "-np 5 asks for more ranks than the 4 slots that -H provides");
-  ExpectError(PlaceRanks({"--hostfile h", {{"a", kMaxSlots}, {"b", 1}}}, 0).status(),
+  ExpectError(PlaceRanks({"--hostfile h", {{"a", kMaxSlots}, {"b", 1}}, false, ""}, 0).status(),
               "--hostfile h provides more than 1048576 slots");
 }
 

@@ -13,6 +13,7 @@ inline constexpr const char* kStallCheckTime = "KOLO_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char* kStallShutdownTime = "KOLO_STALL_SHUTDOWN_TIME_SECONDS";
 inline constexpr const char* kStallCheckDisable = "KOLO_STALL_CHECK_DISABLE";
 inline constexpr const char* kStartTimeout = "KOLO_START_TIMEOUT";
+inline constexpr const char* kSshWait = "KOLO_SSH_WAIT";  // read by kolorun (--ssh-wait)
 inline constexpr const char* kLogLevel = "KOLO_LOG_LEVEL";
 inline constexpr const char* kHierarchicalAllreduce = "KOLO_HIERARCHICAL_ALLREDUCE";
 inline constexpr const char* kIdleTick = "KOLO_IDLE_TICK_MS";
