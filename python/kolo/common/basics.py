@@ -4,6 +4,7 @@ import atexit
 import numbers
 
 from kolo import _core
+from kolo.common import launch_checks as _checks
 from kolo.common import process_sets as _ps
 
 
@@ -39,6 +40,13 @@ def _comm_handle(comm):
     return MPI._handleof(comm)
 
 
+def _spans_processes(comm):
+    """Whether ``comm`` is an mpi4py communicator of several processes (the application
+    made its job, whoever started the processes)."""
+    get_size = getattr(comm, "Get_size", None)
+    return callable(get_size) and get_size() > 1
+
+
 def init(comm=None, process_sets=None):
     """Starts kolo (MPI and the background thread); every rank calls it. Idempotent.
 
@@ -48,6 +56,10 @@ def init(comm=None, process_sets=None):
     an mpi4py communicator to run on (kolo duplicates it). ``process_sets``: ProcessSet
     objects (ranks or mpi4py communicators) or rank lists to register now, the same on
     every rank; ``"dynamic"`` is accepted (sets can always be added later).
+
+    A process that no MPI launcher started, but that is one of several (WORLD_SIZE > 1, or
+    one host of a SageMaker job without MPI), gets RuntimeError: kolo would run each as a
+    job of its own (kolo.common.launch_checks).
     """
     if _core.is_initialized():  # by an earlier init(), or by kolo.numpy
         for ps in ([] if process_sets is None or isinstance(process_sets, str)
@@ -59,6 +71,8 @@ def init(comm=None, process_sets=None):
                                  "add_process_set()" % ps)
             ps.process_set_id = known.process_set_id
     else:
+        if not _spans_processes(comm):  # a communicator of several: the application's job
+            _checks.refuse_separate_copies()
         world_ranks = _world_ranks(comm)
         if world_ranks is None:
             registered, sets = _ps._prepare_init(process_sets, comm)
