@@ -1,0 +1,113 @@
+"""Processes that take their ranks from torch.distributed's variables, set wrong on two
+hosts, as in the field: kolo's torch.distributed backend (kolo.common.launch_checks) must
+fail every process within seconds of the last one's arrival, with one line naming both
+hosts and the variables they read, instead of waiting for the init timeout.
+
+- Both processes RANK=0 (a second machine's node rank copied from the first): each starts
+  torch.distributed's store on its own host and both meet in the first one's. The second
+  host has a network namespace of its own (on one network stack the second store could not
+  listen on the port at all).
+- WORLD_SIZE 2 on one host and 3 on the other, on two loopback hosts.
+
+A pytest file run directly, not under kolorun, with --noconftest (this folder's conftest.py
+starts a process group under kolorun); PYTHONPATH has the built package. As root (the
+network namespace). ``rank_claims_check.py worker`` is one process of the job.
+"""
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import hosts  # noqa: E402
+
+# After the last process called init_process_group, every one must have failed within:
+WITHIN = 10.0
+# Importing torch in two processes on a loaded machine, and failing.
+SECONDS = 90
+# The init timeout the processes would otherwise wait for.
+INIT_TIMEOUT = 60
+WORKER = re.compile(r"^worker pid (\d+) host (\S+)$", re.M)
+CALLED = re.compile(r"^calling init_process_group at ([0-9.]+)$", re.M)
+FAILED = re.compile(r"^failed at ([0-9.]+)$", re.M)
+DUPLICATE = (
+    "RuntimeError: kolo: rank 0 of this torch.distributed job is claimed by two processes: "
+    "pid {0} on host {1} (RANK=0, WORLD_SIZE=2) and pid {2} on host {3} (RANK=0, "
+    "WORLD_SIZE=2); every process needs a rank of its own, 0 to 1: check how the rank "
+    "variables are set on each host (torchrun --node_rank, NODE_RANK, RANK)")
+SIZES = (
+    "RuntimeError: kolo: the processes of this torch.distributed job disagree on its size: "
+    "pid {0} on host {1} (RANK={4}, WORLD_SIZE={5}) has world size {5}, pid {2} on host {3} "
+    "(RANK={6}, WORLD_SIZE={7}) has {7}; start every process with the same world size "
+    "(WORLD_SIZE, torchrun --nnodes and --nproc_per_node, Lightning's num_nodes and devices)")
+
+
+def worker():
+    """One process: init_process_group(backend="kolo") from torch.distributed's variables."""
+    import datetime
+    import socket
+    import time
+    print("worker pid %d host %s" % (os.getpid(), socket.gethostname()), flush=True)
+    import torch.distributed as dist
+    import kolo.torch.c10d  # noqa: F401  (registers backend "kolo")
+    print("calling init_process_group at %f" % time.time(), flush=True)
+    try:
+        dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=INIT_TIMEOUT))
+    except BaseException:
+        print("failed at %f" % time.time(), flush=True)
+        raise
+    print("init_process_group: rank %d of %d" % (dist.get_rank(), dist.get_world_size()))
+
+
+def run_two(envs, second_host):
+    """The worker here and on ``second_host`` at once: [(pid, host, stderr)] after checking
+    that both failed within WITHIN seconds of the later one's call."""
+    argv = [sys.executable, os.path.abspath(__file__), "worker"]
+    processes = [hosts.start(argv, env, host) for env, host in zip(envs, [None, second_host])]
+    results = hosts.finish(processes, SECONDS)
+    called, failed, who = [], [], []
+    for code, out, err in results:
+        assert code not in (0, None), "a process did not fail (exit code %s):\n%s\n%s" % (
+            code, out, err)
+        assert CALLED.search(out) and FAILED.search(out), out + err
+        called.append(float(CALLED.search(out).group(1)))
+        failed.append(float(FAILED.search(out).group(1)))
+        who.append(WORKER.search(out).groups() + (err,))
+    late = max(failed) - max(called)
+    assert late < WITHIN, "the last process failed %.1f s after the last call" % late
+    return who
+
+
+def test_two_processes_with_rank_0_on_two_hosts_both_fail_naming_both():
+    port = hosts.free_port()
+    env = hosts.environment(RANK=0, WORLD_SIZE=2, MASTER_ADDR="10.233.58.1", MASTER_PORT=port)
+    with hosts.network_host("10.233.58.2", "10.233.58.1", "kolo58v"):
+        (pid_a, host_a, err_a), (pid_b, host_b, err_b) = run_two([env, env], "10.233.58.2")
+    assert host_b == "kolo-10.233.58.2" and host_a != host_b
+    # The first process to claim rank 0 is named first.
+    wanted = {DUPLICATE.format(pid_a, host_a, pid_b, host_b),
+              DUPLICATE.format(pid_b, host_b, pid_a, host_a)}
+    for err in (err_a, err_b):
+        assert hosts.last_line(err) in wanted, "got:\n%s\nwanted one of:\n%s" % (
+            err, "\n".join(wanted))
+    assert hosts.last_line(err_a) == hosts.last_line(err_b)
+
+
+def test_world_sizes_that_disagree_fail_both_naming_both():
+    port = hosts.free_port()
+    envs = [hosts.environment(RANK=r, WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            for r, n in ((0, 2), (1, 3))]
+    (pid_a, host_a, err_a), (pid_b, host_b, err_b) = run_two(envs, "127.0.0.2")
+    assert host_b == "kolo-127.0.0.2" and host_a != host_b
+    wanted = {SIZES.format(pid_a, host_a, pid_b, host_b, 0, 2, 1, 3),
+              SIZES.format(pid_b, host_b, pid_a, host_a, 1, 3, 0, 2)}
+    for err in (err_a, err_b):
+        assert hosts.last_line(err) in wanted, "got:\n%s\nwanted one of:\n%s" % (
+            err, "\n".join(wanted))
+    assert hosts.last_line(err_a) == hosts.last_line(err_b)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["worker"]:
+        sys.exit("usage: rank_claims_check.py worker (the tests run under pytest)")
+    worker()
