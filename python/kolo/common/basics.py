@@ -61,6 +61,15 @@ def init(comm=None, process_sets=None):
     one host of a SageMaker job without MPI), gets RuntimeError: kolo would run each as a
     job of its own (kolo.common.launch_checks).
     """
+    # An mpi4py communicator of several processes is a job the application made.
+    if not _core.is_initialized() and not _spans_processes(comm):
+        _checks.refuse_separate_copies()
+    _start(comm, process_sets)
+
+
+def _start(comm=None, process_sets=None):
+    """init() without the launch checks: also for kolo.common.join, when torch.distributed's
+    job is MPI's or this one process, whatever WORLD_SIZE says."""
     if _core.is_initialized():  # by an earlier init(), or by kolo.numpy
         for ps in ([] if process_sets is None or isinstance(process_sets, str)
                    else process_sets):
@@ -71,8 +80,6 @@ def init(comm=None, process_sets=None):
                                  "add_process_set()" % ps)
             ps.process_set_id = known.process_set_id
     else:
-        if not _spans_processes(comm):  # a communicator of several: the application's job
-            _checks.refuse_separate_copies()
         world_ranks = _world_ranks(comm)
         if world_ranks is None:
             registered, sets = _ps._prepare_init(process_sets, comm)

@@ -53,7 +53,7 @@ def start(store, rank, size, timeout):
         _checks.claim_ranks(store, rank, size, seconds, deadline,
                             lambda what: _fail(rank, size, what))
     if _checks.launched_by_mpi() or size == 1:
-        _basics.init()
+        _basics._start()  # torch.distributed's job is MPI's, or this one process
         return
     if _core.MPI_ABI != "ompi":
         # Singletons join only through Open MPI's ompi-server; Hydra has no such server
