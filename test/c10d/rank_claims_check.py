@@ -7,7 +7,9 @@ hosts and the variables they read, instead of waiting for the init timeout.
   torch.distributed's store on its own host and both meet in the first one's. The second
   host has a network namespace of its own (on one network stack the second store could not
   listen on the port at all).
-- WORLD_SIZE 2 on one host and 3 on the other, on two loopback hosts.
+- WORLD_SIZE 2 on one host and 3 on the other, on two loopback hosts. The other way round
+  rank 0 waits inside torch.distributed's store for a third process, where kolo cannot
+  see it: both end at the init timeout, rank 1 saying where rank 0 waits.
 
 A pytest file run directly, not under kolorun, with --noconftest (this folder's conftest.py
 starts a process group under kolorun); PYTHONPATH has the built package. As root (the
@@ -41,8 +43,15 @@ SIZES = (
     "(RANK={6}, WORLD_SIZE={7}) has {7}; start every process with the same world size "
     "(WORLD_SIZE, torchrun --nnodes and --nproc_per_node, Lightning's num_nodes and devices)")
 
+RANK_0_WAITS = (
+    "RuntimeError: kolo could not join the ranks of this torch.distributed job (rank 1 of 2): "
+    "rank(s) 0 never called init_process_group(backend=\"kolo\") within the init timeout "
+    "(5 s): did they start, and do they use backend \"kolo\"? (if rank 0 holds "
+    "torch.distributed's store, it started and waits there for more processes than came: is "
+    "its world size larger than 2?)")
 
-def worker():
+
+def worker(init_timeout):
     """One process: init_process_group(backend="kolo") from torch.distributed's variables."""
     import datetime
     import socket
@@ -52,17 +61,17 @@ def worker():
     import kolo.torch.c10d  # noqa: F401  (registers backend "kolo")
     print("calling init_process_group at %f" % time.time(), flush=True)
     try:
-        dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=INIT_TIMEOUT))
+        dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=init_timeout))
     except BaseException:
         print("failed at %f" % time.time(), flush=True)
         raise
     print("init_process_group: rank %d of %d" % (dist.get_rank(), dist.get_world_size()))
 
 
-def run_two(envs, second_host):
+def run_two(envs, second_host, init_timeout=INIT_TIMEOUT, within=WITHIN):
     """The worker here and on ``second_host`` at once: [(pid, host, stderr)] after checking
-    that both failed within WITHIN seconds of the later one's call."""
-    argv = [sys.executable, os.path.abspath(__file__), "worker"]
+    that both failed within ``within`` seconds of the later one's call."""
+    argv = [sys.executable, os.path.abspath(__file__), "worker", str(init_timeout)]
     processes = [hosts.start(argv, env, host) for env, host in zip(envs, [None, second_host])]
     results = hosts.finish(processes, SECONDS)
     called, failed, who = [], [], []
@@ -74,7 +83,7 @@ def run_two(envs, second_host):
         failed.append(float(FAILED.search(out).group(1)))
         who.append(WORKER.search(out).groups() + (err,))
     late = max(failed) - max(called)
-    assert late < WITHIN, "the last process failed %.1f s after the last call" % late
+    assert late < within, "the last process failed %.1f s after the last call" % late
     return who
 
 
@@ -107,7 +116,20 @@ def test_world_sizes_that_disagree_fail_both_naming_both():
     assert hosts.last_line(err_a) == hosts.last_line(err_b)
 
 
+def test_rank_0_with_the_larger_world_size_ends_at_the_init_timeout():
+    """Rank 0 waits inside torch.distributed's store for the clients its world size says,
+    before kolo can check anything; rank 1 waits for rank 0 in kolo's claims. Both end at
+    the init timeout, rank 1 saying where rank 0 waits."""
+    port = hosts.free_port()
+    envs = [hosts.environment(RANK=r, WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            for r, n in ((0, 3), (1, 2))]
+    (_, _, err_0), (_, _, err_1) = run_two(envs, "127.0.0.2", init_timeout=5, within=20)
+    assert re.search(r"^torch\.distributed\.DistStoreError: Timed out after \d+ seconds "
+                     r"waiting for clients\. 2/3 clients joined\.$", hosts.last_line(err_0)), err_0
+    assert hosts.last_line(err_1) == RANK_0_WAITS, err_1
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["worker"]:
-        sys.exit("usage: rank_claims_check.py worker (the tests run under pytest)")
-    worker()
+    if len(sys.argv) != 3 or sys.argv[1] != "worker":
+        sys.exit("usage: rank_claims_check.py worker INIT_TIMEOUT (the tests run under pytest)")
+    worker(float(sys.argv[2]))

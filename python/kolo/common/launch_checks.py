@@ -197,8 +197,18 @@ class _Claims:
             shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
             raise self.fail("rank(s) %s never called init_process_group(backend=\"kolo\") "
                             "within the init timeout (%g s): did they start, and do they "
-                            "use backend \"kolo\"?" % (shown, self.seconds)) from None
+                            "use backend \"kolo\"?%s" % (shown, self.seconds,
+                                                          self.rank_0_hint(missing))) from None
         return self.store.get(_KEY + "verdict").decode(errors="replace")
+
+    def rank_0_hint(self, missing):
+        """Rank 0 missing from an env:// start holds the store that answers here: it started,
+        and waits inside torch.distributed, before kolo, for as many processes as its world
+        size says (torchrun's workers use their agent's store instead)."""
+        if missing[:1] != [0] or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            return ""
+        return (" (if rank 0 holds torch.distributed's store, it started and waits there for "
+                "more processes than came: is its world size larger than %d?)" % self.size)
 
     def leave_after_others_read(self, claimed):
         """Returns once every other claimant has read the bad verdict (a few seconds at
