@@ -10,6 +10,7 @@ hosts and the variables they read, instead of waiting for the init timeout.
 - WORLD_SIZE 2 on one host and 3 on the other, on two loopback hosts. The other way round
   rank 0 waits inside torch.distributed's store for a third process, where kolo cannot
   see it: both end at the init timeout, rank 1 saying where rank 0 waits.
+- RANK=2 of WORLD_SIZE=2: both processes fail naming it.
 
 A pytest file run directly, not under kolorun, with --noconftest (this folder's conftest.py
 starts a process group under kolorun); PYTHONPATH has the built package. As root (the
@@ -43,6 +44,8 @@ SIZES = (
     "(RANK={6}, WORLD_SIZE={7}) has {7}; start every process with the same world size "
     "(WORLD_SIZE, torchrun --nnodes and --nproc_per_node, Lightning's num_nodes and devices)")
 
+OUTSIDE = ("RuntimeError: kolo: pid {0} on host {1} (RANK=2, WORLD_SIZE=2) was given rank 2, "
+           "outside the world size 2: ranks run from 0 to 1")
 RANK_0_WAITS = (
     "RuntimeError: kolo could not join the ranks of this torch.distributed job (rank 1 of 2): "
     "rank(s) 0 never called init_process_group(backend=\"kolo\") within the init timeout "
@@ -114,6 +117,16 @@ def test_world_sizes_that_disagree_fail_both_naming_both():
         assert hosts.last_line(err) in wanted, "got:\n%s\nwanted one of:\n%s" % (
             err, "\n".join(wanted))
     assert hosts.last_line(err_a) == hosts.last_line(err_b)
+
+
+def test_a_rank_outside_the_world_size_fails_both():
+    port = hosts.free_port()
+    envs = [hosts.environment(RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            for r in (0, 2)]
+    (_, _, err_a), (pid_b, host_b, err_b) = run_two(envs, "127.0.0.2")
+    wanted = OUTSIDE.format(pid_b, host_b)
+    assert hosts.last_line(err_a) == wanted and hosts.last_line(err_b) == wanted, (
+        "wanted on both:\n%s\ngot:\n%s\n%s" % (wanted, err_a, err_b))
 
 
 def test_rank_0_with_the_larger_world_size_ends_at_the_init_timeout():
