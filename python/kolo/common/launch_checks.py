@@ -142,10 +142,23 @@ class _Claims:
         self.store, self.rank, self.size = store, rank, size
         self.seconds, self.deadline, self.fail = seconds, deadline, fail
         self.me = describe_process()
+        # Tells this process's claim from another's that reads the same (one host name and
+        # pid 1 in two containers).
+        self.token = os.urandom(8).hex()
 
     def put_if_absent(self, key, value):
         """The key's value after writing ``value`` if it had none: ours, or the first one."""
-        return self.store.compare_set(_KEY + key, "", value).decode(errors="replace")
+        return self.ask(self.store.compare_set, _KEY + key, "", value).decode(errors="replace")
+
+    def ask(self, call, *args):
+        try:
+            return call(*args)
+        except Exception as e:  # a lost store: DistNetworkError, RuntimeError
+            raise self.store_failed(e) from None
+
+    def store_failed(self, error):
+        return self.fail("torch.distributed's store failed while the processes claimed "
+                         "their ranks: %s" % (str(error).splitlines() or [""])[0])
 
     def run(self):
         problem, claimed = None, False
@@ -153,10 +166,11 @@ class _Claims:
             problem = ("kolo: %s was given rank %d, outside the world size %d: ranks run "
                        "from 0 to %d" % (self.me, self.rank, self.size, self.size - 1))
         else:
-            holder = self.put_if_absent("rank/%d" % self.rank, self.me)
-            claimed = holder == self.me
-            problem = self.duplicate(holder) if not claimed else self.size_problem()
-        if problem is None and self.store.add(_KEY + "arrived", 1) == self.size:
+            mine = "%s %s" % (self.token, self.me)
+            holder = self.put_if_absent("rank/%d" % self.rank, mine)
+            claimed = holder == mine
+            problem = self.size_problem() if claimed else self.duplicate(holder.split(" ", 1)[1])
+        if problem is None and self.ask(self.store.add, _KEY + "arrived", 1) == self.size:
             self.put_if_absent("verdict", "ok")
         verdict = self.put_if_absent("verdict", problem) if problem else self.wait_verdict()
         if verdict == "ok":
@@ -190,16 +204,15 @@ class _Claims:
             self.store.wait([_KEY + "verdict"], self.left())
         except Exception as e:  # the store's timeout (DistStoreError), or a lost store
             if self.deadline - time.monotonic() > 0.1:  # not the timeout
-                raise self.fail("the store went away while waiting for the other ranks: %s"
-                                % str(e).splitlines()[0]) from None
+                raise self.store_failed(e) from None
             missing = [r for r in range(self.size)
-                       if not self.store.check([_KEY + "rank/%d" % r])]
+                       if not self.ask(self.store.check, [_KEY + "rank/%d" % r])]
             shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
             raise self.fail("rank(s) %s never called init_process_group(backend=\"kolo\") "
                             "within the init timeout (%g s): did they start, and do they "
                             "use backend \"kolo\"?%s" % (shown, self.seconds,
                                                           self.rank_0_hint(missing))) from None
-        return self.store.get(_KEY + "verdict").decode(errors="replace")
+        return self.ask(self.store.get, _KEY + "verdict").decode(errors="replace")
 
     def rank_0_hint(self, missing):
         """Rank 0 missing from an env:// start holds the store that answers here: it started,
