@@ -130,7 +130,7 @@ def claim_ranks(store, rank, size, seconds, deadline, fail):
     _Claims(store, rank, size, seconds, deadline, fail).run()
 
 
-def describe_process():
+def _describe_process():
     """This process as others name it: 'pid 12 on host a (RANK=0, WORLD_SIZE=2)'."""
     shown = ["%s=%s" % (v, os.environ[v]) for v in _RANK_VARS if v in os.environ]
     return "pid %d on host %s (%s)" % (os.getpid(), socket.gethostname(),
@@ -141,7 +141,7 @@ class _Claims:
     def __init__(self, store, rank, size, seconds, deadline, fail):
         self.store, self.rank, self.size = store, rank, size
         self.seconds, self.deadline, self.fail = seconds, deadline, fail
-        self.me = describe_process()
+        self.me = _describe_process()
         # Tells this process's claim from another's that reads the same (one host name and
         # pid 1 in two containers).
         self.token = os.urandom(8).hex()
