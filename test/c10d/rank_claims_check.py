@@ -30,9 +30,6 @@ WITHIN = 10.0
 SECONDS = 90
 # The init timeout the processes would otherwise wait for.
 INIT_TIMEOUT = 60
-WORKER = re.compile(r"^worker pid (\d+) host (\S+)$", re.M)
-CALLED = re.compile(r"^calling init_process_group at ([0-9.]+)$", re.M)
-FAILED = re.compile(r"^failed at ([0-9.]+)$", re.M)
 DUPLICATE = (
     "RuntimeError: kolo: rank 0 of this torch.distributed job is claimed by two processes: "
     "pid {0} on host {1} (RANK=0, WORLD_SIZE=2) and pid {2} on host {3} (RANK=0, "
@@ -57,16 +54,14 @@ RANK_0_WAITS = (
 def worker(init_timeout):
     """One process: init_process_group(backend="kolo") from torch.distributed's variables."""
     import datetime
-    import socket
-    import time
-    print("worker pid %d host %s" % (os.getpid(), socket.gethostname()), flush=True)
+    hosts.say_who()
     import torch.distributed as dist
     import kolo.torch.c10d  # noqa: F401  (registers backend "kolo")
-    print("calling init_process_group at %f" % time.time(), flush=True)
+    hosts.say_calling("init_process_group")
     try:
         dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=init_timeout))
     except BaseException:
-        print("failed at %f" % time.time(), flush=True)
+        hosts.say_failed()
         raise
     print("init_process_group: rank %d of %d" % (dist.get_rank(), dist.get_world_size()))
 
@@ -76,18 +71,7 @@ def run_two(envs, second_host, init_timeout=INIT_TIMEOUT, within=WITHIN):
     that both failed within ``within`` seconds of the later one's call."""
     argv = [sys.executable, os.path.abspath(__file__), "worker", str(init_timeout)]
     processes = [hosts.start(argv, env, host) for env, host in zip(envs, [None, second_host])]
-    results = hosts.finish(processes, SECONDS)
-    called, failed, who = [], [], []
-    for code, out, err in results:
-        assert code not in (0, None), "a process did not fail (exit code %s):\n%s\n%s" % (
-            code, out, err)
-        assert CALLED.search(out) and FAILED.search(out), out + err
-        called.append(float(CALLED.search(out).group(1)))
-        failed.append(float(FAILED.search(out).group(1)))
-        who.append(WORKER.search(out).groups() + (err,))
-    late = max(failed) - max(called)
-    assert late < within, "the last process failed %.1f s after the last call" % late
-    return who
+    return hosts.all_failed_together(processes, SECONDS, within)
 
 
 def test_two_processes_with_rank_0_on_two_hosts_both_fail_naming_both():

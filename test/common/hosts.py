@@ -7,9 +7,13 @@ command for in UTS and mount namespaces of its own (127.0.0.2: hostname kolo-127
 or an address with a network namespace of its own (``network_host``), where a process
 can listen on a port that one on this machine listens on too, as on a real second
 machine: two processes that both take rank 0 both start torch.distributed's store there.
+
+A worker says who it is, when it calls what must fail and when it failed (``say_*``);
+``all_failed_together`` checks that every worker failed, soon after the last call.
 """
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -83,3 +87,38 @@ def network_host(host, local, veth):
         sys.path.remove(LAUNCHER_TESTS)
     with namespace_host(host, local, veth) as ns:
         yield ns
+
+
+# What a worker prints, for all_failed_together: who it is, when it called what fails (the
+# start of kolo), and when that failed.
+_WORKER = re.compile(r"^worker pid (\d+) host (\S+)$", re.M)
+_CALLED = re.compile(r"^calling .* at ([0-9.]+)$", re.M)
+_FAILED = re.compile(r"^failed at ([0-9.]+)$", re.M)
+
+
+def say_who():
+    print("worker pid %d host %s" % (os.getpid(), socket.gethostname()), flush=True)
+
+
+def say_calling(what):
+    print("calling %s at %f" % (what, time.time()), flush=True)
+
+
+def say_failed():
+    print("failed at %f" % time.time(), flush=True)
+
+
+def all_failed_together(processes, timeout, within):
+    """[(pid, host, stderr)] of the workers, after checking that every one failed, within
+    ``within`` seconds of the latest call."""
+    called, failed, who = [], [], []
+    for code, out, err in finish(processes, timeout):
+        assert code not in (0, None), "a process did not fail (exit code %s):\n%s\n%s" % (
+            code, out, err)
+        assert _WORKER.search(out) and _CALLED.search(out) and _FAILED.search(out), out + err
+        called.append(float(_CALLED.search(out).group(1)))
+        failed.append(float(_FAILED.search(out).group(1)))
+        who.append(_WORKER.search(out).groups() + (err,))
+    late = max(failed) - max(called)
+    assert late < within, "the last process failed %.1f s after the last call" % late
+    return who

@@ -15,7 +15,6 @@ A pytest file run directly, not under kolorun; PYTHONPATH has the built package.
 (the network namespace). ``rank_claims_check.py ddp|kolo`` is one process of the job.
 """
 import os
-import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,9 +26,6 @@ WITHIN = 10.0
 # Importing Lightning in two processes on a loaded machine, and failing.
 SECONDS = 120
 INIT_TIMEOUT = 60  # what the processes would otherwise wait for
-WORKER = re.compile(r"^worker pid (\d+) host (\S+)$", re.M)
-CALLED = re.compile(r"^calling fit at ([0-9.]+)$", re.M)
-FAILED = re.compile(r"^failed at ([0-9.]+)$", re.M)
 DUPLICATE = (
     "RuntimeError: kolo: rank 0 of this torch.distributed job is claimed by two processes: "
     "pid {0} on host {1} (NODE_RANK=0, LOCAL_RANK=0, WORLD_SIZE=2) and pid {2} on host {3} "
@@ -47,9 +43,7 @@ SEPARATE_COPIES = (
 def worker(strategy):
     """One process of a two-node Lightning job, one device per node."""
     import datetime
-    import socket
-    import time
-    print("worker pid %d host %s" % (os.getpid(), socket.gethostname()), flush=True)
+    hosts.say_who()
     import lightning.pytorch as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -67,7 +61,7 @@ def worker(strategy):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    print("calling fit at %f" % time.time(), flush=True)
+    hosts.say_calling("fit")
     try:
         if strategy == "ddp":
             strategy = pl.strategies.DDPStrategy(
@@ -78,7 +72,7 @@ def worker(strategy):
         x = torch.randn(8, 4)
         trainer.fit(Regression(), DataLoader(TensorDataset(x, x.sum(1, keepdim=True))))
     except BaseException:
-        print("failed at %f" % time.time(), flush=True)
+        hosts.say_failed()
         raise
     print("fit: global rank %d of %d" % (trainer.global_rank, trainer.world_size))
 
@@ -91,17 +85,7 @@ def run_two(strategy, port, address, second_host):
                             MASTER_PORT=port)
     argv = [sys.executable, os.path.abspath(__file__), strategy]
     processes = [hosts.start(argv, env, host) for host in (None, second_host)]
-    called, failed, who = [], [], []
-    for code, out, err in hosts.finish(processes, SECONDS):
-        assert code not in (0, None), "a process did not fail (exit code %s):\n%s\n%s" % (
-            code, out, err)
-        assert CALLED.search(out) and FAILED.search(out), out + err
-        called.append(float(CALLED.search(out).group(1)))
-        failed.append(float(FAILED.search(out).group(1)))
-        who.append(WORKER.search(out).groups() + (err,))
-    late = max(failed) - max(called)
-    assert late < WITHIN, "the last process failed %.1f s after the last call" % late
-    return who
+    return hosts.all_failed_together(processes, SECONDS, WITHIN)
 
 
 def test_ddp_on_kolo_with_one_global_rank_twice_fails_both_naming_both():
