@@ -178,7 +178,8 @@ def mode_failing(mode):
     if out is None:
         return 1
     wanted = {
-        "missing": [(0, r"still waiting to accept rank 1 after 1 of 2 ranks joined")],
+        "missing": [(0, r"rank\(s\) 1 never called init_process_group\(backend=\"kolo\"\) "
+                        r"within the init timeout \(5 s\)")],
         "no-server": [(0, r"ompi-server is not on PATH.*kolorun -np 2 python script\.py"),
                       (1, r"rank 0's ompi-server address never came")],
     }[mode]

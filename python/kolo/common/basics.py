@@ -4,6 +4,7 @@ import atexit
 import numbers
 
 from kolo import _core
+from kolo.common import launch_checks as _checks
 from kolo.common import process_sets as _ps
 
 
@@ -39,6 +40,13 @@ def _comm_handle(comm):
     return MPI._handleof(comm)
 
 
+def _spans_processes(comm):
+    """Whether ``comm`` is an mpi4py communicator of several processes (the application
+    made its job, whoever started the processes)."""
+    get_size = getattr(comm, "Get_size", None)
+    return callable(get_size) and get_size() > 1
+
+
 def init(comm=None, process_sets=None):
     """Starts kolo (MPI and the background thread); every rank calls it. Idempotent.
 
@@ -48,7 +56,20 @@ def init(comm=None, process_sets=None):
     an mpi4py communicator to run on (kolo duplicates it). ``process_sets``: ProcessSet
     objects (ranks or mpi4py communicators) or rank lists to register now, the same on
     every rank; ``"dynamic"`` is accepted (sets can always be added later).
+
+    A process that no MPI launcher started, but that is one of several (WORLD_SIZE > 1, or
+    one host of a SageMaker job without MPI), gets RuntimeError: kolo would run each as a
+    job of its own (kolo.common.launch_checks).
     """
+    # An mpi4py communicator of several processes is a job the application made.
+    if not _core.is_initialized() and not _spans_processes(comm):
+        _checks.refuse_separate_copies()
+    _start(comm, process_sets)
+
+
+def _start(comm=None, process_sets=None):
+    """init() without the launch checks: also for kolo.common.join, when torch.distributed's
+    job is MPI's or this one process, whatever WORLD_SIZE says."""
     if _core.is_initialized():  # by an earlier init(), or by kolo.numpy
         for ps in ([] if process_sets is None or isinstance(process_sets, str)
                    else process_sets):

@@ -34,26 +34,26 @@ import time
 
 from kolo import _core
 from kolo.common import basics as _basics
+from kolo.common import launch_checks as _checks
 from kolo.common import process_sets as _ps
 
 _KEY = "kolo/start/"
 # What to run instead when joining is impossible, for the errors.
 _KOLORUN = "start the job with kolorun instead: kolorun -np %d python script.py"
-# Set by a launcher that made this process a rank of an MPI job (mpirun / kolorun, Slurm
-# with PMI or PMIx): kolo starts on MPI_COMM_WORLD.
-_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
-
-
-def launched_by_mpi():
-    return any(v in os.environ for v in _MPI_LAUNCH_VARS)
 
 
 def start(store, rank, size, timeout):
-    """Starts kolo's runtime over torch.distributed's ``size`` ranks (this one ``rank``)."""
+    """Starts kolo's runtime over torch.distributed's ``size`` ranks (this one ``rank``),
+    once every process has claimed a rank of its own in the store (launch_checks)."""
     if _core.is_initialized():
         return
-    if launched_by_mpi() or size == 1:
-        _basics.init()
+    seconds = timeout.total_seconds() if timeout is not None else 1800.0
+    deadline = time.monotonic() + seconds
+    if size > 1:
+        _checks.claim_ranks(store, rank, size, seconds, deadline,
+                            lambda what: _fail(rank, size, what))
+    if _checks.launched_by_mpi() or size == 1:
+        _basics._start()  # torch.distributed's job is MPI's, or this one process
         return
     if _core.MPI_ABI != "ompi":
         # Singletons join only through Open MPI's ompi-server; Hydra has no such server
@@ -63,26 +63,28 @@ def start(store, rank, size, timeout):
                            "through Open MPI's ompi-server, and this process runs on an MPI "
                            "of the MPICH family (kolo._core's MPI_ABI %r); %s"
                            % (rank, size, _core.MPI_ABI, _KOLORUN % size))
-    seconds = timeout.total_seconds() if timeout is not None else 1800.0
-    _Join(store, rank, size, seconds).run()
+    _Join(store, rank, size, seconds, deadline).run()
     # kolo.init(comm=...) with the joined communicator, which is no mpi4py object.
     _core.init([], _core.join_comm_handle())
     _basics._reset_run()
     _ps._finish_init([], [], _core.size())
 
 
+def _fail(rank, size, what):
+    return RuntimeError("kolo could not join the ranks of this torch.distributed job "
+                        "(rank %d of %d): %s" % (rank, size, what))
+
+
 class _Join:
-    def __init__(self, store, rank, size, seconds):
+    def __init__(self, store, rank, size, seconds, deadline):
         self.store, self.rank, self.size = store, rank, size
-        self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
+        self.seconds, self.deadline = seconds, deadline
 
     def left(self):
         return datetime.timedelta(seconds=max(self.deadline - time.monotonic(), 0.001))
 
     def fail(self, what):
-        return RuntimeError("kolo could not join the ranks of this torch.distributed job "
-                            "(rank %d of %d): %s" % (self.rank, self.size, what))
+        return _fail(self.rank, self.size, what)
 
     def wait_key(self, key, who):
         try:
