@@ -176,6 +176,10 @@ class _Claims:
         if verdict == "ok":
             if problem:  # came after the job was complete: only this process is wrong
                 raise RuntimeError(problem)
+            # The same wait as for a bad verdict: a process that fails right after (rank 0
+            # without an ompi-server) must not take the store with it while the others
+            # still read the verdict, or their error would be the lost store, not its cause.
+            self.leave_after_others_read(claimed)
             return
         self.leave_after_others_read(claimed)
         raise RuntimeError(verdict)
