@@ -30,6 +30,16 @@ def fail(what):
     sys.exit(1)
 
 
+def expect_in_step():
+    """Three unnamed all_reduces must pair and sum on every rank."""
+    for i in range(3):
+        t = torch.full((2,), float(rank + i))
+        dist.all_reduce(t)
+        want = float(sum(r + i for r in range(size)))
+        if t.tolist() != [want, want]:
+            fail("all_reduce %d gave %s, expected %s" % (i, t.tolist(), want))
+
+
 def lone_barrier(timeout, expect, tag):
     if rank == 0:
         try:
@@ -44,12 +54,7 @@ def lone_barrier(timeout, expect, tag):
     else:
         dist.irecv(torch.zeros(1), 0, tag=tag).wait(LONG)
     dist.barrier()
-    for i in range(3):
-        t = torch.full((2,), float(rank + i))
-        dist.all_reduce(t)
-        want = float(sum(r + i for r in range(size)))
-        if t.tolist() != [want, want]:
-            fail("all_reduce %d gave %s, expected %s" % (i, t.tolist(), want))
+    expect_in_step()
 
 
 def others_first(tag):
@@ -75,12 +80,7 @@ def others_first(tag):
         fail("the barrier after the others' failed: %s" % str(e).splitlines()[0])
     if rank != 0:
         dist.isend(torch.ones(1), 0, tag=tag + 1).wait(LONG)
-    for i in range(3):
-        t = torch.full((2,), float(rank + i))
-        dist.all_reduce(t)
-        want = float(sum(r + i for r in range(size)))
-        if t.tolist() != [want, want]:
-            fail("all_reduce %d gave %s, expected %s" % (i, t.tolist(), want))
+    expect_in_step()
 
 
 missing = ", ".join(str(r) for r in range(1, size))
