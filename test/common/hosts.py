@@ -76,6 +76,13 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
+def assert_last_lines_in(errors, wanted):
+    """Each process's last line of output (``errors``) is one of the ``wanted`` messages."""
+    for err in errors:
+        assert last_line(err) in wanted, "got:\n%s\nwanted one of:\n%s" % (
+            err, "\n".join(sorted(wanted)))
+
+
 @contextlib.contextmanager
 def network_host(host, local, veth):
     """``host`` with a network namespace of its own, this machine being ``local`` on its

@@ -95,9 +95,7 @@ def test_ddp_on_kolo_with_one_global_rank_twice_fails_both_naming_both():
     assert host_b == "kolo-10.233.59.2" and host_a != host_b
     wanted = {DUPLICATE.format(pid_a, host_a, pid_b, host_b),
               DUPLICATE.format(pid_b, host_b, pid_a, host_a)}
-    for err in (err_a, err_b):
-        assert hosts.last_line(err) in wanted, "got:\n%s\nwanted one of:\n%s" % (
-            err, "\n".join(wanted))
+    hosts.assert_last_lines_in((err_a, err_b), wanted)
 
 
 def test_kolo_strategy_started_by_hand_refuses_on_both_hosts():
