@@ -7,6 +7,8 @@
 //  - `caller_waits`: the caller waits for the handle at once (a blocking
 //    call), so the core does not wake its background thread and the waiting
 //    thread runs the round (CollectiveOptions::caller_waits);
+//  - `waits`: the call also waits, and returns the Output instead of the
+//    handle (module_state.h, Started): a blocking form is one binding call;
 //  - a device tensor's CUDA stream comes from the reader.
 #include "collective_entries.h"
 
@@ -56,104 +58,123 @@ std::vector<TensorView> ReadGroup(const TensorReader& reader, py::handle tensors
   return in;
 }
 
-Handle Allreduce(const TensorReader& reader, py::handle tensor, py::handle output, const char* what,
-                 const std::string& name, int op, double prescale, double postscale,
-                 int process_set, bool caller_waits) {
+py::object Allreduce(const TensorReader& reader, py::handle tensor, py::handle output,
+                     const char* what, const std::string& name, int op, double prescale,
+                     double postscale, int process_set, bool caller_waits, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
   TensorView out = in;
   if (!output.is_none()) out.data = reader.Data(output);
-  return Enqueued(
-      Rt().EnqueueAllreduce(in, out,
-                            Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                                       reader.Stream(tensor, in), caller_waits)));
+  return Started(Rt().EnqueueAllreduce(
+                     in, out,
+                     Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                reader.Stream(tensor, in), caller_waits || waits)),
+                 waits);
 }
 
-Handle GroupedAllreduce(const TensorReader& reader, py::handle tensors, py::handle outputs,
-                        const char* what, const std::string& name, int op, double prescale,
-                        double postscale, int process_set, bool caller_waits) {
+py::object GroupedAllreduce(const TensorReader& reader, py::handle tensors, py::handle outputs,
+                            const char* what, const std::string& name, int op, double prescale,
+                            double postscale, int process_set, bool caller_waits, bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
   std::vector<TensorView> out = outputs.is_none() ? in : reader.ReadOutputs(outputs, in);
-  return Enqueued(Rt().EnqueueGroupedAllreduce(
-      in, out,
-      Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                 reader.FirstStream(tensors, in), caller_waits)));
+  return Started(
+      Rt().EnqueueGroupedAllreduce(
+          in, out,
+          Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                     reader.FirstStream(tensors, in), caller_waits || waits)),
+      waits);
 }
 
-Handle Allgather(const TensorReader& reader, py::handle tensor, const char* what,
-                 const std::string& name, int process_set, bool caller_waits) {
+py::object Allgather(const TensorReader& reader, py::handle tensor, const char* what,
+                     const std::string& name, int process_set, bool caller_waits, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
-  return Enqueued(
-      Rt().EnqueueAllgather(in, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+  return Started(Rt().EnqueueAllgather(in, Named(name, process_set, reader.Stream(tensor, in),
+                                                 caller_waits || waits)),
+                 waits);
 }
 
-Handle GroupedAllgather(const TensorReader& reader, py::handle tensors, const char* what,
-                        const std::string& name, int process_set, bool caller_waits) {
+py::object GroupedAllgather(const TensorReader& reader, py::handle tensors, const char* what,
+                            const std::string& name, int process_set, bool caller_waits,
+                            bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
-  return Enqueued(Rt().EnqueueGroupedAllgather(
-      in, Named(name, process_set, reader.FirstStream(tensors, in), caller_waits)));
+  return Started(
+      Rt().EnqueueGroupedAllgather(
+          in, Named(name, process_set, reader.FirstStream(tensors, in), caller_waits || waits)),
+      waits);
 }
 
 // In place; `root` is the root's rank within the set.
-Handle Broadcast(const TensorReader& reader, py::handle tensor, const char* what, int root,
-                 const std::string& name, int process_set, bool caller_waits) {
+py::object Broadcast(const TensorReader& reader, py::handle tensor, const char* what, int root,
+                     const std::string& name, int process_set, bool caller_waits, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
-  return Enqueued(Rt().EnqueueBroadcast(
-      in, root, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+  return Started(
+      Rt().EnqueueBroadcast(
+          in, root, Named(name, process_set, reader.Stream(tensor, in), caller_waits || waits)),
+      waits);
 }
 
 // `splits`: rows for each rank of the set (empty: an even split).
-Handle Alltoall(const TensorReader& reader, py::handle tensor, const char* what,
-                const std::vector<int64_t>& splits, const std::string& name, int process_set,
-                bool caller_waits) {
+py::object Alltoall(const TensorReader& reader, py::handle tensor, const char* what,
+                    const std::vector<int64_t>& splits, const std::string& name, int process_set,
+                    bool caller_waits, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
-  return Enqueued(Rt().EnqueueAlltoall(
-      in, splits, Named(name, process_set, reader.Stream(tensor, in), caller_waits)));
+  return Started(
+      Rt().EnqueueAlltoall(
+          in, splits, Named(name, process_set, reader.Stream(tensor, in), caller_waits || waits)),
+      waits);
 }
 
-Handle Reducescatter(const TensorReader& reader, py::handle tensor, const char* what,
-                     const std::string& name, int op, double prescale, double postscale,
-                     int process_set, bool caller_waits) {
+py::object Reducescatter(const TensorReader& reader, py::handle tensor, const char* what,
+                         const std::string& name, int op, double prescale, double postscale,
+                         int process_set, bool caller_waits, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
-  return Enqueued(Rt().EnqueueReducescatter(
-      in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
-                                         reader.Stream(tensor, in), caller_waits)));
+  return Started(
+      Rt().EnqueueReducescatter(
+          in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
+                                             reader.Stream(tensor, in), caller_waits || waits)),
+      waits);
 }
 
-Handle GroupedReducescatter(const TensorReader& reader, py::handle tensors, const char* what,
-                            const std::string& name, int op, double prescale, double postscale,
-                            int process_set, bool caller_waits) {
+py::object GroupedReducescatter(const TensorReader& reader, py::handle tensors, const char* what,
+                                const std::string& name, int op, double prescale, double postscale,
+                                int process_set, bool caller_waits, bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
-  return Enqueued(Rt().EnqueueGroupedReducescatter(
-      in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
-                                         reader.FirstStream(tensors, in), caller_waits)));
+  return Started(Rt().EnqueueGroupedReducescatter(
+                     in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
+                                                        reader.FirstStream(tensors, in),
+                                                        caller_waits || waits)),
+                 waits);
 }
 
 }  // namespace
 
 void RegisterCollectives(py::module_& m) {
   const auto caller_waits = py::arg("caller_waits") = false;
+  // `waits`: the call also waits for the operation, the caller running the
+  // round (caller_waits implied), and returns its Output instead of a handle:
+  // a blocking form in one binding call.
+  const auto waits = py::arg("waits") = false;
   // `output` / `outputs`: None to reduce in place, else tensors like the inputs.
   m.def("allreduce_async", &Allreduce, py::arg("reader"), py::arg("tensor"), py::arg("output"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits);
+        py::arg("process_set"), caller_waits, waits);
   m.def("grouped_allreduce_async", &GroupedAllreduce, py::arg("reader"), py::arg("tensors"),
         py::arg("outputs"), py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"),
-        py::arg("postscale"), py::arg("process_set"), caller_waits);
+        py::arg("postscale"), py::arg("process_set"), caller_waits, waits);
   // The gathering ones: the Output's take_parts() gives a group's results in order.
   m.def("allgather_async", &Allgather, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("name"), py::arg("process_set"), caller_waits);
+        py::arg("name"), py::arg("process_set"), caller_waits, waits);
   m.def("grouped_allgather_async", &GroupedAllgather, py::arg("reader"), py::arg("tensors"),
-        py::arg("what"), py::arg("name"), py::arg("process_set"), caller_waits);
+        py::arg("what"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
   m.def("broadcast_async", &Broadcast, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("root"), py::arg("name"), py::arg("process_set"), caller_waits);
+        py::arg("root"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
   m.def("alltoall_async", &Alltoall, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("splits"), py::arg("name"), py::arg("process_set"), caller_waits);
+        py::arg("splits"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
   m.def("reducescatter_async", &Reducescatter, py::arg("reader"), py::arg("tensor"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits);
+        py::arg("process_set"), caller_waits, waits);
   m.def("grouped_reducescatter_async", &GroupedReducescatter, py::arg("reader"), py::arg("tensors"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits);
+        py::arg("process_set"), caller_waits, waits);
 
   // Join and barrier carry no tensors and have fixed names: no call site.
   m.def("join_async", [](int process_set) {

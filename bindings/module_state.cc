@@ -142,22 +142,44 @@ Handle Enqueued(Result<Handle> r) {
   return r.value();
 }
 
+namespace {
+// Code objects CallSite keeps; past this many (code made at run time) it
+// starts afresh.
+constexpr size_t kMaxCodeSites = 4096;
+}  // namespace
+
+const ModuleState::CodeSite& ModuleState::SiteOf(PyObject* code) {
+  auto known = code_sites_.find(code);
+  if (known != code_sites_.end()) return known->second;
+  if (code_sites_.size() >= kMaxCodeSites) {
+    for (auto& known_site : code_sites_) Py_DECREF(known_site.second.code);
+    code_sites_.clear();
+  }
+  const std::vector<std::string>& internal = InternalDirs();
+  py::handle c(code);
+  CodeSite site;
+  std::string file = py::str(c.attr("co_filename")).cast<std::string>();
+  site.internal = std::any_of(internal.begin(), internal.end(), [&](const std::string& dir) {
+    return file.compare(0, dir.size(), dir) == 0;
+  });
+  site.file = file.substr(file.find_last_of('/') + 1) + ":";
+  site.function = " in " + py::str(c.attr("co_name")).cast<std::string>();
+  site.code = c.inc_ref().ptr();
+  return code_sites_.emplace(code, std::move(site)).first->second;
+}
+
 std::string CallSite() {
-  const std::vector<std::string>& internal = State().InternalDirs();
+  ModuleState& state = State();
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
   std::string site;
-  while (frame != nullptr && site.empty()) {
-    py::object code =
-        py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
-    std::string file = py::str(code.attr("co_filename")).cast<std::string>();
-    bool mine = std::none_of(internal.begin(), internal.end(), [&](const std::string& dir) {
-      return file.compare(0, dir.size(), dir) == 0;
-    });
-    if (mine) {
-      site = file.substr(file.find_last_of('/') + 1) + ":" +
-             std::to_string(PyFrame_GetLineNumber(frame)) + " in " +
-             py::str(code.attr("co_name")).cast<std::string>();
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);  // new reference; the cache holds its own
+    const ModuleState::CodeSite& s = state.SiteOf(reinterpret_cast<PyObject*>(code));
+    Py_DECREF(code);
+    if (!s.internal) {
+      site = s.file + std::to_string(PyFrame_GetLineNumber(frame)) + s.function;
+      break;
     }
     PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
     Py_DECREF(frame);
@@ -192,14 +214,18 @@ void Output::CopyTo(uintptr_t ptr, size_t bytes) const {
 // How long a waiting thread sleeps between looks at Python's signals.
 constexpr double kSignalCheckSeconds = 0.1;
 
-Output Wait(Handle h) {
+namespace {
+
+// Wait's loop; `look_first`: take an operation that has finished already
+// without letting the GIL go and taking it back (synchronize() after a step's
+// backward pass, mostly), which one just started has not.
+Output WaitOutput(Handle h, bool look_first) {
   // Shared: another thread may shut kolo down and init() it again meanwhile.
   std::shared_ptr<Runtime> runtime = State().shared_runtime();
   Runtime& rt = *runtime;
   Output out;
-  // An operation that has finished (synchronize() after a step's backward
-  // pass, mostly) is taken without letting the GIL go and taking it back.
-  std::optional<Status> s = rt.WaitFor(h, 0.0, &out.result);
+  std::optional<Status> s;
+  if (look_first) s = rt.WaitFor(h, 0.0, &out.result);
   while (!s.has_value()) {
     {
       py::gil_scoped_release release;
@@ -209,6 +235,23 @@ Output Wait(Handle h) {
   }
   if (!s->ok()) Raise(*s);
   return out;
+}
+
+}  // namespace
+
+Output Wait(Handle h) { return WaitOutput(h, /*look_first=*/true); }
+
+py::object Started(Result<Handle> r, bool waits) {
+  const Handle h = Enqueued(std::move(r));
+  if (!waits) return py::int_(h);
+  try {
+    return py::cast(WaitOutput(h, /*look_first=*/false));
+  } catch (...) {
+    // Finished (with its error): released already. Interrupted: nobody else
+    // holds the handle.
+    if (Runtime* rt = RunningRuntime()) rt->Release(h);
+    throw;
+  }
 }
 
 Runtime* RunningRuntime() { return State().runtime_or_null(); }

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,20 @@ class ModuleState {
   // Looked up on first use, once the frameworks are imported.
   const std::vector<std::string>& InternalDirs();
 
+  // What CallSite needs of a code object, found on its first call and kept
+  // (a collective's call site is read on every unnamed call): whether it is
+  // kolo's or a framework's (InternalDirs), its file's base name and its
+  // function's name. The entry holds a reference to the code, so its address
+  // stays its key; dropped only when the cache starts afresh, never at exit
+  // (Python may be finalized first, as for `internal_error_`).
+  struct CodeSite {
+    PyObject* code = nullptr;
+    bool internal = false;
+    std::string file;      // "train.py:"
+    std::string function;  // " in step"
+  };
+  const CodeSite& SiteOf(PyObject* code);
+
  private:
   // Waits for `lifecycle_` without the GIL (its holder may need the GIL), then
   // takes the GIL back.
@@ -83,6 +98,7 @@ class ModuleState {
   std::atomic<bool> shut_down_here_{false};  // shutdown() was called since the last init()
   PyObject* internal_error_ = nullptr;
   std::optional<std::vector<std::string>> internal_dirs_;
+  std::unordered_map<PyObject*, CodeSite> code_sites_;  // with the GIL held
 };
 
 ModuleState& State();
@@ -121,6 +137,12 @@ struct Output {
 // finished operation wakes the waiter at once; the handle stays valid when a
 // handler raises.
 Output Wait(Handle h);
+
+// An Enqueue* call's result for Python: its handle (an int), or, when the
+// caller `waits`, the finished operation's Output, waited for in the same
+// binding call (a blocking form: one call that starts and waits). A wait that
+// a signal interrupts releases the operation, whose handle nobody holds.
+pybind11::object Started(Result<Handle> r, bool waits);
 
 // The running runtime or null, without the GIL (XLA's threads; jax_ffi.h).
 Runtime* RunningRuntime();

@@ -67,8 +67,8 @@ void RuntimeImpl::Complete(TensorEntry entry, const Status& status, WorkResult* 
     }
   }
   // The name is free before the handle completes: the caller may reuse it as
-  // soon as Wait() returns.
-  {
+  // soon as Wait() returns. An unnamed entry holds none (Enqueue).
+  if (!entry.request.unnamed()) {
     MutexLock lock(&queue_mutex_);
     auto& names = names_[entry.request.process_set];
     auto use = names.find(entry.request.name);

@@ -19,6 +19,7 @@ std::vector<HeldName> NameEntries(std::vector<TensorEntry>& entries, int64_t epo
   std::vector<HeldName> held;
   if (!entries[0].request.name.empty()) {
     if (entries[0].request.op > OpType::kReducescatter) return held;
+    held.reserve(entries.size());
     for (const TensorEntry& e : entries) {
       held.push_back({e.request.process_set, e.request.op, e.request.name});
     }
@@ -122,7 +123,14 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     // Numbered only once valid: a call refused on one rank does not count.
     UnnamedState& state = unnamed_[set];
     std::vector<HeldName> held = NameEntries(entries, state.epoch, &state.next);
-    for (const HeldName& h : held) names[h.name].unwaited |= op_bit;
+    const uint32_t held_bit = held.empty() ? 0 : op_bit;
+    for (const TensorEntry& e : entries) {
+      // An unnamed entry's name is a number nothing else takes: no use to record.
+      if (e.request.unnamed()) continue;
+      NameUse& use = names[e.request.name];
+      use.in_flight = true;
+      use.unwaited |= held_bit;
+    }
     work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held), on_host);
     // Nobody waits yet: the operation waits a cycle time for others to fuse
     // with (so a start returns before its collective runs, as in Horovod).
@@ -133,7 +141,6 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
       wake = true;  // the background thread may sleep past it
     }
     for (TensorEntry& e : entries) {
-      names[e.request.name].in_flight = true;
       e.work = work;
       e.enqueued = now;
       queue_.push_back(std::move(e));

@@ -194,18 +194,22 @@ def test_sparse_allreduce_sums(rank, size):
 
 
 def test_blocking_calls_wait_on_the_calling_thread(rank, size, monkeypatch):
-    # async_op=False takes kolo.torch's blocking path: the caller waits on kolo's handle
-    # itself (and runs kolo's round there); async_op=True hands the Work to a completion
-    # thread, which completes its future.
+    # async_op=False takes kolo.torch's blocking path: one call into the core starts the
+    # operation and waits for it on the caller's thread (which runs kolo's round), with no
+    # wait on a handle after it; async_op=True hands the Work to a completion thread, which
+    # waits on the handle and completes its future.
     from kolo.common import engine
     import threading
-    waiters = []
-    real_wait = engine.wait
+    events = []
 
-    def wait(handle):
-        waiters.append(threading.current_thread().name)
-        return real_wait(handle)
-    monkeypatch.setattr(engine, "wait", wait)
+    def spied(what, real):
+        def call(*args, **kwargs):
+            events.append((what, threading.current_thread().name, kwargs.get("waits", False)))
+            return real(*args, **kwargs)
+        return call
+    for what in ("allreduce_async", "allgather_async", "wait"):
+        monkeypatch.setattr(engine, what, spied(what, getattr(engine, what)))
+    here = threading.current_thread().name
     for i in range(5):
         t = torch.full((3,), float(rank + i))
         dist.all_reduce(t)
@@ -213,11 +217,13 @@ def test_blocking_calls_wait_on_the_calling_thread(rank, size, monkeypatch):
     out = torch.empty(size, dtype=torch.int64)
     dist.all_gather_into_tensor(out, torch.tensor([rank]))
     assert out.tolist() == list(range(size))
-    assert waiters == [threading.current_thread().name] * 6, waiters
-    del waiters[:]
+    assert events == [("allreduce_async", here, True)] * 5 + [("allgather_async", here, True)], \
+        events
+    del events[:]
     work = dist.all_reduce(torch.ones(2), async_op=True)
     work.wait()
-    assert len(waiters) == 1 and waiters[0].startswith("kolo-c10d"), waiters
+    assert [e[0] for e in events] == ["allreduce_async", "wait"], events
+    assert not events[0][2] and events[1][1].startswith("kolo-c10d"), events
 
 
 def test_coalesced_blocking_reduce_scatters_write_every_output(rank, size):

@@ -177,10 +177,10 @@ def test_a_reader_of_an_unknown_protocol_is_refused():
 
 
 def test_blocking_allreduces_tell_the_core_that_their_caller_waits(monkeypatch):
-    # allreduce_, grouped_allreduce_ and allreduce wait at once, and say so (caller_waits):
-    # the core then wakes no thread for them, and the calling thread runs the round when no
-    # other thread is running one (KOLO_CALLER_RUNS; test/mpi/caller_runs_test.cc pins
-    # that). Which thread runs a given round is not promised: under load the background
+    # allreduce_, grouped_allreduce_ and allreduce wait at once, in the same call into the
+    # core that starts them (waits, which implies caller_waits): the core then wakes no
+    # thread for them, and the calling thread runs the round when no other thread is
+    # running one (KOLO_CALLER_RUNS; test/mpi/caller_runs_test.cc pins that). Which thread runs a given round is not promised: under load the background
     # thread may run all of them, so this checks what the binding says, and the results.
     told = []
     for entry in ("allreduce_async", "grouped_allreduce_async"):
@@ -188,7 +188,7 @@ def test_blocking_allreduces_tell_the_core_that_their_caller_waits(monkeypatch):
 
         def spy(*args, _real=real, _entry=entry, **kwargs):
             waits = inspect.signature(_real).bind(*args, **kwargs).arguments
-            told.append((_entry, waits.get("caller_waits", False)))
+            told.append((_entry, waits.get("waits", False)))
             return _real(*args, **kwargs)
         monkeypatch.setattr(engine, entry, spy)
     before = engine.cycle_stats()

@@ -19,10 +19,12 @@ finish)``, ``finish`` making the call's result from the finished operation's Out
 tensor or tuple of tensors reduced or gathered into, ``(output, received_splits)`` for
 alltoall) and keeping the tensors the core reads alive. ``Collectives.later`` puts it in
 the handle table and returns the handle (Horovod's ``*_async``: ``poll`` and
-``synchronize`` take it); :meth:`Collectives.now` waits and returns the result (a blocking
-call, which passes ``caller_waits=True``: the waiting thread runs the round itself,
-KOLO_CALLER_RUNS). :meth:`Collectives.form` makes a binding's public ``*_async``, in-place
-and blocking functions of a ``start_*`` method, with its signature and docstring.
+``synchronize`` take it); :meth:`Collectives.now` returns the result of a blocking call,
+which passes ``caller_waits=True``: the same call into the core starts the operation and
+waits for it, the waiting thread running the round itself (KOLO_CALLER_RUNS), and
+``started`` holds the finished operation's Output instead of a handle.
+:meth:`Collectives.form` makes a binding's public ``*_async``, in-place and blocking
+functions of a ``start_*`` method, with its signature and docstring.
 """
 import inspect
 
@@ -82,8 +84,12 @@ class Collectives:
     @staticmethod
     def now(started):
         """The result of a started operation, waited for at once. A wait that a signal
-        interrupts releases the operation: nobody else holds its handle."""
+        interrupts releases the operation: nobody else holds its handle. A ``start_*``
+        method called with ``caller_waits`` has waited already, in the same call into the
+        core (``engine``'s ``waits``): its ``started`` holds the Output itself."""
         handle, finish = started
+        if type(handle) is not int:
+            return finish(handle)
         try:
             out = engine.wait(handle)
         except (KoloInternalError, ValueError):
@@ -132,7 +138,7 @@ class Collectives:
             output = self.adapter.empty_like(tensor)
         h = engine.allreduce_async(self._reader, tensor, output, "allreduce input", name, op,
                                    prescale_factor, postscale_factor, _set_id(process_set),
-                                   caller_waits)
+                                   waits=caller_waits)
         result = tensor if in_place else output
         # The finisher keeps the input alive until the core has read it.
         return h, lambda out, _input=tensor: result
@@ -152,7 +158,7 @@ class Collectives:
             outputs = tuple(self.adapter.empty_like(t) for t in tensors)
         h = engine.grouped_allreduce_async(self._reader, tensors, outputs, "grouped_allreduce",
                                            name, op, prescale_factor, postscale_factor,
-                                           _set_id(process_set), caller_waits)
+                                           _set_id(process_set), waits=caller_waits)
         result = tensors if in_place else outputs
         return h, lambda out, _inputs=tensors: result
 
@@ -170,7 +176,7 @@ class Collectives:
         """Every rank's ``tensor`` concatenated along dimension 0 (its size may differ
         between ranks; the other dimensions may not)."""
         h = engine.allgather_async(self._reader, tensor, "allgather input", name,
-                                   _set_id(process_set), caller_waits)
+                                   _set_id(process_set), waits=caller_waits)
         return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("allgather", tensors="tensors")
@@ -179,7 +185,7 @@ class Collectives:
         """An allgather of every tensor of a list, negotiated as one unit; a tuple."""
         tensors = tuple(tensors)
         h = engine.grouped_allgather_async(self._reader, tensors, "grouped_allgather", name,
-                                           _set_id(process_set), caller_waits)
+                                           _set_id(process_set), waits=caller_waits)
         return h, lambda out: self.adapter.results(out, tensors)
 
     # --- broadcast ------------------------------------------------------------------------
@@ -193,7 +199,8 @@ class Collectives:
             tensor = self.adapter.copy(tensor)
         set_id = _set_id(process_set)
         h = engine.broadcast_async(self._reader, tensor, "broadcast tensor",
-                                   root_in_set(root_rank, set_id), name, set_id, caller_waits)
+                                   root_in_set(root_rank, set_id), name, set_id,
+                                   waits=caller_waits)
         return h, lambda out: tensor
 
     # --- alltoall -------------------------------------------------------------------------
@@ -205,7 +212,7 @@ class Collectives:
         result is ``(output, received_splits)``."""
         splits = self.adapter.split_list(splits)
         h = engine.alltoall_async(self._reader, tensor, "alltoall input", splits, name,
-                                  _set_id(process_set), caller_waits)
+                                  _set_id(process_set), waits=caller_waits)
         return h, lambda out: (self.adapter.result(out, tensor),
                                self.adapter.int32_vector(out.received_splits))
 
@@ -219,7 +226,7 @@ class Collectives:
         op = reducescatter_op(op, self.binding)
         h = engine.reducescatter_async(self._reader, tensor, "reducescatter input", name, op,
                                        prescale_factor, postscale_factor, _set_id(process_set),
-                                       caller_waits)
+                                       waits=caller_waits)
         return h, lambda out: self.adapter.result(out, tensor)
 
     @announces_refusals("reducescatter", tensors="tensors")
@@ -231,7 +238,7 @@ class Collectives:
         tensors = tuple(tensors)
         h = engine.grouped_reducescatter_async(self._reader, tensors, "grouped_reducescatter",
                                                name, op, prescale_factor, postscale_factor,
-                                               _set_id(process_set), caller_waits)
+                                               _set_id(process_set), waits=caller_waits)
         return h, lambda out: self.adapter.results(out, tensors)
 
     # --- join and barrier -----------------------------------------------------------------

@@ -57,8 +57,11 @@ class ProcessGroupCollectives:
     """The data collectives of a KoloProcessGroup."""
 
     def _enqueue(self, start, opts, *args):
-        """Starts the engine's ``start`` on the group's kolo set, with the torch reader."""
-        return start(_READER, *args, self._set_id, caller_waits=caller_waits(opts))
+        """Starts the engine's ``start`` on the group's kolo set, with the torch reader: its
+        handle, or, when the caller waits at once (work.caller_waits), the finished
+        operation's Output, started and waited for in one call into the core (an error of
+        the operation then raises here, in the call that torch.distributed waits on)."""
+        return start(_READER, *args, self._set_id, waits=caller_waits(opts))
 
     def _allreduce(self, t, what, name, op, opts):
         """An allreduce of ``t`` in place, started."""

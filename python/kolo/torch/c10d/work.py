@@ -120,7 +120,9 @@ class KoloWork(_Work):
     by the thread that waited on kolo's handle, or by the first thread that waits for it.
 
     ``handle`` and ``finish`` (the function of the operation's Output that makes the
-    Work's result): whoever claims the Work first waits on the handle. A completion thread
+    Work's result): whoever claims the Work first waits on the handle. ``handle`` may be
+    the Output itself, of an operation that the caller's thread waited for in the call that
+    started it (the blocking fast path). A completion thread
     claims it when it starts (:meth:`start`), unless the caller waits at once
     (:func:`caller_waits`): then the caller's ``wait()`` claims it, or, when the Work is
     dropped or its future asked for first, a completion thread."""
@@ -164,8 +166,10 @@ class KoloWork(_Work):
         caller's thread (the blocking fast path, which runs kolo's round: KOLO_CALLER_RUNS)
         a signal that interrupts the wait hands the Work to a completion thread, so that a
         later wait() finds it done."""
+        handle = self._handle  # the Output itself when the core waited already
         try:
-            self._result = self._make_result(_engine.wait(self._handle))
+            out = _engine.wait(handle) if type(handle) is int else handle
+            self._result = self._make_result(out)
         except Exception as e:  # noqa: B902  (the operation's error belongs to the Work)
             self._error = e
         except BaseException as e:
