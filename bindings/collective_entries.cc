@@ -75,10 +75,12 @@ py::object GroupedAllreduce(const TensorReader& reader, py::handle tensors, py::
                             const char* what, const std::string& name, int op, double prescale,
                             double postscale, int process_set, bool caller_waits, bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
-  std::vector<TensorView> out = outputs.is_none() ? in : reader.ReadOutputs(outputs, in);
+  // In place: the inputs are the outputs (no copy of the views).
+  std::vector<TensorView> out;
+  if (!outputs.is_none()) out = reader.ReadOutputs(outputs, in);
   return Started(
       Rt().EnqueueGroupedAllreduce(
-          in, out,
+          in, outputs.is_none() ? in : out,
           Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
                                      reader.FirstStream(tensors, in), caller_waits || waits)),
       waits);

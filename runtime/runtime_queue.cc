@@ -140,6 +140,10 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
       queue_due_ = now + start_delay_;
       wake = true;  // the background thread may sleep past it
     }
+    // The cycles take the whole queue (its capacity too): a group's entries
+    // grow it once, not step by step.
+    const size_t need = queue_.size() + entries.size();
+    if (need > queue_.capacity()) queue_.reserve(std::max(need, 2 * queue_.capacity()));
     for (TensorEntry& e : entries) {
       e.work = work;
       e.enqueued = now;

@@ -383,6 +383,38 @@ def test_synchronize_keeps_the_handle_when_a_signal_interrupts_the_wait(monkeypa
     assert [t.tolist() for t in hvd.synchronize(g)] == [[1.0] * N, [0.0] * N]
 
 
+def test_a_blocking_call_that_an_alarm_interrupts_still_completes():
+    # A blocking call starts and waits in one call into the core; an alarm handler that
+    # raises inside it leaves the operation to complete without a waiter: the tensor gets
+    # its result, and the name is free again afterwards.
+    class Alarm(Exception):
+        pass
+
+    def handler(*args):
+        raise Alarm()
+    x = torch.full((2,), float(R))
+    want = torch.full((2,), N * (N - 1) / 2.0)
+    if R != 0:
+        assert hvd.broadcast_object(None, root_rank=0, name="compat.alarm_.go") == "go"
+        assert torch.equal(hvd.allreduce_(x, name="compat.alarm_", op=hvd.Sum), want)
+    else:
+        old = signal.signal(signal.SIGALRM, handler)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(Alarm):  # the partners wait for rank 0: only the alarm ends it
+                hvd.allreduce_(x, name="compat.alarm_", op=hvd.Sum)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            hvd.broadcast_object("go", root_rank=0, name="compat.alarm_.go")
+    # Every rank runs the responses in one order: past the barrier, rank 0's interrupted
+    # allreduce has completed too.
+    hvd.barrier()
+    assert torch.equal(x, want), x
+    y = torch.ones(1)
+    assert hvd.allreduce_(y, name="compat.alarm_", op=hvd.Sum).tolist() == [float(N)]
+
+
 def test_synchronize_keeps_the_handle_when_an_alarm_fires():
     # Real: rank 0 waits for partners that come only after its alarm fired (they wait for
     # its go-ahead, a broadcast it sends afterwards); an alarm handler raises.
