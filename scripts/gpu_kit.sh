@@ -7,7 +7,14 @@
 # on the GPU machine from the carried tree, unpacks it there into a scratch
 # folder and never into /. See docs/gpu.md.
 #
-#   scripts/gpu_kit.sh [kit_dir]
+#   scripts/gpu_kit.sh [--nccl NCCL_BUILD_DIR] [kit_dir]
+#
+# --nccl adds an NCCL built here from its public source (NVIDIA/nccl, `make
+# src.build NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90`; its build/ folder
+# holds include/nccl.h and lib/libnccl.so.2): NCCL >= 2.30 lets two ranks share
+# the lent machine's one GPU, and those machines had 2.28. Its library,
+# stripped, and nccl.h go as nccl.tar.xz; gpu_check.sh uses it on a GPU of
+# compute capability 9.0 (H100, H200), the one architecture it is built for.
 #
 # The kit holds Debian bookworm's own .deb files, as `apt-get download` fetches
 # them (Open MPI 4.1 is the one kolo is tested with here, and kolorun speaks its
@@ -15,6 +22,15 @@
 # Debian's 2.10 predates 3.12), and MANIFEST (name, version, sha256 of each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+nccl_build=""
+if [ "${1:-}" = --nccl ]; then
+  nccl_build=$2
+  shift 2
+  if [ ! -f "$nccl_build/include/nccl.h" ] || [ ! -e "$nccl_build/lib/libnccl.so.2" ]; then
+    echo "gpu_kit: $nccl_build has no include/nccl.h and lib/libnccl.so.2 (an NCCL build/ folder)"
+    exit 1
+  fi
+fi
 kit=${1:-gpu-kit}
 
 # Open MPI with everything its libraries and components load (the Debian
@@ -31,7 +47,10 @@ debs=(
   libcli11-dev
 )
 wheels=(pybind11==3.0.1)
-limit_mib=60
+# The device tool carries 64 MiB: the kit and the source tree (what git does
+# not ignore) together.
+tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{ n += $1 } END { print n + 0 }')
+limit_mib=$(((64 * 1048576 - tree_bytes) / 1048576))
 
 tmp="$kit.new"
 rm -rf "$tmp"
@@ -58,8 +77,24 @@ done
 "$pip_python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
   -d "$tmp/wheels" "${wheels[@]}"
 
+if [ -n "$nccl_build" ]; then
+  stage=$(mktemp -d)
+  mkdir -p "$stage/include" "$stage/lib"
+  cp "$nccl_build/include/nccl.h" "$stage/include/"
+  real=$(readlink -f "$nccl_build/lib/libnccl.so.2")
+  strip --strip-unneeded -o "$stage/lib/$(basename "$real")" "$real"
+  ln -s "$(basename "$real")" "$stage/lib/libnccl.so.2"
+  ln -s libnccl.so.2 "$stage/lib/libnccl.so"
+  tar -C "$stage" -cJf "$tmp/nccl.tar.xz" include lib
+  rm -rf "$stage"
+fi
+
 (
   cd "$tmp"
+  if [ -f nccl.tar.xz ]; then
+    printf 'nccl %s %s\n' "$(awk '$2 == "NCCL_MAJOR" { M = $3 } $2 == "NCCL_MINOR" { m = $3 } $2 == "NCCL_PATCH" { p = $3 }
+      END { print M "." m "." p "-sm_90" }' "$nccl_build/include/nccl.h")" "$(sha256sum nccl.tar.xz | cut -d' ' -f1)"
+  fi
   for f in debs/*.deb; do
     printf '%s %s %s\n' "$(dpkg-deb -f "$f" Package)" "$(dpkg-deb -f "$f" Version)" \
       "$(sha256sum "$f" | cut -d' ' -f1)"
@@ -71,9 +106,11 @@ done
 
 size_mib=$(($(du -sb "$tmp" | cut -f1) / 1048576))
 if [ "$size_mib" -ge "$limit_mib" ]; then
-  echo "gpu_kit: the kit is ${size_mib} MiB, over its ${limit_mib} MiB budget (the device tool carries 64 MiB with the tree)"
+  echo "gpu_kit: the kit is ${size_mib} MiB, over its ${limit_mib} MiB budget (the device tool carries 64 MiB, the tree $((tree_bytes / 1048576)) MiB of it)"
   exit 1
 fi
 rm -rf "$kit"
 mv "$tmp" "$kit"
-echo "gpu_kit: $kit holds $(ls "$kit/debs" | wc -l) Debian packages and $(ls "$kit/wheels" | wc -l) wheel(s), ${size_mib} MiB"
+with_nccl=""
+[ ! -f "$kit/nccl.tar.xz" ] || with_nccl=", NCCL $(awk '$1 == "nccl" { print $2 }' "$kit/MANIFEST") ($(($(stat -c %s "$kit/nccl.tar.xz") / 1048576)) MiB)"
+echo "gpu_kit: $kit holds $(ls "$kit/debs" | wc -l) Debian packages and $(ls "$kit/wheels" | wc -l) wheel(s)$with_nccl, ${size_mib} MiB"
