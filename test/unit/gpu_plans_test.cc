@@ -1,8 +1,8 @@
 // The GPU path's parts that need no device: how the fusion copy kernel
 // splits a copy into 16-byte vectors (ops/copy_split.h), whether NCCL lets
-// ranks share a GPU (ops/shared_gpu.h), and the pool its CUDA events are kept
-// in (ops/object_pool.h), here with objects that count themselves. They run in
-// every build.
+// ranks share a GPU (ops/shared_gpu.h), the pool its CUDA events are kept in
+// (ops/object_pool.h, here with objects that count themselves), and what a
+// waiting caller does next (runtime/caller_step.h). They run in every build.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include "ops/copy_split.h"
 #include "ops/object_pool.h"
 #include "ops/shared_gpu.h"
+#include "runtime/caller_step.h"
 
 namespace kolo {
 namespace {
@@ -186,6 +187,27 @@ TEST(ObjectPool, ThreadsShareItWithoutMakingMoreThanTheyHold) {
   EXPECT_EQ(failures, 0);
   EXPECT_LE(pool.made(), static_cast<size_t>(kThreads));
   EXPECT_EQ(pool.idle(), pool.made());
+}
+
+TEST(CallerStep, RunsTheCycleItCameForThenWatchesTheDevice) {
+  // Its operation queued, nothing on a GPU: a round.
+  EXPECT_EQ(NextCallerStep(false, false, false, false, 0), CallerStep::kRunCycle);
+  // The round started it on a GPU: watch the events, no second round.
+  EXPECT_EQ(NextCallerStep(false, false, true, false, 1), CallerStep::kPollDevice);
+  // Another thread's device work in flight before its own was negotiated:
+  // watched first (it finishes on its own), then the round.
+  EXPECT_EQ(NextCallerStep(false, false, true, false, 0), CallerStep::kPollDevice);
+  EXPECT_EQ(NextCallerStep(false, false, false, false, 5), CallerStep::kRunCycle);
+}
+
+TEST(CallerStep, StopsWhenDoneStoppedOrItsSliceIsOver) {
+  EXPECT_EQ(NextCallerStep(true, false, true, false, 3), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, true, false, false, 0), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, false, true, true, 1), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, false, false, true, 1), CallerStep::kStop);
+  // A slice over before the first step still gets the step it came for.
+  EXPECT_EQ(NextCallerStep(false, false, false, true, 0), CallerStep::kRunCycle);
+  EXPECT_EQ(NextCallerStep(false, false, true, true, 0), CallerStep::kPollDevice);
 }
 
 }  // namespace
