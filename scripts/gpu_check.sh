@@ -33,7 +33,12 @@
 #   NCCL_NVLS_ENABLE=0 and NCCL_MAX_CTAS=2, the ranks time-sharing the GPU (a
 #   functional check, not a speed); with an older NCCL, tworanks, torch2 and
 #   hosts2 are skipped saying so, and faults checks kolo's refusal.
-#   resnet     the synthetic ResNet-50 benchmark on the GPU, np=1
+#   resnet     a synthetic ResNet-50 training step at np=1 three ways in one job
+#              (bench/gpu_resnet_bench.py): kolo's DistributedOptimizer, torch's
+#              DDP, no distribution; images per second and their ratios
+#   wheel      the wheel users install (the kit's, for this Python: gpu_kit.sh
+#              --wheel), unpacked beside the build: test_torch_cuda.py at np=1 and
+#              bench/gpu_torch_bench.py on its GPU code and its kolorun
 #   tf         kolo.tensorflow's GPU kernels: test/tensorflow/test_tf_gpu.py and
 #              test_op_library.py at np=1, the op library compiled on first import
 #              for that TensorFlow (this build ships none). Needs a TensorFlow with
@@ -42,7 +47,8 @@
 #              CUDA wheel is far over what reaches it). Not in quick.
 # Groups: sanitize = memcheck racecheck synccheck; torch = torch1 torch2 resnet;
 #   quick = build gpu torch1 speed memcheck racecheck synccheck tworanks torch2
-#           hosts2 faults resnet, in that order of value: one call of a lent machine;
+#           hosts2 faults resnet wheel, in that order of value: one call of a lent
+#           machine;
 #   all   = build suite, then the rest of quick.
 #
 # Budget (--budget-s, default 480; 0 = none): a step starts only if the time
@@ -70,8 +76,8 @@ build=build-gpu
 out=${OUT:-$root/gpu-check-out}
 budget=480
 steps=()
-quick=(build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet)
-step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet tf"
+quick=(build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel)
+step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel tf"
 while [ $# -gt 0 ]; do
   case $1 in
     --kit) kit=$2; shift 2 ;;
@@ -302,12 +308,44 @@ step_torch2() {
 }
 
 step_resnet() {
-  # Without a GPU the example would train on the CPU: nothing of the GPU path.
   need_gpu || return
-  echo "== synthetic ResNet-50 with CUDA tensors, np=1"
+  echo "== synthetic ResNet-50 at np=1: kolo's DistributedOptimizer, DDP, no distribution"
   PYTHONPATH=$build/python timeout 300 "$build/launcher/kolorun" -np 1 "$python" \
-    "$root/examples/pytorch_synthetic_benchmark.py" --model resnet50 --batch-size 64 --num-iters 5 \
-    --json "$logs/resnet50_cuda.json"
+    "$root/bench/gpu_resnet_bench.py" --json "$logs/gpu_resnet.json"
+}
+
+# The kit's kolo wheel for this Python (cp312 for Python 3.12), if any.
+kit_wheel() {
+  local tag
+  tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  find "${kit:-/nonexistent}/kolo-wheels" -name "kolo-*-$tag-$tag-*.whl" 2>/dev/null | sort | tail -1
+}
+
+step_wheel() {
+  local whl dir rc
+  whl=$(kit_wheel)
+  if [ -z "$whl" ]; then
+    need_gpu || return
+    skipped "no kolo wheel for this Python in the kit (scripts/gpu_kit.sh --wheel)"
+    return
+  fi
+  dir=$build/kolo-wheel
+  rm -rf "$dir"
+  echo "== $(basename "$whl"), unpacked into $dir"
+  "$python" -m zipfile -e "$whl" "$dir" || return 1
+  chmod +x "$dir"/kolo-*.data/scripts/*
+  PYTHONPATH=$dir "$python" -c 'import kolo.torch as k; print("the wheel imports; cuda_built", k.cuda_built(), "nccl", k.nccl_built())' ||
+    return 1
+  need_gpu || return
+  echo "== test_torch_cuda.py at np=1 on the wheel"
+  PYTHONPATH=$dir all_or_skipped timeout 300 "$dir"/kolo-*.data/scripts/kolorun -np 1 "$python" \
+    -m pytest -q -rs -p no:cacheprovider "$root/test/python/test_torch_cuda.py"
+  rc=$?
+  echo "== kolo.torch vs torch.distributed on the wheel"
+  PYTHONPATH=$dir timeout 300 "$dir"/kolo-*.data/scripts/kolorun -np 1 "$python" \
+    "$root/bench/gpu_torch_bench.py" --max-bytes $((1 << 20)) --json "$logs/gpu_torch_wheel.json" ||
+    rc=1
+  return $rc
 }
 
 step_tf() {
@@ -380,7 +418,7 @@ write_results() {
 import json, os, sys
 logs, dest, gpu = sys.argv[1:]
 result = {"gpu": gpu}
-for name in ("gpu_allreduce", "gpu_copy", "gpu_torch", "resnet50_cuda"):
+for name in ("gpu_allreduce", "gpu_copy", "gpu_torch", "gpu_resnet", "gpu_torch_wheel"):
     path = os.path.join(logs, name + ".json")
     try:
         with open(path) as f:
@@ -399,10 +437,14 @@ EOF
 # budget is left.
 declare -A STEP_ESTIMATE_S=(
   [build]=120 [suite]=900 [gpu]=20 [torch1]=40 [speed]=60 [memcheck]=60 [racecheck]=40
-  [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40 [resnet]=40
+  [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40
   # Not yet run on a GPU: the GPU tests at np=2 over two hosts (their NCCL
   # communicators through the ssh stand-in), about tworanks' twice.
   [hosts2]=40
+  # Not yet run on a GPU: three ResNet-50 copies, 165 steps of about 40 ms on an
+  # H100 and their start; the wheel's test_torch_cuda.py (as torch1) and a short
+  # gpu_torch_bench.py.
+  [resnet]=60 [wheel]=60
   # Not yet run on a GPU: TensorFlow's import and the op library's compile on first
   # import (about 10 s of one core here) with room to spare.
   [tf]=180

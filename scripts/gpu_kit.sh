@@ -7,7 +7,7 @@
 # on the GPU machine from the carried tree, unpacks it there into a scratch
 # folder and never into /. See docs/gpu.md.
 #
-#   scripts/gpu_kit.sh [--nccl NCCL_BUILD_DIR] [kit_dir]
+#   scripts/gpu_kit.sh [--nccl NCCL_BUILD_DIR] [--wheel KOLO_WHEEL]... [kit_dir]
 #
 # --nccl adds an NCCL built here from its public source (NVIDIA/nccl, `make
 # src.build NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90`; its build/ folder
@@ -15,22 +15,37 @@
 # the lent machine's one GPU, and those machines had 2.28. Its library,
 # stripped, and nccl.h go as nccl.tar.xz; gpu_check.sh uses it on a GPU of
 # compute capability 9.0 (H100, H200), the one architecture it is built for.
+# --wheel adds a kolo wheel as users install it (kolo-wheels/; gpu_check.sh's
+# step wheel runs the GPU tests on the one for the GPU machine's Python).
 #
 # The kit holds Debian bookworm's own .deb files, as `apt-get download` fetches
 # them (Open MPI 4.1 is the one kolo is tested with here, and kolorun speaks its
 # options), the pybind11 wheel from PyPI (its headers support current Python;
 # Debian's 2.10 predates 3.12), and MANIFEST (name, version, sha256 of each).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 nccl_build=""
-if [ "${1:-}" = --nccl ]; then
-  nccl_build=$2
-  shift 2
+kolo_wheels=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nccl) nccl_build=$(realpath "$2"); shift 2 ;;
+    --wheel)
+      if [ ! -f "$2" ] || [[ $2 != *.whl ]]; then
+        echo "gpu_kit: --wheel takes a kolo .whl file, not '$2'"
+        exit 1
+      fi
+      kolo_wheels+=("$(realpath "$2")"); shift 2 ;;
+    -*) echo "gpu_kit: unknown option '$1' (--nccl DIR, --wheel FILE)"; exit 1 ;;
+    *) break ;;
+  esac
+done
+if [ -n "$nccl_build" ]; then
   if [ ! -f "$nccl_build/include/nccl.h" ] || [ ! -e "$nccl_build/lib/libnccl.so.2" ]; then
     echo "gpu_kit: $nccl_build has no include/nccl.h and lib/libnccl.so.2 (an NCCL build/ folder)"
     exit 1
   fi
 fi
+# The kit folder is named relative to the source tree, as before the options.
+cd "$(dirname "$0")/.."
 kit=${1:-gpu-kit}
 
 # Open MPI with everything its libraries and components load (the Debian
@@ -77,6 +92,10 @@ done
 "$pip_python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
   -d "$tmp/wheels" "${wheels[@]}"
 
+if [ ${#kolo_wheels[@]} -gt 0 ]; then
+  mkdir -p "$tmp/kolo-wheels"
+  cp "${kolo_wheels[@]}" "$tmp/kolo-wheels/"
+fi
 if [ -n "$nccl_build" ]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/include" "$stage/lib"
@@ -99,7 +118,8 @@ fi
     printf '%s %s %s\n' "$(dpkg-deb -f "$f" Package)" "$(dpkg-deb -f "$f" Version)" \
       "$(sha256sum "$f" | cut -d' ' -f1)"
   done
-  for f in wheels/*.whl; do
+  for f in wheels/*.whl kolo-wheels/*.whl; do
+    [ -f "$f" ] || continue
     printf '%s - %s\n' "$(basename "$f")" "$(sha256sum "$f" | cut -d' ' -f1)"
   done
 ) >"$tmp/MANIFEST"
@@ -113,4 +133,4 @@ rm -rf "$kit"
 mv "$tmp" "$kit"
 with_nccl=""
 [ ! -f "$kit/nccl.tar.xz" ] || with_nccl=", NCCL $(awk '$1 == "nccl" { print $2 }' "$kit/MANIFEST") ($(($(stat -c %s "$kit/nccl.tar.xz") / 1048576)) MiB)"
-echo "gpu_kit: $kit holds $(ls "$kit/debs" | wc -l) Debian packages and $(ls "$kit/wheels" | wc -l) wheel(s)$with_nccl, ${size_mib} MiB"
+echo "gpu_kit: $kit holds $(ls "$kit/debs" | wc -l) Debian packages, $(ls "$kit/wheels" | wc -l) wheel(s), $(find "$kit" -path "*/kolo-wheels/*.whl" | wc -l) kolo wheel(s)$with_nccl, ${size_mib} MiB"
