@@ -51,7 +51,7 @@ check() {
 }
 
 check "everything fits" 480 \
-  "build=100 gpu=10 torch1=20 speed=30 memcheck=20 racecheck=10 synccheck=10 tworanks=5 torch2=10 hosts2=10 faults=10 resnet=10" \
+  "build=100 gpu=10 torch1=20 speed=30 memcheck=20 racecheck=10 synccheck=10 tworanks=5 torch2=10 hosts2=10 faults=10 resnet=10 wheel=10" \
   0 "build: ok in 100 s
 gpu: ok in 10 s
 torch1: ok in 20 s
@@ -63,7 +63,8 @@ tworanks: ok in 5 s
 torch2: ok in 10 s
 hosts2: ok in 10 s
 faults: ok in 10 s
-resnet: ok in 10 s"
+resnet: ok in 10 s
+wheel: ok in 10 s"
 
 # 80 s left after the build: a step starts only where its estimate fits, and
 # smaller steps after a skipped one still run.
@@ -80,7 +81,8 @@ tworanks: ok in 5 s
 torch2: skipped (needs ~30 s, 25 s of the budget left)
 hosts2: skipped (needs ~40 s, 25 s of the budget left)
 faults: skipped (needs ~40 s, 25 s of the budget left)
-resnet: skipped (needs ~40 s, 25 s of the budget left)"
+resnet: skipped (needs ~60 s, 25 s of the budget left)
+wheel: skipped (needs ~60 s, 25 s of the budget left)"
 
 check "a step that outruns the budget is cut there" 150 "build=100 gpu=60" \
   1 "build: ok in 100 s
