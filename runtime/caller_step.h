@@ -12,7 +12,9 @@ enum class CallerStep {
   kStop,
   // Work runs on a GPU (its operation, or one started before it): watch the
   // devices' events. A negotiation round per look would cost every rank a
-  // round; the events cost this thread alone.
+  // round; the events cost this thread alone. For a while only: past its
+  // patience the caller stops (kStop) and the background thread, which also
+  // runs the rounds that notice a lost rank, watches the rest.
   kPollDevice,
   // Negotiate and run what is ready, its operation among it once every rank
   // asked for it.
@@ -21,12 +23,14 @@ enum class CallerStep {
 
 // `steps`: how many steps this caller took since it took the lock; the first
 // one is taken whatever the time, so that a caller whose slice is over before
-// it started still runs the cycle it came for.
+// it started still runs the cycle it came for. `device_patience_over`: it has
+// watched device work for longer than it may.
 constexpr CallerStep NextCallerStep(bool done, bool stopped, bool device_busy, bool past_until,
-                                    int steps) {
+                                    bool device_patience_over, int steps) {
   if (done || stopped) return CallerStep::kStop;
   if (steps > 0 && past_until) return CallerStep::kStop;
-  return device_busy ? CallerStep::kPollDevice : CallerStep::kRunCycle;
+  if (!device_busy) return CallerStep::kRunCycle;
+  return device_patience_over ? CallerStep::kStop : CallerStep::kPollDevice;
 }
 
 }  // namespace kolo

@@ -132,9 +132,18 @@ void RuntimeImpl::RunCyclesFor(Work& work, Clock::time_point until) {
       return;
     }
     CycleEnd end = CycleEnd::kRan;
+    Clock::time_point watching_since;  // when it began to watch device work
     for (int steps = 0;; ++steps) {
-      const CallerStep step = NextCallerStep(work.done(), cycles_ended_, executor_->gpu_busy(),
-                                             Clock::now() >= until, steps);
+      const auto now = Clock::now();
+      const bool device_busy = executor_->gpu_busy();
+      if (!device_busy) {
+        watching_since = Clock::time_point();
+      } else if (watching_since == Clock::time_point()) {
+        watching_since = now;
+      }
+      const CallerStep step =
+          NextCallerStep(work.done(), cycles_ended_, device_busy, now >= until,
+                         device_busy && now - watching_since > kCallerDevicePatience, steps);
       if (step == CallerStep::kStop) break;
       if (step == CallerStep::kPollDevice) {
         // Device work in flight: this thread watches it finish (the

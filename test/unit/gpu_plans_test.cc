@@ -189,25 +189,30 @@ TEST(ObjectPool, ThreadsShareItWithoutMakingMoreThanTheyHold) {
   EXPECT_EQ(pool.idle(), pool.made());
 }
 
+// NextCallerStep(done, stopped, device_busy, past_until, device_patience_over, steps)
 TEST(CallerStep, RunsTheCycleItCameForThenWatchesTheDevice) {
   // Its operation queued, nothing on a GPU: a round.
-  EXPECT_EQ(NextCallerStep(false, false, false, false, 0), CallerStep::kRunCycle);
+  EXPECT_EQ(NextCallerStep(false, false, false, false, false, 0), CallerStep::kRunCycle);
   // The round started it on a GPU: watch the events, no second round.
-  EXPECT_EQ(NextCallerStep(false, false, true, false, 1), CallerStep::kPollDevice);
+  EXPECT_EQ(NextCallerStep(false, false, true, false, false, 1), CallerStep::kPollDevice);
   // Another thread's device work in flight before its own was negotiated:
   // watched first (it finishes on its own), then the round.
-  EXPECT_EQ(NextCallerStep(false, false, true, false, 0), CallerStep::kPollDevice);
-  EXPECT_EQ(NextCallerStep(false, false, false, false, 5), CallerStep::kRunCycle);
+  EXPECT_EQ(NextCallerStep(false, false, true, false, false, 0), CallerStep::kPollDevice);
+  EXPECT_EQ(NextCallerStep(false, false, false, false, false, 5), CallerStep::kRunCycle);
 }
 
-TEST(CallerStep, StopsWhenDoneStoppedOrItsSliceIsOver) {
-  EXPECT_EQ(NextCallerStep(true, false, true, false, 3), CallerStep::kStop);
-  EXPECT_EQ(NextCallerStep(false, true, false, false, 0), CallerStep::kStop);
-  EXPECT_EQ(NextCallerStep(false, false, true, true, 1), CallerStep::kStop);
-  EXPECT_EQ(NextCallerStep(false, false, false, true, 1), CallerStep::kStop);
+TEST(CallerStep, StopsWhenDoneStoppedOrItsSliceOrPatienceIsOver) {
+  EXPECT_EQ(NextCallerStep(true, false, true, false, false, 3), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, true, false, false, false, 0), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, false, true, true, false, 1), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, false, false, true, false, 1), CallerStep::kStop);
   // A slice over before the first step still gets the step it came for.
-  EXPECT_EQ(NextCallerStep(false, false, false, true, 0), CallerStep::kRunCycle);
-  EXPECT_EQ(NextCallerStep(false, false, true, true, 0), CallerStep::kPollDevice);
+  EXPECT_EQ(NextCallerStep(false, false, false, true, false, 0), CallerStep::kRunCycle);
+  EXPECT_EQ(NextCallerStep(false, false, true, true, false, 0), CallerStep::kPollDevice);
+  // Device work that outlasts the caller's patience goes to the background
+  // thread, whose rounds notice a lost rank; nothing on a device, no patience.
+  EXPECT_EQ(NextCallerStep(false, false, true, false, true, 4), CallerStep::kStop);
+  EXPECT_EQ(NextCallerStep(false, false, false, false, true, 4), CallerStep::kRunCycle);
 }
 
 }  // namespace
