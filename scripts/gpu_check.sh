@@ -7,6 +7,9 @@
 #   scripts/gpu_check.sh [--kit DIR] [--build DIR] [--out DIR] [--budget-s N] STEP...
 #
 # Steps (each appends a line to the summary):
+#   nccl       where the NCCL found is older than 2.30 and the kit brings NCCL's
+#              source (gpu_kit.sh --nccl SOURCE_DIR): build it for this GPU into
+#              <build>-nccl, used from then on (minutes; skipped when not needed)
 #   build      unpack the kit (if --kit names one), configure with CUDA for this
 #              machine's GPU (native; sm_90 where no GPU answers), build
 #   suite      the whole normal CTest suite of that build (gpu.np1 included)
@@ -46,10 +49,10 @@
 #              built; skipped, saying why, where there is none (a lent machine: the
 #              CUDA wheel is far over what reaches it). Not in quick.
 # Groups: sanitize = memcheck racecheck synccheck; torch = torch1 torch2 resnet;
-#   quick = build gpu torch1 speed memcheck racecheck synccheck tworanks torch2
+#   quick = nccl build gpu torch1 speed memcheck racecheck synccheck tworanks torch2
 #           hosts2 faults resnet wheel, in that order of value: one call of a lent
 #           machine;
-#   all   = build suite, then the rest of quick.
+#   all   = nccl build suite, then the rest of quick.
 #
 # Budget (--budget-s, default 480; 0 = none): a step starts only if the time
 # left covers its estimate (STEP_ESTIMATE_S below, measured on a lent H100)
@@ -57,8 +60,9 @@
 # speed.json and logs.tgz are rewritten after every step, so a call cut off at
 # its limit still brings back everything measured so far.
 #
-# NCCL: NCCL_HOME, else the kit's (scripts/gpu_kit.sh --nccl: built for sm_90, so
-# used where the GPU is of compute capability 9.0 or none answers), else the CUDA
+# NCCL: NCCL_HOME, else the one step nccl built, else the kit's (scripts/gpu_kit.sh
+# --nccl: built for sm_90, so used where the GPU is of compute capability 9.0 or
+# none answers), else the CUDA
 # toolkit's, /usr's, or the nvidia-nccl wheel's beside PyTorch. Every step runs
 # with that NCCL's lib folder (unless a system one) first on LD_LIBRARY_PATH, so
 # that kolo and PyTorch load the NCCL kolo was built against.
@@ -76,8 +80,8 @@ build=build-gpu
 out=${OUT:-$root/gpu-check-out}
 budget=480
 steps=()
-quick=(build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel)
-step_names="build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel tf"
+quick=(nccl build gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel)
+step_names="nccl build suite gpu torch1 speed memcheck racecheck synccheck tworanks torch2 hosts2 faults resnet wheel tf"
 while [ $# -gt 0 ]; do
   case $1 in
     --kit) kit=$2; shift 2 ;;
@@ -85,7 +89,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --budget-s) budget=$2; shift 2 ;;
     quick) steps+=("${quick[@]}"); shift ;;
-    all) steps+=(build suite "${quick[@]:1}"); shift ;;
+    all) steps+=(nccl build suite "${quick[@]:2}"); shift ;;
     sanitize) steps+=(memcheck racecheck synccheck); shift ;;
     torch) steps+=(torch1 torch2 resnet); shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -129,10 +133,15 @@ gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ -z "${GPU_CHECK_FAKE_CLOCK:-}" ] || gpu_count=${GPU_CHECK_FAKE_GPUS:-$gpu_count}
 note "machine: ${gpu_name:-no GPU answers nvidia-smi}; $(nproc) cores; kit: ${kit:-none}"
 
+# Where step nccl builds the kit's NCCL source for this GPU (kept with the build).
+nccl_build_dir=$root/${build%/}-nccl
+[[ $build != /* ]] || nccl_build_dir=${build%/}-nccl
+
 nccl_dir() {
-  local d cap
+  local d cap built=""
   cap=${gpu_name##*, }
-  for d in "${NCCL_HOME:-}" "${GPU_KIT_NCCL_HOME:-}" /usr/local/cuda /usr; do
+  [ ! -e "$nccl_build_dir/lib/libnccl.so.2" ] || built=$nccl_build_dir
+  for d in "${NCCL_HOME:-}" "$built" "${GPU_KIT_NCCL_HOME:-}" /usr/local/cuda /usr; do
     if [ -z "$d" ] || [ ! -f "$d/include/nccl.h" ]; then continue; fi
     if [ "$d" = "${GPU_KIT_NCCL_HOME:-}" ] && [ -n "$gpu_name" ] && [ "$cap" != 9.0 ]; then
       echo "gpu_check: the kit's NCCL is built for sm_90, this GPU is $cap: not using it" >&2
@@ -168,25 +177,30 @@ two_rank_mode() {
   fi
 }
 
-nccl=$(nccl_dir)
-nccl_lib=""
-nccl_code=0
-if [ -n "$nccl" ]; then
-  nccl_lib=$(ls "$nccl"/lib/libnccl.so "$nccl"/lib/libnccl.so.2 "$nccl"/lib/x86_64-linux-gnu/libnccl.so 2>/dev/null | head -1)
-  nccl_code=$(nccl_header_version "$nccl/include/nccl.h")
-  # kolo and PyTorch load this NCCL (libnccl.so.2 is found on LD_LIBRARY_PATH
-  # first); a system folder stays where the dynamic linker has it, behind the kit's.
-  if [ -n "$nccl_lib" ] && [[ $nccl_lib != /usr/lib/* && $nccl_lib != /lib/* ]]; then
-    LD_LIBRARY_PATH=$(dirname "$nccl_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LD_LIBRARY_PATH
+# The NCCL the steps build with and load, and so how two ranks run; again after
+# step nccl built one.
+choose_nccl() {
+  nccl=$(nccl_dir)
+  nccl_lib=""
+  nccl_code=0
+  if [ -n "$nccl" ]; then
+    nccl_lib=$(ls "$nccl"/lib/libnccl.so "$nccl"/lib/libnccl.so.2 "$nccl"/lib/x86_64-linux-gnu/libnccl.so 2>/dev/null | head -1)
+    nccl_code=$(nccl_header_version "$nccl/include/nccl.h")
+    # kolo and PyTorch load this NCCL (libnccl.so.2 is found on LD_LIBRARY_PATH
+    # first); a system folder stays where the dynamic linker has it, behind the kit's.
+    if [ -n "$nccl_lib" ] && [[ $nccl_lib != /usr/lib/* && $nccl_lib != /lib/* ]]; then
+      LD_LIBRARY_PATH=$(dirname "$nccl_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      export LD_LIBRARY_PATH
+    fi
   fi
-fi
-two_ranks=$(two_rank_mode "${gpu_count:-0}" "$nccl_code")
-case $two_ranks in
-  own) note "two ranks: a GPU each" ;;
-  shared) note "two ranks: on one GPU, NCCL $(nccl_name "$nccl_code") ($nccl_lib) in its multi-rank mode" ;;
-  *) note "two ranks: ${two_ranks#skip: }" ;;
-esac
+  two_ranks=$(two_rank_mode "${gpu_count:-0}" "$nccl_code")
+  case $two_ranks in
+    own) note "two ranks: a GPU each" ;;
+    shared) note "two ranks: on one GPU, NCCL $(nccl_name "$nccl_code") ($nccl_lib) in its multi-rank mode" ;;
+    *) note "two ranks: ${two_ranks#skip: }" ;;
+  esac
+}
+choose_nccl
 # What a step of two ranks on one GPU runs with (NVLS cannot have two ranks of a
 # communicator on one GPU; few CTAs each, so that both ranks' kernels fit).
 two_rank_env() {
@@ -196,6 +210,31 @@ two_rank_env() {
 }
 # Steps that need two ranks on devices that NCCL accepts, skipped where there are none.
 needs_two_gpu_ranks=" tworanks torch2 hosts2 "
+
+# The kit's NCCL source (gpu_kit.sh --nccl SOURCE_DIR), built here for this GPU
+# only, where the NCCL found cannot share a GPU: NCCL >= 2.30 for the np=2 steps
+# on one GPU. Once built, it stays beside the build and is used from then on.
+step_nccl() {
+  local cap
+  if [ -e "$nccl_build_dir/lib/libnccl.so.2" ]; then
+    echo "NCCL $(nccl_name "$(nccl_header_version "$nccl_build_dir/include/nccl.h")") already built in $nccl_build_dir"
+    return 0
+  fi
+  need_gpu || return
+  [ -n "${GPU_KIT_NCCL_SRC:-}" ] || { skipped "no NCCL source in the kit (scripts/gpu_kit.sh --nccl SOURCE_DIR)"; return; }
+  if [ "$nccl_code" -ge 23000 ]; then
+    skipped "NCCL $(nccl_name "$nccl_code") here can share a GPU already"
+    return
+  fi
+  cap=${gpu_name##*, }
+  cap=${cap/./}
+  echo "== NCCL from $GPU_KIT_NCCL_SRC for sm_$cap into $nccl_build_dir"
+  make -C "$GPU_KIT_NCCL_SRC" -j "$(nproc)" src.build BUILDDIR="$nccl_build_dir" \
+    CUDA_HOME="$(dirname "$(dirname "$(command -v nvcc)")")" \
+    NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap" >"$logs/nccl-make.log" 2>&1 ||
+    { tail -n 30 "$logs/nccl-make.log"; return 1; }
+  ls -l "$nccl_build_dir"/lib/libnccl.so*
+}
 
 step_build() {
   local arch
@@ -445,6 +484,9 @@ declare -A STEP_ESTIMATE_S=(
   # H100 and their start; the wheel's test_torch_cuda.py (as torch1) and a short
   # gpu_torch_bench.py.
   [resnet]=60 [wheel]=60
+  # Not yet run on a GPU: NCCL for one architecture on the machine's cores (16 on
+  # the lent H100s); on 2 cores here it took hours.
+  [nccl]=420
   # Not yet run on a GPU: TensorFlow's import and the op library's compile on first
   # import (about 10 s of one core here) with room to spare.
   [tf]=180
@@ -540,6 +582,7 @@ for s in "${steps[@]}"; do
   [ "$took" -le "$need" ] || result="$result, over its $need s estimate"
   note "$s: $result"
   [ "$s" = build ] && [ $rc -ne 0 ] && built=no
+  [ "$s" != nccl ] || [ $rc -ne 0 ] || choose_nccl
   write_results
 done
 rm -rf "$logs"

@@ -9,12 +9,14 @@
 #
 #   scripts/gpu_kit.sh [--nccl NCCL_BUILD_DIR] [--wheel KOLO_WHEEL]... [kit_dir]
 #
-# --nccl adds an NCCL built here from its public source (NVIDIA/nccl, `make
-# src.build NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90`; its build/ folder
-# holds include/nccl.h and lib/libnccl.so.2): NCCL >= 2.30 lets two ranks share
-# the lent machine's one GPU, and those machines had 2.28. Its library,
-# stripped, and nccl.h go as nccl.tar.xz; gpu_check.sh uses it on a GPU of
-# compute capability 9.0 (H100, H200), the one architecture it is built for.
+# --nccl adds NCCL >= 2.30, which lets two ranks share the lent machine's one
+# GPU (those machines had 2.28), either built (an NCCL build/ folder, from
+# `make src.build NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90`: its
+# library, stripped, and nccl.h go as nccl.tar.xz, which gpu_check.sh uses on
+# a GPU of compute capability 9.0, H100 or H200) or as its source (a checkout
+# of NVIDIA/nccl at a 2.30 tag, 0.8 MiB as nccl-src.tar.xz, which gpu_check.sh's
+# step nccl builds there for that GPU: one architecture takes hours on two
+# cores here).
 # --wheel adds a kolo wheel as users install it (kolo-wheels/; gpu_check.sh's
 # step wheel runs the GPU tests on the one for the GPU machine's Python).
 #
@@ -38,9 +40,13 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-if [ -n "$nccl_build" ]; then
+nccl_src=""
+if [ -n "$nccl_build" ] && [ -f "$nccl_build/makefiles/version.mk" ] && [ -d "$nccl_build/src" ]; then
+  nccl_src=$nccl_build
+  nccl_build=""
+elif [ -n "$nccl_build" ]; then
   if [ ! -f "$nccl_build/include/nccl.h" ] || [ ! -e "$nccl_build/lib/libnccl.so.2" ]; then
-    echo "gpu_kit: $nccl_build has no include/nccl.h and lib/libnccl.so.2 (an NCCL build/ folder)"
+    echo "gpu_kit: $nccl_build is neither an NCCL build/ folder (include/nccl.h, lib/libnccl.so.2) nor NCCL's source (makefiles/version.mk, src/)"
     exit 1
   fi
 fi
@@ -108,8 +114,17 @@ if [ -n "$nccl_build" ]; then
   rm -rf "$stage"
 fi
 
+if [ -n "$nccl_src" ]; then
+  tar -C "$nccl_src" --exclude=./build --exclude=./.git -cJf "$tmp/nccl-src.tar.xz" .
+fi
+
 (
   cd "$tmp"
+  if [ -f nccl-src.tar.xz ]; then
+    printf 'nccl-src %s %s\n' "$(awk '$1 ~ /^NCCL_(MAJOR|MINOR|PATCH)$/ { v[$1] = $3 }
+      END { print v["NCCL_MAJOR"] "." v["NCCL_MINOR"] "." v["NCCL_PATCH"] }' "$nccl_src/makefiles/version.mk")" \
+      "$(sha256sum nccl-src.tar.xz | cut -d' ' -f1)"
+  fi
   if [ -f nccl.tar.xz ]; then
     printf 'nccl %s %s\n' "$(awk '$2 == "NCCL_MAJOR" { M = $3 } $2 == "NCCL_MINOR" { m = $3 } $2 == "NCCL_PATCH" { p = $3 }
       END { print M "." m "." p "-sm_90" }' "$nccl_build/include/nccl.h")" "$(sha256sum nccl.tar.xz | cut -d' ' -f1)"
@@ -133,4 +148,5 @@ rm -rf "$kit"
 mv "$tmp" "$kit"
 with_nccl=""
 [ ! -f "$kit/nccl.tar.xz" ] || with_nccl=", NCCL $(awk '$1 == "nccl" { print $2 }' "$kit/MANIFEST") ($(($(stat -c %s "$kit/nccl.tar.xz") / 1048576)) MiB)"
+[ ! -f "$kit/nccl-src.tar.xz" ] || with_nccl=", NCCL $(awk '$1 == "nccl-src" { print $2 }' "$kit/MANIFEST")'s source"
 echo "gpu_kit: $kit holds $(ls "$kit/debs" | wc -l) Debian packages, $(ls "$kit/wheels" | wc -l) wheel(s), $(find "$kit" -path "*/kolo-wheels/*.whl" | wc -l) kolo wheel(s)$with_nccl, ${size_mib} MiB"

@@ -7,7 +7,8 @@
 # Exports GPU_KIT_ROOT (the unpacked tree), GPU_KIT_CMAKE_ARGS (the
 # -D options that make CMake find MPI, flatbuffers, GoogleTest, Boost, CLI11
 # and pybind11 there) and, where the kit brings an NCCL (gpu_kit.sh --nccl),
-# GPU_KIT_NCCL_HOME (its include/ and lib/). Unpacking is skipped when <unpack_dir> already holds
+# GPU_KIT_NCCL_HOME (its include/ and lib/) or GPU_KIT_NCCL_SRC (its source, for
+# gpu_check.sh's step nccl). Unpacking is skipped when <unpack_dir> already holds
 # this kit (its MANIFEST).
 
 kolo_kit_unpack() {
@@ -33,6 +34,9 @@ kolo_kit_unpack() {
     done
     if [ -f "$kit/nccl.tar.xz" ]; then
       mkdir -p "$dir/nccl" && tar -xJf "$kit/nccl.tar.xz" -C "$dir/nccl" || return 1
+    fi
+    if [ -f "$kit/nccl-src.tar.xz" ]; then
+      mkdir -p "$dir/nccl-src" && tar -xJf "$kit/nccl-src.tar.xz" -C "$dir/nccl-src" || return 1
     fi
     # update-alternatives' links, which dpkg -x does not make.
     local b
@@ -73,4 +77,7 @@ export GPU_KIT_CMAKE_ARGS
 GPU_KIT_NCCL_HOME=""
 [ ! -f "$2/nccl/include/nccl.h" ] || GPU_KIT_NCCL_HOME=$(cd "$2/nccl" && pwd)
 export GPU_KIT_NCCL_HOME
+GPU_KIT_NCCL_SRC=""
+[ ! -f "$2/nccl-src/makefiles/version.mk" ] || GPU_KIT_NCCL_SRC=$(cd "$2/nccl-src" && pwd)
+export GPU_KIT_NCCL_SRC
 unset _kolo_multiarch _kolo_lib

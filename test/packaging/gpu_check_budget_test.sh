@@ -52,7 +52,8 @@ check() {
 
 check "everything fits" 480 \
   "build=100 gpu=10 torch1=20 speed=30 memcheck=20 racecheck=10 synccheck=10 tworanks=5 torch2=10 hosts2=10 faults=10 resnet=10 wheel=10" \
-  0 "build: ok in 100 s
+  0 "nccl: ok in 0 s
+build: ok in 100 s
 gpu: ok in 10 s
 torch1: ok in 20 s
 speed: ok in 30 s
@@ -70,7 +71,8 @@ wheel: ok in 10 s"
 # smaller steps after a skipped one still run.
 check "a slow build leaves room for the small steps only" 480 \
   "build=400 gpu=10 torch1=20 racecheck=10 synccheck=10 tworanks=5" \
-  0 "build: ok in 400 s, over its 120 s estimate
+  0 "nccl: ok in 0 s
+build: ok in 400 s, over its 120 s estimate
 gpu: ok in 10 s
 torch1: ok in 20 s
 speed: skipped (needs ~60 s, 50 s of the budget left)
@@ -104,7 +106,8 @@ suite: ok in 5000 s, over its 900 s estimate" build suite
 
 # Killed inside speed: what was measured before is there.
 check "killed mid-way, the summary so far is kept" 480 "build=30 gpu=5 torch1=5 speed=5:kill" \
-  137 "build: ok in 30 s
+  137 "nccl: ok in 0 s
+build: ok in 30 s
 gpu: ok in 5 s
 torch1: ok in 5 s"
 for f in speed.json logs.tgz; do
@@ -157,6 +160,15 @@ torch2: skipped (no CUDA device answers nvidia-smi) in 0 s
 hosts2: skipped (no CUDA device answers nvidia-smi) in 0 s
 faults: ok in 0 s" \
   "faults - - - -"
+
+# NCCL that step nccl built beside the build (here made up beforehand) is taken
+# before the machine's: two ranks share the one GPU.
+fake_nccl b-nccl 2.30.7
+GPUS=1 check "one GPU, NCCL 2.30 built by step nccl" 480 "" 0 "nccl: ok in 0 s
+tworanks: ok in 0 s" --build "$work/b" nccl tworanks
+got=$(grep '^two ranks:' "$work/out/summary.txt" | sort -u)
+want="two ranks: on one GPU, NCCL 2.30.7 ($work/b-nccl/lib/libnccl.so.2) in its multi-rank mode"
+[ "$got" = "$want" ] || { echo "FAILED: step nccl's NCCL: '$got', not '$want'"; failures=$((failures + 1)); }
 
 for bad in "--budget-s soon" "warp"; do
   # shellcheck disable=SC2086
