@@ -56,7 +56,7 @@ echo "== quick, as on a lent machine: every step starts, skips without a GPU, wi
 scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/quick" quick ||
   { echo "gpu kit test: gpu_check.sh quick failed"; exit 1; }
 steps=$(grep -Evc '^(machine|two ranks):' "$WORK/quick/summary.txt")
-[ "$steps" = 13 ] || { echo "gpu kit test: quick ran $steps steps, not 13"; exit 1; }
+[ "$steps" = 14 ] || { echo "gpu kit test: quick ran $steps steps, not 14"; exit 1; }
 grep -q '^two ranks: no CUDA device answers nvidia-smi$' "$WORK/quick/summary.txt" ||
   { echo "gpu kit test: the summary does not say why two ranks cannot run here"; exit 1; }
 if grep -Ev '^(machine|two ranks):' "$WORK/quick/summary.txt" |
