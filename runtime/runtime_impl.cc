@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "caller_step.h"
 #include "fusion_planner.h"
 #include "logging.h"
 
@@ -125,20 +126,36 @@ void RuntimeImpl::BackgroundLoop() {
 }
 
 void RuntimeImpl::RunCyclesFor(Work& work, Clock::time_point until) {
-  if (caller_runs_ && work.on_host() && round_mutex_.TryLock()) {
+  if (caller_runs_ && round_mutex_.TryLock()) {
     if (cycles_ended_) {  // kolo stopped: what is left completes without cycles
       round_mutex_.Unlock();
       return;
     }
     CycleEnd end = CycleEnd::kRan;
-    while (!cycles_ended_ && !work.done()) {
+    Clock::time_point watching_since;  // when it began to watch device work
+    for (int steps = 0;; ++steps) {
+      const auto now = Clock::now();
+      const bool device_busy = executor_->gpu_busy();
+      if (!device_busy) {
+        watching_since = Clock::time_point();
+      } else if (watching_since == Clock::time_point()) {
+        watching_since = now;
+      }
+      const CallerStep step =
+          NextCallerStep(work.done(), cycles_ended_, device_busy, now >= until,
+                         device_busy && now - watching_since > kCallerDevicePatience, steps);
+      if (step == CallerStep::kStop) break;
+      if (step == CallerStep::kPollDevice) {
+        // Device work in flight: this thread watches it finish (the
+        // operation's entries complete here), no round with the other ranks.
+        executor_->PollGpu();
+        CompleteExecuted();
+        continue;
+      }
       ++cycles_by_callers_;
       end = RunGuardedCycle(kCallerPatience);
       if (end == CycleEnd::kUnfinished) ++left_unfinished_;
       if (end != CycleEnd::kRan) break;
-      // Rounds that come back at once while the other ranks wait for other
-      // tensors would keep the caller here: its slice of waiting is over.
-      if (!work.done() && Clock::now() >= until) break;
     }
     // The background thread must go on with what this left: a round still in
     // flight, the end of the cycles, or entries that wait on other ranks.

@@ -183,6 +183,10 @@ class RuntimeImpl {
   // before it leaves the round to the background thread: ranks in step arrive
   // within microseconds; a caller must not stop signal handlers for longer.
   static constexpr Clock::duration kCallerPatience = std::chrono::milliseconds(1);
+  // How long such a caller watches device work (RunCyclesFor, NextCallerStep)
+  // before it leaves the rest to the background thread: longer than a small
+  // collective takes, short enough that a lost rank is noticed by the rounds.
+  static constexpr Clock::duration kCallerDevicePatience = std::chrono::milliseconds(20);
   // Held by the thread that runs a cycle (the background thread, or a caller
   // in RunCyclesFor), and by Create and Shutdown around what they build and
   // tear down. What it guards is what a cycle works on.

@@ -153,7 +153,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
   // A caller that waits at once runs the cycle itself (RunCyclesFor), or wakes
   // the background thread there. A start that joins a batch already due
   // later wakes nobody.
-  if (caller_waits ? !(caller_runs_ && on_host) : wake) queue_cv_.Signal();
+  if (caller_waits ? !caller_runs_ : wake) queue_cv_.Signal();
   return work;
 }
 

@@ -4,9 +4,11 @@
 #
 #   source scripts/gpu_kit_env.sh <kit_dir> <unpack_dir>
 #
-# Exports GPU_KIT_ROOT (the unpacked tree) and GPU_KIT_CMAKE_ARGS (the
+# Exports GPU_KIT_ROOT (the unpacked tree), GPU_KIT_CMAKE_ARGS (the
 # -D options that make CMake find MPI, flatbuffers, GoogleTest, Boost, CLI11
-# and pybind11 there). Unpacking is skipped when <unpack_dir> already holds
+# and pybind11 there) and, where the kit brings an NCCL (gpu_kit.sh --nccl),
+# GPU_KIT_NCCL_HOME (its include/ and lib/) or GPU_KIT_NCCL_SRC (its source, for
+# gpu_check.sh's step nccl). Unpacking is skipped when <unpack_dir> already holds
 # this kit (its MANIFEST).
 
 kolo_kit_unpack() {
@@ -30,6 +32,12 @@ kolo_kit_unpack() {
     for f in "$kit"/wheels/*.whl; do
       python3 -m zipfile -e "$f" "$dir/python" || return 1
     done
+    if [ -f "$kit/nccl.tar.xz" ]; then
+      mkdir -p "$dir/nccl" && tar -xJf "$kit/nccl.tar.xz" -C "$dir/nccl" || return 1
+    fi
+    if [ -f "$kit/nccl-src.tar.xz" ]; then
+      mkdir -p "$dir/nccl-src" && tar -xJf "$kit/nccl-src.tar.xz" -C "$dir/nccl-src" || return 1
+    fi
     # update-alternatives' links, which dpkg -x does not make.
     local b
     for b in mpirun mpiexec mpicc mpicxx mpic++; do
@@ -66,4 +74,10 @@ GPU_KIT_CMAKE_ARGS="-DMPI_C_COMPILER=$GPU_KIT_ROOT/usr/bin/mpicc
 -DCMAKE_PREFIX_PATH=$GPU_KIT_ROOT/usr
 -Dpybind11_DIR=$(cd "$2" && pwd)/python/pybind11/share/cmake/pybind11"
 export GPU_KIT_CMAKE_ARGS
+GPU_KIT_NCCL_HOME=""
+[ ! -f "$2/nccl/include/nccl.h" ] || GPU_KIT_NCCL_HOME=$(cd "$2/nccl" && pwd)
+export GPU_KIT_NCCL_HOME
+GPU_KIT_NCCL_SRC=""
+[ ! -f "$2/nccl-src/makefiles/version.mk" ] || GPU_KIT_NCCL_SRC=$(cd "$2/nccl-src" && pwd)
+export GPU_KIT_NCCL_SRC
 unset _kolo_multiarch _kolo_lib

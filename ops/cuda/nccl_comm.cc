@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "../data_mover.h"
 #include "../mpi.h"
+#include "../shared_gpu.h"
 #include "cuda_util.h"
 
 namespace kolo {
@@ -16,13 +18,15 @@ namespace {
 // Whether every rank of `mpi` can make its communicator, said on every rank
 // (the check's data is the same everywhere, so no rank goes on to wait in
 // ncclCommInitRank for one that stopped): each loaded NCCL (`nccl`) and knows
-// its GPU, and no two ranks share a GPU, which NCCL refuses; the message
-// names them.
+// its GPU, and no two ranks share a GPU unless every rank's NCCL allows it
+// (shared_gpu.h); the message names them.
 Status CheckEveryRankReady(MPI_Comm mpi, int device, int size, const Status& nccl) {
   struct Who {
     char host[64];
     char bus[32];
-    int ok;  // NCCL loaded and the GPU's bus id known
+    int ok;            // NCCL loaded and the GPU's bus id known
+    int shares;        // this rank's NCCL lets ranks share a GPU
+    int nccl_version;  // the loaded NCCL's code
   };
   Who me{};
   gethostname(me.host, sizeof(me.host) - 1);
@@ -32,6 +36,12 @@ Status CheckEveryRankReady(MPI_Comm mpi, int device, int size, const Status& ncc
         CudaStatus(cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), device), "cudaDeviceGetPCIBusId");
   }
   me.ok = mine.ok() ? 1 : 0;
+  if (nccl.ok()) {
+    me.nccl_version = Nccl().version;
+    // NCCL's own setting, read as NCCL reads it (not one of kolo's).
+    me.shares =
+        NcclSharesGpu(me.nccl_version, std::getenv("NCCL_MULTI_RANK_GPU_ENABLE")).allowed ? 1 : 0;
+  }
   std::vector<Who> all(size);
   KOLO_RETURN_IF_ERROR(
       MpiStatus(MPI_Allgather(&me, sizeof(Who), MPI_BYTE, all.data(), sizeof(Who), MPI_BYTE, mpi),
@@ -49,11 +59,14 @@ Status CheckEveryRankReady(MPI_Comm mpi, int device, int size, const Status& ncc
       if (std::strcmp(all[i].host, all[j].host) != 0 || std::strcmp(all[i].bus, all[j].bus) != 0) {
         continue;
       }
+      if (all[i].shares && all[j].shares) continue;
+      const Who& refusing = all[i].shares ? all[j] : all[i];
       return Status::InvalidArgument(
           "ranks " + std::to_string(i) + " and " + std::to_string(j) +
           " of this process set both use the GPU at PCI " + all[i].bus + " on host " + all[i].host +
-          "; NCCL needs one GPU per rank. Start with `kolorun --pin-gpus` (one GPU per local "
-          "rank), or call torch.cuda.set_device(kolo.local_rank()) before using the GPU");
+          "; " + NcclSharesGpu(refusing.nccl_version, nullptr).advice +
+          ". Start with `kolorun --pin-gpus` (one GPU per local rank), or call "
+          "torch.cuda.set_device(kolo.local_rank()) before using the GPU");
     }
   }
   return Status::OK();

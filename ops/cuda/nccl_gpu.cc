@@ -14,6 +14,7 @@
 
 #include "../adasum.h"
 #include "../gpu.h"
+#include "../object_pool.h"
 #include "cuda_util.h"
 #include "kernels.h"
 #include "nccl_comm.h"
@@ -28,10 +29,10 @@ struct DeviceState {
   DeviceBuffer fusion;
 };
 
-// Work in flight: done when `event` fires, failed when a communicator
-// reports an asynchronous error first.
+// Work in flight: done when `event` (from the device's pool) fires, failed
+// when a communicator reports an asynchronous error first.
 struct Pending {
-  Event event;
+  std::shared_ptr<Event> event;
   std::shared_ptr<CommState> comm;
 };
 
@@ -203,10 +204,9 @@ class NcclGpu : public Gpu {
 
   Result<std::shared_ptr<void>> MarkReady(int device, void* stream) override {
     DeviceGuard guard(device);
-    auto event = std::make_shared<Event>();
-    KOLO_RETURN_IF_ERROR(CreateEvent(event.get()));
+    KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Event> event, Events(device).Take());
     KOLO_CUDA(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)));
-    return std::shared_ptr<void>(event);
+    return std::shared_ptr<void>(std::move(event));
   }
 
   std::unique_ptr<GpuComms> MakeComms(MPI_Comm mpi) override {
@@ -343,7 +343,7 @@ class NcclGpu : public Gpu {
 
   Result<bool> Poll(const Token& token) override {
     auto* p = static_cast<Pending*>(token.get());
-    cudaError_t e = cudaEventQuery(p->event.get());
+    cudaError_t e = cudaEventQuery(p->event->get());
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) return CudaStatus(e, "cudaEventQuery");
     KOLO_RETURN_IF_ERROR(p->comm->CheckAsyncErrors());
@@ -449,12 +449,26 @@ class NcclGpu : public Gpu {
     return Launch{d, std::move(c), d->stream.get()};
   }
 
-  static Result<Token> Finish(DeviceState& d, std::shared_ptr<CommState> comm) {
+  Result<Token> Finish(DeviceState& d, std::shared_ptr<CommState> comm) {
     auto p = std::make_shared<Pending>();
-    KOLO_RETURN_IF_ERROR(CreateEvent(&p->event));
-    KOLO_CUDA(cudaEventRecord(p->event.get(), d.stream.get()));
+    KOLO_ASSIGN_OR_RETURN(p->event, Events(d.device).Take());
+    KOLO_CUDA(cudaEventRecord(p->event->get(), d.stream.get()));
     p->comm = std::move(comm);
     return Token(p);
+  }
+
+  // The device's events, made on first use and used again (object_pool.h).
+  // Callers' threads (MarkReady) and the thread that runs the cycles share them.
+  ObjectPool<Event>& Events(int device) EXCLUDES(pools_mu_) {
+    MutexLock lock(&pools_mu_);
+    std::unique_ptr<ObjectPool<Event>>& pool = event_pools_[device];
+    if (!pool) {
+      pool = std::make_unique<ObjectPool<Event>>([device](Event* e) {
+        DeviceGuard guard(device);
+        return CreateEvent(e);
+      });
+    }
+    return *pool;
   }
 
   std::once_flag count_once_;
@@ -462,6 +476,9 @@ class NcclGpu : public Gpu {
   std::string no_device_why_;
   bool hierarchical_;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
+  Mutex pools_mu_;
+  // A pool is never removed, so a reference to one stays valid without the lock.
+  std::map<int, std::unique_ptr<ObjectPool<Event>>> event_pools_ GUARDED_BY(pools_mu_);
   // Adasum across hosts: this rank's block on the host, and the partner's halves.
   std::vector<uint8_t> staging_, scratch_;
 };

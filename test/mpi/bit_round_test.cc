@@ -90,6 +90,28 @@ TEST(BitRound, OffItIsMpi) {
   EXPECT_NE(why.find("KOLO_SHM_NEGOTIATION=0"), std::string::npos) << why;
 }
 
+// A set of one rank (here each rank's MPI_COMM_SELF): the round is back as it
+// starts and leaves the vector as it was, the AND of one vector.
+TEST(BitRound, OneRankNeedsNoExchange) {
+  for (bool shared_memory : {true, false}) {
+    BitRoundOptions options;
+    options.shared_memory = shared_memory;
+    std::string why;
+    auto round = MakeBitRound(MPI_COMM_SELF, options, &why);
+    ASSERT_TRUE(round.ok()) << round.status().ToString();
+    EXPECT_STREQ(round.value()->kind(), "one rank") << why;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<uint64_t> bits = {~uint64_t{0} - static_cast<uint64_t>(i), uint64_t{42} << i};
+      const std::vector<uint64_t> mine = bits;
+      ASSERT_TRUE(round.value()->Start(&bits).ok());
+      bool back = false;
+      ASSERT_TRUE(round.value()->Test(&back).ok());
+      EXPECT_TRUE(back) << "round " << i;
+      EXPECT_EQ(bits, mine) << "round " << i;
+    }
+  }
+}
+
 // Within a host. Across hosts only Open MPI 5's fault tolerance (a revoke)
 // tells the other hosts' leaders; without it they wait, as for an MPI round,
 // until the stall check gives up.

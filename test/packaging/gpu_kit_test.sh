@@ -55,9 +55,11 @@ echo "$out" | grep -q "\[1\]<stdout>:sum \[2.0, 2.0\] cuda_built True"
 echo "== quick, as on a lent machine: every step starts, skips without a GPU, within its estimate"
 scripts/gpu_check.sh --kit "$WORK/kit" --build "$WORK/build" --out "$WORK/quick" quick ||
   { echo "gpu kit test: gpu_check.sh quick failed"; exit 1; }
-steps=$(grep -vc '^machine:' "$WORK/quick/summary.txt")
-[ "$steps" = 11 ] || { echo "gpu kit test: quick ran $steps steps, not 11"; exit 1; }
-if grep -v '^machine:' "$WORK/quick/summary.txt" |
+steps=$(grep -Evc '^(machine|two ranks):' "$WORK/quick/summary.txt")
+[ "$steps" = 14 ] || { echo "gpu kit test: quick ran $steps steps, not 14"; exit 1; }
+grep -q '^two ranks: no CUDA device answers nvidia-smi$' "$WORK/quick/summary.txt" ||
+  { echo "gpu kit test: the summary does not say why two ranks cannot run here"; exit 1; }
+if grep -Ev '^(machine|two ranks):' "$WORK/quick/summary.txt" |
   grep -Ev '^(build: ok|[a-z0-9]+: skipped \(no CUDA device [a-z -]+\)) in [0-9]+ s$'; then
   echo "gpu kit test: the steps above did not skip cleanly within their estimates"
   exit 1

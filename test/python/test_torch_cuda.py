@@ -1,12 +1,14 @@
 """kolo.torch on CUDA tensors, under kolorun: the collectives through NCCL and the
 DistributedOptimizer equivalence (N ranks with B/N samples each match one process
 with B). Skips, saying why, without a GPU or without a CUDA build; at np > 1 it
-needs a GPU per rank (NCCL puts one rank of a communicator on each device).
+needs a GPU per rank, or NCCL's multi-rank mode (NCCL >= 2.30 with
+NCCL_MULTI_RANK_GPU_ENABLE=1: ranks share a GPU, cuda_sharing.py).
 Run by scripts/gpu_check.sh (step torch) on a GPU machine; docs/gpu.md."""
 import pytest
 import torch
 
 import kolo.torch as hvd
+from cuda_sharing import nccl_shares_gpu
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -17,9 +19,9 @@ def _why_not():
         return "this kolo build has no GPU support (built without CUDA)"
     if not torch.cuda.is_available():
         return "no CUDA device on this machine"
-    if torch.cuda.device_count() < hvd.local_size():
-        return "%d ranks on this host share %d GPU(s): NCCL needs one per rank" % (
-            hvd.local_size(), torch.cuda.device_count())
+    if torch.cuda.device_count() < hvd.local_size() and not nccl_shares_gpu(hvd):
+        return ("%d ranks on this host share %d GPU(s): NCCL needs one per rank (or NCCL >= 2.30 "
+                "with NCCL_MULTI_RANK_GPU_ENABLE=1)" % (hvd.local_size(), torch.cuda.device_count()))
     return None
 
 
@@ -27,7 +29,7 @@ def _why_not():
 # so no rank waits in a collective that another skipped.
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 if _why_not() is None:
-    torch.cuda.set_device(hvd.local_rank())
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
 DEV = torch.device("cuda", torch.cuda.current_device()) if _why_not() is None else None
 
 

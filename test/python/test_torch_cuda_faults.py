@@ -8,10 +8,12 @@ import pytest
 import torch
 
 import kolo.torch as hvd
+from cuda_sharing import nccl_shares_gpu
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+SHARED = nccl_shares_gpu(hvd)  # NCCL's multi-rank mode: ranks may share a GPU
 
 pytestmark = [
     pytest.mark.skipif(not hvd.cuda_built(), reason="this kolo build has no GPU support"),
@@ -30,6 +32,7 @@ def test_mismatched_devices_fail_every_rank():
 
 
 @pytest.mark.skipif(GPUS >= hvd.local_size(), reason="every rank has its own GPU here")
+@pytest.mark.skipif(SHARED, reason="NCCL's multi-rank mode lets ranks share a GPU here")
 def test_ranks_sharing_one_gpu_get_a_named_error():
     # More ranks than GPUs on this host: every rank on GPU local_rank % GPUS. NCCL
     # refuses two ranks of one communicator on one device; kolo checks before
@@ -41,7 +44,9 @@ def test_ranks_sharing_one_gpu_get_a_named_error():
     assert "both use the GPU at PCI" in str(e.value)
 
 
-@pytest.mark.skipif(GPUS < 2, reason="a rank killed inside an NCCL collective needs a GPU per rank")
+@pytest.mark.skipif(GPUS < hvd.local_size() and not SHARED,
+                    reason="a rank killed inside an NCCL collective needs a GPU per rank "
+                    "(or NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1)")
 def test_a_rank_killed_inside_a_gpu_collective():
     torch.cuda.set_device(hvd.local_rank() % GPUS)
     hvd.allreduce(torch.ones(4, device="cuda"), name="cuda.fault.warmup")
