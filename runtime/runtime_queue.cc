@@ -89,9 +89,6 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
   }
   const int set = entries[0].request.process_set;
   const OpType op = entries[0].request.op;
-  const bool on_host = std::all_of(entries.begin(), entries.end(), [](const TensorEntry& e) {
-    return e.input.device == kCpuDevice;
-  });
   std::shared_ptr<Work> work;
   bool wake = false;
   auto now = Clock::now();
@@ -131,7 +128,7 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
       use.in_flight = true;
       use.unwaited |= held_bit;
     }
-    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held), on_host);
+    work = std::make_shared<Work>(static_cast<int>(entries.size()), std::move(held));
     // Nobody waits yet: the operation waits a cycle time for others to fuse
     // with (so a start returns before its collective runs, as in Horovod).
     if (caller_waits) {

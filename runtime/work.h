@@ -33,13 +33,11 @@ struct HeldName {
 // all its tensors: it completes when the last one does, with the first error.
 class Work {
  public:
-  // `on_host`: every tensor is in host memory (a caller may run its cycle).
-  explicit Work(int parts, std::vector<HeldName> held = {}, bool on_host = true)
-      : held_(std::move(held)), on_host_(on_host), remaining_(parts), results_(parts) {}
+  explicit Work(int parts, std::vector<HeldName> held = {})
+      : held_(std::move(held)), remaining_(parts), results_(parts) {}
 
   // Set at creation, never changed: read by the thread that waits.
   const std::vector<HeldName>& held_names() const { return held_; }
-  bool on_host() const { return on_host_; }
 
   // Called by the thread that runs the cycles once per part. `result` (may be null) is
   // moved in before waiters wake.
@@ -102,7 +100,6 @@ class Work {
 
  private:
   const std::vector<HeldName> held_;
-  const bool on_host_;
   Mutex mu_;
   CondVar cv_;
   int remaining_ GUARDED_BY(mu_);
