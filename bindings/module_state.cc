@@ -111,6 +111,20 @@ bool ModuleState::ShrinkInPlace() {
   return true;
 }
 
+void ModuleState::GrowInPlace() {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
+  if (!runtime_ || shut_down_here_) {
+    Raise(Status::PreconditionFailed("kolo is not running here: nothing to grow"));
+  }
+  Result<std::unique_ptr<Runtime>> grown = [this] {
+    py::gil_scoped_release release;
+    return runtime_->GrowInPlace();
+  }();
+  if (!grown.ok()) Raise(grown.status());
+  runtime_ = std::move(grown).value();
+  shut_down_here_ = false;
+}
+
 Runtime& ModuleState::runtime() {
   if (!runtime_ || shut_down_here_) {
     Raise(Status(StatusCode::kPreconditionFailed,
