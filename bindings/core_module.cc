@@ -89,7 +89,8 @@ PYBIND11_MODULE(_core, m) {
     }
     return why.empty() ? std::string("failed") : why;
   });
-  m.def("grow_in_place", [] { State().GrowInPlace(); });
+  m.def("abandon_replacements", [] { Rt().AbandonReplacements(); });
+  m.def("grow_in_place", [] { return State().GrowInPlace(); });
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });
   m.def("size", [] { return Rt().size(); });

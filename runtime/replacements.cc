@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <memory>
+#include <utility>
 
 #include "ops/mpi.h"
 
@@ -12,6 +15,8 @@ namespace {
 
 // The tag of the bridging MPI_Intercomm_create (on the pair communicator only).
 constexpr int kBridgeTag = 6060;
+// What starts a new process with the environment it is given.
+constexpr const char* kEnvProgram = "/usr/bin/env";
 
 Status GrowStatus(int rc, const char* call) {
   Status s = MpiStatus(rc, call);
@@ -35,48 +40,61 @@ class Info {
 
 }  // namespace
 
-ReplacementSpawn::ReplacementSpawn(ReplacementRequest request) : request_(std::move(request)) {
-  thread_ = std::thread([this] { Spawn(); });
+ReplacementSpawn::ReplacementSpawn(ReplacementRequest request)
+    : outcome_(std::make_shared<Outcome>()) {
+  thread_ = std::thread(
+      [request = std::move(request), outcome = outcome_] { Spawn(request, outcome.get()); });
 }
 
 ReplacementSpawn::~ReplacementSpawn() {
+  if (thread_.joinable() && !Done()) {
+    thread_.detach();  // still in MPI_Comm_spawn, maybe for ever
+    return;
+  }
   if (thread_.joinable()) thread_.join();
-  MutexLock lock(&mu_);
-  if (children_ != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&children_);
+  MutexLock lock(&outcome_->mu);
+  if (outcome_->children != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->children);
 }
 
 // One application per host (MPI_Comm_spawn_multiple), so that each process
 // lands where it was asked; dead ranks keep their slots in PRRTE's books,
 // hence OVERSUBSCRIBE.
-void ReplacementSpawn::Spawn() {
+void ReplacementSpawn::Spawn(const ReplacementRequest& request, Outcome* outcome) {
   std::map<std::string, int> per_host;
   std::vector<std::string> order;
-  for (const std::string& h : request_.hosts) {
+  for (const std::string& h : request.hosts) {
     if (per_host[h]++ == 0) order.push_back(h);
   }
   const int apps = static_cast<int>(order.size());
-  std::string environment;
-  for (const std::string& e : request_.environment) environment += e + "\n";
+  // The environment travels as env(1)'s arguments: an info value (PMIX_ENVAR)
+  // holds at most MPI_MAX_INFO_VAL (256) characters, and the new processes
+  // inherit nothing of the job's environment.
+  const std::string command = request.environment.empty() ? request.command : kEnvProgram;
+  std::vector<std::string> words = request.environment;
+  if (!request.environment.empty()) words.push_back(request.command);
+  words.insert(words.end(), request.args.begin(), request.args.end());
   std::vector<std::unique_ptr<Info>> infos;
   std::vector<MPI_Info> info_handles;
-  std::vector<char*> commands(apps, const_cast<char*>(request_.command.c_str()));
+  std::vector<char*> commands(apps, const_cast<char*>(command.c_str()));
   std::vector<char*> args;
-  for (const std::string& a : request_.args) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : words) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<char**> argvs(apps, args.data());
   std::vector<int> counts;
+  std::error_code ec;
+  const std::string directory = std::filesystem::current_path(ec).string();  // rank 0's
   for (const std::string& h : order) {
     infos.push_back(std::make_unique<Info>());
     infos.back()->Set("host", h);
-    if (std::find(request_.added.begin(), request_.added.end(), h) != request_.added.end()) {
+    if (std::find(request.added.begin(), request.added.end(), h) != request.added.end()) {
       infos.back()->Set("PMIX_ADD_HOST", h + ":" + std::to_string(per_host[h]));
     }
     infos.back()->Set("map-by", "slot:OVERSUBSCRIBE");
-    infos.back()->Set("PMIX_ENVAR", environment);
+    if (!ec) infos.back()->Set("wdir", directory);
     info_handles.push_back(infos.back()->get());
     counts.push_back(per_host[h]);
   }
-  std::vector<int> errors(request_.hosts.size(), MPI_SUCCESS);
+  std::vector<int> errors(request.hosts.size(), MPI_SUCCESS);
   MPI_Comm children = MPI_COMM_NULL;
   const int rc = apps == 0 ? MPI_ERR_ARG
                            : MPI_Comm_spawn_multiple(apps, commands.data(), argvs.data(),
@@ -87,28 +105,29 @@ void ReplacementSpawn::Spawn() {
     if (errors[i] != MPI_SUCCESS) status = GrowStatus(errors[i], "a replacement's start");
   }
   if (status.ok()) MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
-  MutexLock lock(&mu_);
-  status_ = status;
-  children_ = status.ok() ? children : MPI_COMM_NULL;
-  done_ = true;
+  MutexLock lock(&outcome->mu);
+  outcome->status = status;
+  outcome->children = status.ok() ? children : MPI_COMM_NULL;
+  outcome->done = true;
 }
 
 bool ReplacementSpawn::Done() const {
-  MutexLock lock(&mu_);
-  return done_;
+  MutexLock lock(&outcome_->mu);
+  return outcome_->done;
 }
 
 Status ReplacementSpawn::status() const {
-  MutexLock lock(&mu_);
-  return status_;
+  MutexLock lock(&outcome_->mu);
+  return outcome_->status;
 }
 
 Result<MPI_Comm> ReplacementSpawn::Take() {
+  if (!Done()) return Status::PreconditionFailed("the new processes are still starting");
   if (thread_.joinable()) thread_.join();
-  MutexLock lock(&mu_);
-  if (!status_.ok()) return status_;
-  MPI_Comm children = children_;
-  children_ = MPI_COMM_NULL;
+  MutexLock lock(&outcome_->mu);
+  if (!outcome_->status.ok()) return outcome_->status;
+  MPI_Comm children = outcome_->children;
+  outcome_->children = MPI_COMM_NULL;
   if (children == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
   return children;
 }

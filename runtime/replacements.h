@@ -26,7 +26,8 @@
 namespace kolo {
 
 // What to start: `command` with `args` on each host of `hosts` (one process
-// per entry; a host twice gets two), each with `environment` ("NAME=value").
+// per entry; a host twice gets two), each with `environment` ("NAME=value",
+// added to what PRRTE gives every process, through /usr/bin/env).
 // The hosts of `added` are not in mpirun's allocation yet: PRRTE adds them
 // (PMIX_ADD_HOST, its daemon started there as mpirun starts one).
 struct ReplacementRequest {
@@ -38,30 +39,35 @@ struct ReplacementRequest {
 };
 
 // The new processes' spawn, running on a thread of its own (MPI_THREAD_MULTIPLE).
+// A spawn whose processes die before MPI_Init never returns (PRRTE 3.0):
+// destroying it before Done() leaves its thread behind, detached, with the
+// state it writes.
 class ReplacementSpawn {
  public:
   explicit ReplacementSpawn(ReplacementRequest request);
-  ~ReplacementSpawn();  // joins the spawning thread (never throws)
+  ~ReplacementSpawn();  // joins the thread when it is done, else detaches it
   ReplacementSpawn(const ReplacementSpawn&) = delete;
   ReplacementSpawn& operator=(const ReplacementSpawn&) = delete;
 
   // Whether MPI_Comm_spawn has returned, successfully or not.
-  bool Done() const EXCLUDES(mu_);
+  bool Done() const;
   // Once Done(): whether the spawn succeeded, or why not.
-  Status status() const EXCLUDES(mu_);
+  Status status() const;
   // Once Done(): the intercommunicator with the new processes (the caller owns
   // it), or why the spawn failed.
-  Result<MPI_Comm> Take() EXCLUDES(mu_);
-  int count() const { return static_cast<int>(request_.hosts.size()); }
+  Result<MPI_Comm> Take();
 
  private:
-  void Spawn();
+  // What the spawning thread writes; shared with it, as it may outlive this.
+  struct Outcome {
+    mutable Mutex mu;
+    bool done GUARDED_BY(mu) = false;
+    Status status GUARDED_BY(mu);
+    MPI_Comm children GUARDED_BY(mu) = MPI_COMM_NULL;
+  };
+  static void Spawn(const ReplacementRequest& request, Outcome* outcome);
 
-  const ReplacementRequest request_;
-  mutable Mutex mu_;
-  bool done_ GUARDED_BY(mu_) = false;
-  Status status_ GUARDED_BY(mu_);
-  MPI_Comm children_ GUARDED_BY(mu_) = MPI_COMM_NULL;
+  std::shared_ptr<Outcome> outcome_;
   std::thread thread_;
 };
 

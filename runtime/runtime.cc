@@ -107,6 +107,8 @@ Runtime::Replacements Runtime::replacements(std::string* why) {
   return Replacements::kFailed;
 }
 
+void Runtime::AbandonReplacements() { spawn_.reset(); }
+
 Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
   MPI_Comm children = MPI_COMM_NULL;

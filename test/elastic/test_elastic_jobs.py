@@ -193,16 +193,25 @@ def test_killed_while_the_others_went_on_the_job_continues_from_the_last_whole_c
 
 
 def test_a_host_added_by_discovery_grows_to_np4_at_the_next_commit(tmp_path):
+    # In place, the job commits at step 4 until the new processes on 127.0.0.2 joined.
     job = Job(tmp_path, [f"{HOST_A}:2"], ["-np", "2", "--min-np", "2", "--max-np", "4"],
-              pause_step=3)
+              pause_step=3, extra_env={"ELASTIC_HOLD_STEP": "4", "ELASTIC_FULL_SIZE": "4"})
     job.wait_reached(2)
     job.set_hosts([f"{HOST_A}:2", f"{HOST_B}:2"])
     job.wait_line(r"kolorun: elastic: .*" + re.escape(HOST_B))
     (tmp_path / "go.0").write_text("go\n")
-    code, out = job.finish()
+    code, out = job.finish(timeout=240)
     assert code == 0, out
-    # Growing restarts the workers, in place or not (docs/elastic.md).
-    assert re.search(r"START gen=1 size=4 step=4\b", out), out
+    if IN_PLACE:
+        # The two ranks there go on in the same processes; PRRTE added the host.
+        starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+        assert [s[:3] for s in starts] == [("0", "2", "0"), ("0", "4", "4")], out
+        assert starts[0][3] == starts[1][3], out
+        assert re.search(r"kolorun: elastic: incarnation 0 grew in place: new process\(es\) on "
+                         + re.escape(f"{HOST_B}:2"), out), out
+        assert "starting incarnation 1" not in out, out
+    else:  # the workers restart
+        assert re.search(r"START gen=1 size=4 step=4\b", out), out
     size, params = final_params(out)
     assert size == 4
     assert params == reference.as_float64(reference.replay([(2, 4), (4, None)]))
@@ -215,7 +224,7 @@ def kill_one_rank_per_host(job):
     """SIGKILL to rank 1 (127.0.0.1) and rank 3 (127.0.0.2) once all 4 ranks reached the
     pause step: each host keeps one rank. Returns the pids of the survivors."""
     ranks = job.wait_reached(4)
-    assert [h for _, h in ranks.values()] == ["kolo-" + HOST_A] * 2 + ["kolo-" + HOST_B] * 2, \
+    assert [h == "kolo-" + HOST_B for _, h in ranks.values()] == [False, False, True, True], \
         ranks
     for r in (1, 3):
         os.kill(ranks[r][0], signal.SIGKILL)

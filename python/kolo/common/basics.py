@@ -162,15 +162,24 @@ def replacements():
     return _core.replacements()
 
 
+def abandon_replacements():
+    """Gives up the processes of start_replacements that are still starting."""
+    _core.abandon_replacements()
+
+
 def grow_in_place():
     """Collective over this job's ranks and the new processes that rank 0 started (once
     replacements() said "ready" there): kolo's runtime is rebuilt on all of them, the
     ranks there before first in their order, with the global process set only (registered
-    sets are gone, as after shutdown()). Used by kolo.common.elastic's run."""
-    _core.grow_in_place()
+    sets are gone, as after shutdown()). Used by kolo.common.elastic's run. Returns False,
+    changing nothing, when the join did not end within 30 s (a new process died after
+    starting): this process must then leave."""
+    if not _core.grow_in_place():
+        return False
     _reset_run()
     _ps._reset()
     _ps._finish_init([], [], _core.size())
+    return True
 
 
 def start_timeline(file_path, mark_cycles=False):

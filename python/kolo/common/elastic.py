@@ -19,6 +19,7 @@ without its reset: it syncs from rank 0 and calls the function; commits stay in 
 import functools
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -389,8 +390,13 @@ class _GrowInPlace(Exception):
     ``run`` then joins them (``_grow_in_place``) and resumes from that commit with them."""
 
 
-# Rank 0's processes being started (one host per slot), until they joined or failed.
+# Rank 0's processes being started (one host per slot), until they joined or failed, and
+# since when (time.monotonic()).
 _starting = []
+_started_at = [0.0]
+# How long new processes may take from their start to MPI_Init (their script's imports
+# before hvd.init()): one that died before it leaves the spawn waiting for ever (PRRTE 3.0).
+NEW_PROCESS_PATIENCE_S = 300.0
 
 # What a process started to grow the job does not take from rank 0's environment: what
 # Open MPI and PMIx set for each process, and the ranks of torchrun's names.
@@ -427,6 +433,10 @@ def _check_or_grow(env):
     status = basics.replacements()
     if status == "ready":
         return elastic_env.GROW
+    if status == "starting" and time.monotonic() - _started_at[0] > NEW_PROCESS_PATIENCE_S:
+        basics.abandon_replacements()
+        status = ("they did not initialize MPI within %d s of their start: dead, or stuck "
+                  "before hvd.init()" % NEW_PROCESS_PATIENCE_S)
     if status not in ("none", "starting"):
         _say("the new process(es) on %s did not start or join (%s); the job goes on without "
              "them" % (elastic_env.format_slots(_starting), status))
@@ -448,6 +458,7 @@ def _check_or_grow(env):
         _say("cannot start new processes in place (%s); restarting to grow" % e)
         return elastic_env.ADDED
     _starting[:] = hosts
+    _started_at[0] = time.monotonic()
     _say("starting %d new process(es) on %s; they join at the first commit after their "
          "start, while the job trains on" % (len(hosts), elastic_env.format_slots(hosts)))
     return elastic_env.NO_UPDATE
@@ -459,9 +470,13 @@ def _grow_in_place(env, state):
     one. A failure here leaves for kolorun's restart."""
     old_rank = basics.rank()
     try:
-        basics.grow_in_place()
+        joined = basics.grow_in_place()
     except KoloInternalError as e:
         _leave_after_failure(state, e, rank=old_rank)
+    if not joined:
+        _leave_after_failure(state, KoloInternalError(
+            "the new processes on %s did not join within 30 s (one died after it started?)"
+            % elastic_env.format_slots(_starting)), rank=old_rank)
     hosts = list(_starting)
     del _starting[:]
     return _grown(env, hosts)

@@ -85,6 +85,9 @@ class Runtime {
   // is then forgotten).
   enum class Replacements { kNone, kStarting, kReady, kFailed };
   Replacements replacements(std::string* why);
+  // Gives up processes still starting (one that died before MPI_Init leaves
+  // MPI_Comm_spawn waiting): the spawn's thread is left to itself.
+  void AbandonReplacements();
   // Collective over every rank and the new processes (rank 0 has said
   // kReady): stops this runtime in order and returns one on all of them, this
   // job's ranks first in their order, the new processes after them.
