@@ -16,6 +16,7 @@
 #include "discovery.h"
 #include "kolo/env_names.h"
 #include "options.h"
+#include "preflight.h"
 
 namespace kolo::launcher {
 namespace {
@@ -158,8 +159,11 @@ class ElasticLoop {
     if (run_.in_place && update_ == HostUpdate::kAdded) {
       // Free slots are filled in place (rank 0 starts new processes there); past
       // --reset-limit the job goes on at its size instead.
-      const std::string growth =
-          GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_, refused_);
+      const bool on_this_machine =
+          std::all_of(allocated_.begin(), allocated_.end(),
+                      [](const HostSlots& h) { return IsLocalHost(h.host); });
+      const std::string growth = GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_,
+                                               refused_, !on_this_machine);
       if (limit_reached && !growth.empty()) reply = CheckReply(HostUpdate::kSame);
       if (!limit_reached && !growth.empty()) reply = "GROW " + growth;
     }

@@ -136,15 +136,19 @@ TEST(Check, AddedRemovedBoth) {
 TEST(Compare, GrowthInPlaceOffersTheFreeSlots) {
   const H allocated = {{"a", 2}, {"b", 2}};
   // A rank lost on each host: one slot free on each.
-  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {}), "a:1,b:1");
+  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {}, true), "a:1,b:1");
   // A host that discovery added: PRRTE must add it ("+").
-  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 0, allocated, {}), "+c:2");
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 0, allocated, {}, true),
+            "+c:2");
   // Up to --max-np only, in the pool's order.
-  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 5, allocated, {}), "+c:1");
-  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 4, allocated, {}), "");
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 5, allocated, {}, true),
+            "+c:1");
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 4, allocated, {}, true), "");
   // Hosts whose new processes did not join are not offered again.
-  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {"b"}), "a:1");
-  EXPECT_EQ(GrowthInPlace(allocated, allocated, 0, allocated, {}), "");
+  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {"b"}, true), "a:1");
+  EXPECT_EQ(GrowthInPlace(allocated, allocated, 0, allocated, {}, true), "");
+  // A job on this machine alone grows onto another host through a restart only.
+  EXPECT_EQ(GrowthInPlace({{"a", 1}}, {{"a", 2}, {"c", 2}}, 0, {{"a", 2}}, {}, false), "a:1");
 }
 
 TEST(Decide, WhatFollowsAnIncarnation) {
