@@ -129,6 +129,8 @@ def rank_lost(path, killed_at, text):
         raise SystemExit("elastic_restart: the job did not go 4 -> 3 -> 4 ranks:\n" + text)
     if path == "grow_in_place" and "started" in phases[back]:
         raise SystemExit("elastic_restart: grow_in_place restarted the processes:\n" + text)
+    if "first_step" not in phases[shrunk] or "first_step" not in phases[back]:
+        raise SystemExit("elastic_restart: no first step at np=3 or back at 4:\n" + text)
     shrink_s = phases[shrunk]["first_step"] - killed_at
     # The last commit before the job was back at 4 ranks: where it stopped training.
     began = max(p["commit_began"] for g, p in phases.items() if g < back and "commit_began" in p)

@@ -10,7 +10,8 @@ that size), ELASTIC_MODEL (resnet50, the default, or small: a 4-layer MLP of
 1.1 M parameters). Rank 0 prints, per incarnation, "PHASE gen=G <name>=<unix
 time>" for: started (interpreter up), imported (torch, torchvision, kolo), init
 (after kolo.init) -- these three only in a new process --, resumed (after run's
-load and sync), first_step (after the first step of the incarnation), and, with
+load and sync), first_step (after the first step of the incarnation; with
+ELASTIC_FULL_SIZE before its commit, which may grow or restart the job), and, with
 ELASTIC_FULL_SIZE, commit_began (the start of every commit: where a job that
 grew or restarted stopped training). G counts the incarnations whether they
 restarted the processes or went on in place; "SIZE gen=G n" gives their sizes.
@@ -67,12 +68,15 @@ def main():
         if hvd.rank() == 0:
             print(f"SIZE gen={generation + max(starts[0] - 1, 0)} {hvd.size()}", flush=True)
         first = True
-        while state.step < steps or hvd.size() < full_size:
+        while state.step < steps or hvd.size() < full_size or (full_size and first):
             state.optimizer.zero_grad()
             state.model(x).sum().backward()
             state.optimizer.step()
             state.step += 1
-            if full_size:
+            if full_size:  # the step before its commit (which may grow or restart the job)
+                if first:
+                    phase("first_step")
+                    first = False
                 phase("commit_began")
             state.commit()
             if first:
