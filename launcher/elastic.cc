@@ -164,7 +164,12 @@ class ElasticLoop {
                       [](const HostSlots& h) { return IsLocalHost(h.host); });
       const std::string growth = GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_,
                                                refused_, !on_this_machine);
-      if (limit_reached && !growth.empty()) reply = CheckReply(HostUpdate::kSame);
+      // Slots whose new processes did not join are not worth a restart either.
+      const bool only_refused =
+          growth.empty() &&
+          !GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_, {}, !on_this_machine)
+               .empty();
+      if ((limit_reached && !growth.empty()) || only_refused) reply = CheckReply(HostUpdate::kSame);
       if (!limit_reached && !growth.empty()) reply = "GROW " + growth;
     }
     server_.SetCheckReply(reply, generation_);

@@ -246,6 +246,31 @@ def test_a_rank_killed_on_each_host_is_replaced_in_place(tmp_path):
 
 
 @in_place_only
+def test_replacements_that_die_before_joining_are_given_up_and_the_job_goes_on(tmp_path):
+    # The new processes exit before hvd.init(); rank 0 gives them up after
+    # KOLO_START_TIMEOUT, kolorun offers their hosts no more, and the job ends at np=2.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, extra_env={"ELASTIC_HOLD_STEP": "8", "ELASTIC_FULL_SIZE": "4",
+                                       "ELASTIC_NEW_PROCESS_FAILS": "1",
+                                       "KOLO_START_TIMEOUT": "10"})
+    kill_one_rank_per_host(job)
+    job.wait_line(r"kolorun: elastic: the new process\(es\) on .* did not start or join",
+                  timeout=180)
+    (tmp_path / "hold.done").write_text("done\n")
+    code, out = job.finish(timeout=240)
+    # The job's own ranks ended well; mpirun passes on the new processes' exit code (3),
+    # which kolorun reports as the job's (docs/elastic.md).
+    assert code in (0, 3), out
+    assert re.search(r"kolo: elastic: the new process\(es\) on .* did not start or join "
+                     r"\(they did not initialize MPI within 10 s", out), out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[1:3] for s in starts] == [("4", "0"), ("2", "4")], out
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+@in_place_only
 def test_a_host_added_by_discovery_joins_in_place(tmp_path):
     # A job on two hosts at np=2 commits at step 4 until the new processes on a third
     # host (which PRRTE adds to its allocation) joined; np=4 from there on.

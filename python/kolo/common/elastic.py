@@ -396,7 +396,18 @@ _starting = []
 _started_at = [0.0]
 # How long new processes may take from their start to MPI_Init (their script's imports
 # before hvd.init()): one that died before it leaves the spawn waiting for ever (PRRTE 3.0).
-NEW_PROCESS_PATIENCE_S = 300.0
+# KOLO_START_TIMEOUT (or HOROVOD_START_TIMEOUT, kolorun's --start-timeout) when the job's
+# environment sets it, else 300 s.
+DEFAULT_NEW_PROCESS_PATIENCE_S = 300.0
+
+
+def _new_process_patience():
+    for name in ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        try:
+            return float(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return DEFAULT_NEW_PROCESS_PATIENCE_S
 
 # What a process started to grow the job does not take from rank 0's environment: what
 # Open MPI and PMIx set for each process, and the ranks of torchrun's names.
@@ -433,10 +444,11 @@ def _check_or_grow(env):
     status = basics.replacements()
     if status == "ready":
         return elastic_env.GROW
-    if status == "starting" and time.monotonic() - _started_at[0] > NEW_PROCESS_PATIENCE_S:
+    patience = _new_process_patience()
+    if status == "starting" and time.monotonic() - _started_at[0] > patience:
         basics.abandon_replacements()
-        status = ("they did not initialize MPI within %d s of their start: dead, or stuck "
-                  "before hvd.init()" % NEW_PROCESS_PATIENCE_S)
+        status = ("they did not initialize MPI within %g s of their start (KOLO_START_TIMEOUT): "
+                  "dead, or stuck before hvd.init()" % patience)
     if status not in ("none", "starting"):
         _say("the new process(es) on %s did not start or join (%s); the job goes on without "
              "them" % (elastic_env.format_slots(_starting), status))
