@@ -96,6 +96,9 @@ void ReplacementSpawn::Spawn(const ReplacementRequest& request, Outcome* outcome
   }
   std::vector<int> errors(request.hosts.size(), MPI_SUCCESS);
   MPI_Comm children = MPI_COMM_NULL;
+  // A spawn that fails (a host PRRTE cannot reach, no slot) reports on the
+  // communicator it was called on: a status here, not an abort of rank 0.
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   const int rc = apps == 0 ? MPI_ERR_ARG
                            : MPI_Comm_spawn_multiple(apps, commands.data(), argvs.data(),
                                                      counts.data(), info_handles.data(), 0,
