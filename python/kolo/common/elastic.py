@@ -10,7 +10,10 @@ exit code 0 and kolorun starts the next incarnation, whose ``run`` loads the new
 commit that any rank holds and broadcasts it. A lost rank: on Open MPI 5
 (KOLO_ELASTIC_IN_PLACE=1) the survivors shrink kolo's runtime to themselves and ``run``
 resumes in the same processes (``_shrink_in_place``); elsewhere every worker exits and
-kolorun restarts them.
+kolorun restarts them. Free slots, on Open MPI 5: kolorun offers them at a commit, rank 0
+starts new processes there while the job trains, and at the first commit after they
+started every rank joins them and ``run`` resumes from that commit (``_check_or_grow``,
+``_grow_in_place``).
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
 without its reset: it syncs from rank 0 and calls the function; commits stay in memory
