@@ -13,7 +13,17 @@ their processes) and restart (KOLO_ELASTIC_IN_PLACE=0: every worker restarts
 from the last commit, the path of Open MPI 4.1). --mpi-home "" runs the
 restart path on the system's Open MPI.
 
+--lose rank (issue 60) kills one rank of 127.0.0.2 only (rank 3), on a small model
+(--model small) by default: the host keeps a rank, its slot is free, and the job must
+come back to 4 ranks. Paths there: grow_in_place (a new process started by rank 0 joins
+at a commit while the survivors train on at np=3) and restart_to_grow
+(KOLO_ELASTIC_GROW_IN_PLACE=0: the survivors shrink in place, and the next commit restarts
+every worker at np=4). The figure is the survivors' lost time: from the kill to their
+first step at np=3, plus, once back at 4 ranks, from the start of the commit where the
+job grew (or restarted) to the first step at np=4.
+
 usage: python3 bench/elastic_restart.py [--runs 5] [--paths in_place,restart]
+           [--lose host|rank] [--model resnet50|small]
            [--kolorun build/launcher/kolorun] [--python .venv/bin/python]
            [--mpi-home .venv-ompi5] [--out bench/results/elastic_restart.json]
 """
@@ -48,7 +58,11 @@ def one_run(args, path):
         os.chmod(discover, 0o755)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"),
                    ELASTIC_BENCH_DIR=tmp, ELASTIC_PAUSE_STEP="3", ELASTIC_STEPS="5",
-                   KOLO_ELASTIC_IN_PLACE="1" if path == "in_place" else "0")
+                   ELASTIC_MODEL=args.model,
+                   KOLO_ELASTIC_IN_PLACE="0" if path == "restart" else "1",
+                   KOLO_ELASTIC_GROW_IN_PLACE="0" if path == "restart_to_grow" else "1")
+        if args.lose == "rank":
+            env["ELASTIC_FULL_SIZE"] = "4"  # the job goes on until it is back at 4 ranks
         if args.mpi_home:
             env["KOLO_MPI_HOME"] = args.mpi_home
         cmd = [args.kolorun, "-np", "4", "--min-np", "2", "--host-discovery-script", discover,
@@ -66,9 +80,9 @@ def one_run(args, path):
                                      + open(out_path).read())
                 time.sleep(0.05)
             killed_at = time.time()
-            for m in marks:
+            for r, m in enumerate(marks):
                 pid, host = open(m).read().split()
-                if host == "kolo-127.0.0.2":
+                if host == "kolo-127.0.0.2" and (args.lose == "host" or r == 3):
                     os.kill(int(pid), signal.SIGKILL)
             open(os.path.join(tmp, "go"), "w").close()
             try:
@@ -79,6 +93,8 @@ def one_run(args, path):
         text = open(out_path).read()
     if proc.returncode != 0:
         raise SystemExit(f"elastic_restart: kolorun exited {proc.returncode}:\n{text}")
+    if args.lose == "rank":
+        return rank_lost(path, killed_at, text)
     phases = {m.group(1): float(m.group(2))
               for m in re.finditer(r"PHASE gen=1 (\w+)=([\d.]+)", text)}
     report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
@@ -97,15 +113,51 @@ def one_run(args, path):
             "kolorun_lines": report}
 
 
+def rank_lost(path, killed_at, text):
+    """The survivors' lost time when one rank of 4 died: kill -> first step at np=3 (the
+    shrink; restart_to_grow shrinks the same way), and the commit where the job went back
+    to 4 ranks -> its first step at np=4."""
+    phases = {}
+    for m in re.finditer(r"PHASE gen=(\d+) (\w+)=([\d.]+)", text):
+        phases.setdefault(int(m.group(1)), {})[m.group(2)] = float(m.group(3))
+    sizes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"SIZE gen=(\d+) (\d+)", text)}
+    report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
+    shrunk = next((g for g in sorted(sizes) if sizes[g] == 3), None)
+    back = next((g for g in sorted(sizes) if shrunk is not None and g > shrunk and sizes[g] == 4),
+                None)
+    if shrunk is None or back is None:
+        raise SystemExit("elastic_restart: the job did not go 4 -> 3 -> 4 ranks:\n" + text)
+    if path == "grow_in_place" and "started" in phases[back]:
+        raise SystemExit("elastic_restart: grow_in_place restarted the processes:\n" + text)
+    if "first_step" not in phases[shrunk] or "first_step" not in phases[back]:
+        raise SystemExit("elastic_restart: no first step at np=3 or back at 4:\n" + text)
+    shrink_s = phases[shrunk]["first_step"] - killed_at
+    # The last commit before the job was back at 4 ranks: where it stopped training.
+    began = max(p["commit_began"] for g, p in phases.items() if g < back and "commit_began" in p)
+    grow_s = phases[back]["first_step"] - began
+    return {"path": path, "total_s": shrink_s + grow_s, "phases_s": {
+        "kill_to_np3_step": shrink_s, "commit_to_np4_step": grow_s,
+        "kill_to_np4_step": phases[back]["first_step"] - killed_at}, "kolorun_lines": report}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5, help="runs of each path")
-    p.add_argument("--paths", default="in_place,restart")
+    p.add_argument("--paths", default=None,
+                   help="default: in_place,restart (--lose host), "
+                   "grow_in_place,restart_to_grow (--lose rank)")
+    p.add_argument("--lose", choices=("host", "rank"), default="host")
+    p.add_argument("--model", choices=("resnet50", "small"), default=None,
+                   help="default: resnet50 (--lose host), small (--lose rank)")
     p.add_argument("--mpi-home", default=os.path.join(ROOT, ".venv-ompi5"))
     p.add_argument("--kolorun", default=os.path.join(ROOT, "build", "launcher", "kolorun"))
     p.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
     p.add_argument("--out", default=os.path.join(HERE, "results", "elastic_restart.json"))
     args = p.parse_args()
+    if args.paths is None:
+        args.paths = "in_place,restart" if args.lose == "host" else "grow_in_place,restart_to_grow"
+    if args.model is None:
+        args.model = "resnet50" if args.lose == "host" else "small"
     paths = args.paths.split(",")
     runs = [one_run(args, path) for _ in range(args.runs) for path in paths]
     summary = {"runs": runs, "paths": {}}

@@ -66,6 +66,31 @@ PYBIND11_MODULE(_core, m) {
   // Elastic reset in place (kolo.common.elastic, issue 47).
   m.def("shrink_in_place", [] { return State().ShrinkInPlace(); });
   m.def("in_place_unavailable", &InPlaceRecoveryUnavailable);
+  // Growing in place (kolo.common.elastic): rank 0 starts the new processes, says where
+  // they are ("none", "starting", "ready", or why they failed), and every rank joins them.
+  m.def("start_replacements",
+        [](const std::string& command, const std::vector<std::string>& args,
+           const std::vector<std::string>& hosts, const std::vector<std::string>& environment,
+           const std::vector<std::string>& added) {
+          Status s = Rt().StartReplacements(command, args, hosts, environment, added);
+          if (!s.ok()) Raise(s);
+        });
+  m.def("replacements", [] {
+    std::string why;
+    switch (Rt().replacements(&why)) {
+      case Runtime::Replacements::kNone:
+        return std::string("none");
+      case Runtime::Replacements::kStarting:
+        return std::string("starting");
+      case Runtime::Replacements::kReady:
+        return std::string("ready");
+      case Runtime::Replacements::kFailed:
+        break;
+    }
+    return why.empty() ? std::string("failed") : why;
+  });
+  m.def("abandon_replacements", [] { Rt().AbandonReplacements(); });
+  m.def("grow_in_place", [] { return State().GrowInPlace(); });
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });
   m.def("size", [] { return Rt().size(); });

@@ -111,6 +111,34 @@ bool ModuleState::ShrinkInPlace() {
   return true;
 }
 
+bool ModuleState::GrowInPlace() {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
+  if (!runtime_ || shut_down_here_) {
+    Raise(Status::PreconditionFailed("kolo is not running here: nothing to grow"));
+  }
+  Status failed;
+  std::unique_ptr<Runtime> created;
+  {
+    py::gil_scoped_release release;
+    // As ShrinkInPlace: the merge waits for every new process, and one that
+    // died after its MPI_Init is not noticed there.
+    auto growing = std::make_shared<std::promise<Result<std::unique_ptr<Runtime>>>>();
+    std::future<Result<std::unique_ptr<Runtime>>> done = growing->get_future();
+    std::thread([old = runtime_, growing] { growing->set_value(old->GrowInPlace()); }).detach();
+    if (done.wait_for(kShrinkPatience) != std::future_status::ready) return false;
+    Result<std::unique_ptr<Runtime>> grown = done.get();
+    if (grown.ok()) {
+      created = std::move(grown).value();
+    } else {
+      failed = grown.status();
+    }
+  }
+  if (!created) Raise(failed);
+  runtime_ = std::move(created);
+  shut_down_here_ = false;
+  return true;
+}
+
 Runtime& ModuleState::runtime() {
   if (!runtime_ || shut_down_here_) {
     Raise(Status(StatusCode::kPreconditionFailed,

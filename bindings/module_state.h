@@ -45,6 +45,13 @@ class ModuleState {
   // every living rank joined within the patience (30 s: one is stuck in its
   // own code); the process must then leave. Raises when the shrink failed.
   bool ShrinkInPlace();
+  // Growing in place (Runtime::StartReplacements, GrowInPlace): the
+  // runtime replaced by one on this job's ranks and the new processes, with
+  // the global process set only. Collective over both. False when it did not
+  // end within the patience (30 s: a new process died after its MPI_Init,
+  // and the merge waits for it); the process must then leave. Raises when it
+  // failed.
+  bool GrowInPlace();
 
   // The runtime, for queries and enqueues; raises when kolo is not
   // initialized or this process shut it down. After another rank's shutdown

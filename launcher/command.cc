@@ -28,7 +28,12 @@ void RuntimeParam(const LaunchPlan& plan, const std::string& orte_name,
 // How ranks map to slots, and MPI's transports.
 void MappingAndTransports(const LaunchPlan& plan, std::vector<std::string>* argv) {
   const bool prrte = plan.dialect == MpiDialect::kPrrte;
-  const std::string map_by = prrte && plan.oversubscribe ? "slot:OVERSUBSCRIBE" : "slot";
+  // A fault-tolerant job grows in place by MPI_Comm_spawn onto its hosts, where
+  // PRRTE still counts the dead ranks' slots as used: it may place more
+  // processes than slots (the ranks' own placement is the same either way).
+  const bool spawns_onto_hosts = prrte && plan.fault_tolerant;
+  const std::string map_by =
+      prrte && (plan.oversubscribe || spawns_onto_hosts) ? "slot:OVERSUBSCRIBE" : "slot";
   argv->insert(argv->end(), {"--bind-to", plan.binding, "--map-by", map_by});
   // Busy-polling ranks sharing cores must yield to each other.
   if (plan.oversubscribe && !prrte) argv->push_back("--oversubscribe");

@@ -16,6 +16,7 @@
 #include "discovery.h"
 #include "kolo/env_names.h"
 #include "options.h"
+#include "preflight.h"
 
 namespace kolo::launcher {
 namespace {
@@ -114,6 +115,8 @@ class ElasticLoop {
     restart_.reset();
     update_ = HostUpdate::kSame;
     rank_hosts_ = job.value().rank_hosts;
+    allocated_ = hosts_;
+    refused_.clear();
     running_np_ = np;
     handled_exits_ = 0;
     shrunk_.reset();
@@ -146,14 +149,34 @@ class ElasticLoop {
         TakeDiscovery(*found);
       }
     }
-    update_ = CompareHosts(hosts_, pool_.Available(Seconds(Clock::now())), run_.settings.max_np);
-    server_.SetCheckReply(CheckReply(update_));
+    // Events first: a GREW changes the hosts that the answer compares with.
+    HandleEvents();
+    const std::vector<HostSlots> available = pool_.Available(Seconds(Clock::now()));
+    update_ = CompareHosts(hosts_, available, run_.settings.max_np);
+    const bool limit_reached =
+        run_.settings.reset_limit >= 0 && resets_ >= run_.settings.reset_limit;
+    std::string reply = CheckReply(update_);
+    if (run_.in_place && update_ == HostUpdate::kAdded) {
+      // Free slots are filled in place (rank 0 starts new processes there); past
+      // --reset-limit the job goes on at its size instead.
+      const bool on_this_machine =
+          std::all_of(allocated_.begin(), allocated_.end(),
+                      [](const HostSlots& h) { return IsLocalHost(h.host); });
+      const std::string growth = GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_,
+                                               refused_, !on_this_machine);
+      // Slots whose new processes did not join are not worth a restart either.
+      const bool only_refused =
+          growth.empty() &&
+          !GrowthInPlace(hosts_, available, run_.settings.max_np, allocated_, {}, !on_this_machine)
+               .empty();
+      if ((limit_reached && !growth.empty()) || only_refused) reply = CheckReply(HostUpdate::kSame);
+      if (!limit_reached && !growth.empty()) reply = "GROW " + growth;
+    }
+    server_.SetCheckReply(reply, generation_);
     if (!run_.in_place) {
       HandleEvents();
       return false;
     }
-    const bool limit_reached =
-        run_.settings.reset_limit >= 0 && resets_ >= run_.settings.reset_limit;
     server_.SetShrinkPolicy(
         limit_reached ? "--reset-limit " + std::to_string(run_.settings.reset_limit) + " reached"
                       : std::string(),
@@ -227,6 +250,31 @@ class ElasticLoop {
       SayResumed(*resumed_after_shrink_);
       resumed_after_shrink_.reset();
     }
+  }
+
+  // Rank 0's new processes joined the running ranks (GREW): the job goes on in
+  // place at the new size as the next generation (the server moved to it).
+  void TakeGrowth(const ElasticEvent& e) {
+    Result<std::vector<HostSlots>> added = ParseHostSpec(e.request.slots);
+    for (const HostSlots& a : added.ok() ? added.value() : std::vector<HostSlots>()) {
+      for (std::vector<HostSlots>* hosts : {&hosts_, &allocated_}) {
+        auto it = std::find_if(hosts->begin(), hosts->end(),
+                               [&](const HostSlots& h) { return h.host == a.host; });
+        if (it == hosts->end()) {
+          hosts->push_back(a);  // PRRTE added it to the allocation
+        } else if (hosts == &hosts_) {
+          it->slots += a.slots;
+        }
+      }
+    }
+    ++resets_;
+    ++generation_;
+    Say("incarnation " + std::to_string(generation_ - 1) + " grew in place: new process(es) on " +
+        e.request.slots + " joined its " + std::to_string(running_np_) +
+        " ranks, which go on in the same processes as incarnation " + std::to_string(generation_) +
+        " at np=" + std::to_string(e.request.size));
+    since_ = Since{"new process(es) on " + e.request.slots + " joined", e.when, true};
+    running_np_ = e.request.size;
   }
 
   // The survivors' shrink waited for ranks alive that never joined it (stuck
@@ -307,6 +355,16 @@ class ElasticLoop {
         SayResumed(e);
       } else if (e.request.verb == ElasticRequest::Verb::kShrunk) {
         shrunk_ = e;
+      } else if (e.request.verb == ElasticRequest::Verb::kGrew) {
+        TakeGrowth(e);
+      } else if (e.request.verb == ElasticRequest::Verb::kNotJoined) {
+        Result<std::vector<HostSlots>> hosts = ParseHostSpec(e.request.slots);
+        for (const HostSlots& h : hosts.ok() ? hosts.value() : std::vector<HostSlots>()) {
+          refused_.push_back(h.host);
+        }
+        Say("the new process(es) on " + e.request.slots + " did not start or join; incarnation " +
+            std::to_string(generation_) +
+            " goes on without them, and their slots are not offered again");
       }
     }
   }
@@ -493,6 +551,10 @@ class ElasticLoop {
   std::optional<ElasticEvent> resumed_after_shrink_;  // came before its SHRUNK was matched
   std::optional<Clock::time_point> loss_since_;
   std::vector<int> unanswering_;  // ranks blamed for not joining the survivors' shrink
+  // In place: the hosts that mpirun started the incarnation on (new processes
+  // start only there), and those whose new processes did not join.
+  std::vector<HostSlots> allocated_;
+  std::vector<std::string> refused_;
   std::optional<Clock::time_point> gave_up_since_;  // the first survivor that gave up
   // How long after the first survivor gave up the others have to give up too.
   static constexpr std::chrono::seconds kGaveUpWindow{5};

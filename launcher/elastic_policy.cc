@@ -158,6 +158,22 @@ const UpdateWords& WordsFor(HostUpdate update) {
 
 }  // namespace
 
+std::string GrowthInPlace(const std::vector<HostSlots>& running,
+                          const std::vector<HostSlots>& available, int max_np,
+                          const std::vector<HostSlots>& allocated,
+                          const std::vector<std::string>& refused, bool can_add_hosts) {
+  std::string growth;
+  for (const HostSlots& h : ChooseIncarnationHosts(available, max_np)) {
+    if (std::find(refused.begin(), refused.end(), h.host) != refused.end()) continue;
+    if (!can_add_hosts && SlotsOf(allocated, h.host) == 0) continue;
+    const int more = h.slots - SlotsOf(running, h.host);
+    if (more <= 0) continue;
+    growth += (growth.empty() ? "" : ",") + std::string(SlotsOf(allocated, h.host) > 0 ? "" : "+") +
+              h.host + ":" + std::to_string(more);
+  }
+  return growth;
+}
+
 std::string CheckReply(HostUpdate update) { return WordsFor(update).reply; }
 
 std::string DescribeUpdate(HostUpdate update) { return WordsFor(update).description; }

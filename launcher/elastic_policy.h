@@ -93,6 +93,18 @@ enum class HostUpdate { kSame, kAdded, kRemoved, kBoth };
 // it has fewer than max_np (0: no bound).
 HostUpdate CompareHosts(const std::vector<HostSlots>& running,
                         const std::vector<HostSlots>& available, int max_np);
+// In place (Open MPI 5): the slots that new processes may fill in the running
+// job, without a restart: those of ChooseIncarnationHosts(available, max_np)
+// that `running` lacks, leaving out the hosts of `refused` (whose new
+// processes did not join before), as CHECK's "GROW" offers them:
+// "host:n,+host2:m", where "+" marks a host that `allocated` (mpirun's hosts)
+// lacks, which PRRTE must add; only when `can_add_hosts` (a job started on
+// this machine alone runs its transports on loopback: another host grows it
+// through a restart). "" when there are none.
+std::string GrowthInPlace(const std::vector<HostSlots>& running,
+                          const std::vector<HostSlots>& available, int max_np,
+                          const std::vector<HostSlots>& allocated,
+                          const std::vector<std::string>& refused, bool can_add_hosts);
 // "SAME", "UPDATED added", "UPDATED removed", "UPDATED both" (the reply's words).
 std::string CheckReply(HostUpdate update);
 // "hosts added", "hosts removed", "hosts added and removed", "no change".

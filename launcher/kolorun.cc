@@ -531,6 +531,14 @@ std::string DescribeElastic(const ElasticEvent& e) {
     return "generation " + std::to_string(r.generation) +
            " lost rank(s): " + std::to_string(r.size) + " survivor(s) go on in place";
   }
+  if (r.verb == ElasticRequest::Verb::kGrew) {
+    return "generation " + std::to_string(r.generation) + " grew in place to " +
+           std::to_string(r.size) + " rank(s) with new processes on " + r.slots;
+  }
+  if (r.verb == ElasticRequest::Verb::kNotJoined) {
+    return "generation " + std::to_string(r.generation) + ": the new processes on " + r.slots +
+           " did not join";
+  }
   return "generation " + std::to_string(r.generation) + " resumed with " + std::to_string(r.size) +
          " rank(s) from " + commit;
 }

@@ -90,9 +90,16 @@ Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::s
   } else if (w[2] == "SHRUNK") {
     r.verb = ElasticRequest::Verb::kShrunk;
     fields = 5;
+  } else if (w[2] == "GREW") {
+    r.verb = ElasticRequest::Verb::kGrew;
+    fields = 6;
+  } else if (w[2] == "NOTJOINED") {
+    r.verb = ElasticRequest::Verb::kNotJoined;
+    fields = 5;
   } else {
     return Status::InvalidArgument("unknown elastic verb '" + w[2].substr(0, 20) +
-                                   "' (expected CHECK, RESTART, RESUMED or SHRUNK)");
+                                   "' (expected CHECK, RESTART, RESUMED, SHRUNK, GREW or "
+                                   "NOTJOINED)");
   }
   if (w.size() != fields) {
     return Status::InvalidArgument(w[2] + " expects " + std::to_string(fields - 3) +
@@ -101,10 +108,15 @@ Result<ElasticRequest> ParseElasticRequest(const std::string& line, const std::s
   Result<long> generation = ParseSigned(w[3], "generation", 0);
   if (!generation.ok()) return generation.status();
   r.generation = static_cast<int>(generation.value());
-  if (r.verb == ElasticRequest::Verb::kShrunk) {
+  if (r.verb == ElasticRequest::Verb::kShrunk || r.verb == ElasticRequest::Verb::kGrew) {
     Result<long> size = ParseSigned(w[4], "size", 1);
     if (!size.ok()) return size.status();
     r.size = static_cast<int>(size.value());
+    if (r.verb == ElasticRequest::Verb::kGrew) r.slots = w[5];
+    return r;
+  }
+  if (r.verb == ElasticRequest::Verb::kNotJoined) {
+    r.slots = w[4];
     return r;
   }
   if (fields >= 5) {
@@ -133,6 +145,11 @@ std::string ElasticRequestMessage(const std::string& token, const ElasticRequest
     case ElasticRequest::Verb::kShrunk:
       return "KOLOE " + token + " SHRUNK " + std::to_string(r.generation) + " " +
              std::to_string(r.size) + "\n";
+    case ElasticRequest::Verb::kGrew:
+      return "KOLOE " + token + " GREW " + std::to_string(r.generation) + " " +
+             std::to_string(r.size) + " " + r.slots + "\n";
+    case ElasticRequest::Verb::kNotJoined:
+      return "KOLOE " + token + " NOTJOINED " + std::to_string(r.generation) + " " + r.slots + "\n";
   }
   return "";
 }
@@ -198,9 +215,9 @@ class RendezvousServer::Impl {
     state_.fatal.clear();
   }
 
-  void SetCheckReply(const std::string& reply) {
+  void SetCheckReply(const std::string& reply, int generation) {
     std::lock_guard<std::mutex> lock(mu_);
-    check_reply_ = reply;
+    if (generation == generation_) check_reply_ = reply;
   }
 
   void SetShrinkPolicy(const std::string& refusal, int min_size) {
@@ -326,6 +343,11 @@ class RendezvousServer::Impl {
         ++generation_;  // the survivors' RESUMED comes as the next generation's
         check_reply_ = "SAME";
       }
+      if (r.value().verb == ElasticRequest::Verb::kGrew) {
+        ++generation_;  // the grown job's RESUMED comes as the next generation's
+        check_reply_ = "SAME";
+      }
+      if (r.value().verb == ElasticRequest::Verb::kNotJoined) check_reply_ = "SAME";
       events_.push_back(event);
       sink = elastic_sink_;
     }
@@ -385,7 +407,9 @@ void RendezvousServer::NewIncarnation(int generation, int np) {
 std::vector<ElasticEvent> RendezvousServer::TakeElasticEvents() {
   return impl_->TakeElasticEvents();
 }
-void RendezvousServer::SetCheckReply(const std::string& reply) { impl_->SetCheckReply(reply); }
+void RendezvousServer::SetCheckReply(const std::string& reply, int generation) {
+  impl_->SetCheckReply(reply, generation);
+}
 void RendezvousServer::SetMonitorSink(MonitorSink sink) { impl_->SetMonitorSink(std::move(sink)); }
 void RendezvousServer::SetElasticEventSink(ElasticEventSink sink) {
   impl_->SetElasticEventSink(std::move(sink));

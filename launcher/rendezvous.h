@@ -50,11 +50,12 @@ std::string NewToken();
 
 // One of rank 0's elastic verbs.
 struct ElasticRequest {
-  enum class Verb { kCheck, kRestart, kResumed, kShrunk };
+  enum class Verb { kCheck, kRestart, kResumed, kShrunk, kGrew, kNotJoined };
   Verb verb = Verb::kCheck;
   int generation = 0;
-  long commit = -1;  // RESTART, RESUMED: -1 = no commit
-  int size = 0;      // RESUMED; SHRUNK: the survivors
+  long commit = -1;   // RESTART, RESUMED: -1 = no commit
+  int size = 0;       // RESUMED; SHRUNK: the survivors; GREW: the grown job
+  std::string slots;  // GREW, NOTJOINED: the new processes' hosts ("host:n,...")
 };
 
 // Parses and checks one elastic request (without its newline) against the token.
@@ -89,8 +90,10 @@ class RendezvousServer {
   // one before are forgotten. Generation -1 is a job without elastic mode,
   // which the server is until told otherwise: it refuses the elastic verbs.
   void NewIncarnation(int generation, int np);
-  // What CHECK for the running incarnation answers ("SAME", "UPDATED added", ...).
-  void SetCheckReply(const std::string& reply);
+  // What CHECK for incarnation `generation` answers ("SAME", "UPDATED added",
+  // "GROW host:n,...", ...); ignored when the server has moved past it (an
+  // accepted SHRUNK or GREW answers SAME until the loop has seen it).
+  void SetCheckReply(const std::string& reply, int generation);
   // Whether SHRUNK (the in-place path: the survivors of a lost rank go on in
   // the same processes) is accepted: `refusal` "" accepts it from at least
   // `min_size` survivors, which then run as the next generation (the server

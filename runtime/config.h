@@ -53,8 +53,10 @@ struct Config {
   double elastic_timeout_seconds = 600.0;  // kolorun's --elastic-timeout default (Horovod's)
   // Set by kolorun in elastic mode for the Python side (not read by the runtime).
   bool elastic = false;
-  bool elastic_in_place = false;  // KOLO_ELASTIC_IN_PLACE (ops/ulfm.h reads the variable)
-  bool tf_ops = true;             // read by kolo.tensorflow, not by the runtime
+  bool elastic_in_place = false;      // KOLO_ELASTIC_IN_PLACE (ops/ulfm.h reads the variable)
+  bool elastic_replacement = false;   // KOLO_ELASTIC_REPLACEMENT (runtime/replacements.cc reads it)
+  bool elastic_grow_in_place = true;  // KOLO_ELASTIC_GROW_IN_PLACE (read by kolo.common.elastic)
+  bool tf_ops = true;                 // read by kolo.tensorflow, not by the runtime
   // Set by kolorun: where the counters go once a second ("token@address:port"), or "".
   std::string monitor_report;
   std::string elastic_job;

@@ -477,6 +477,16 @@ const std::vector<Setting>& Settings() {
        "Set it to 0 in kolorun's environment to restart every worker instead, as on Open MPI "
        "4.1.",
        NoHorovodName()},
+      {env::kElasticReplacement, Boolean(&Config::elastic_replacement),
+       "Set to 1 by an elastic job's rank 0 for the processes it starts to grow the job in "
+       "place on Open MPI 5 (docs/elastic.md, \"Replace and grow in place\"): their init() "
+       "joins the running ranks.",
+       NoHorovodName()},
+      {env::kElasticGrowInPlace, Boolean(&Config::elastic_grow_in_place),
+       "Elastic mode on Open MPI 5: 1 (the default) fills free slots (a lost rank's, a "
+       "discovered host's) with new processes that join the running ranks at a commit; 0 "
+       "grows the job through a restart of every worker instead.",
+       NoHorovodName()},
       {env::kElasticJob, Path(&Config::elastic_job, "(none)"),
        "Set by kolorun in elastic mode: the job's random id (32 hex digits), the same for "
        "every incarnation; names the commit store.",

@@ -11,6 +11,7 @@
 #include "logging.h"
 #include "metrics_snapshot.h"
 #include "ops/ulfm.h"
+#include "replacements.h"
 #include "runtime_impl.h"
 
 namespace kolo {
@@ -75,6 +76,63 @@ Result<std::unique_ptr<Runtime>> Runtime::ResumeOnSurvivors() {
   Result<std::unique_ptr<Runtime>> resumed = Create(options);  // duplicates the comm
   MPI_Comm_free(&survivors);
   return resumed;
+}
+
+Status Runtime::StartReplacements(const std::string& command, const std::vector<std::string>& args,
+                                  const std::vector<std::string>& hosts,
+                                  const std::vector<std::string>& environment,
+                                  const std::vector<std::string>& added) {
+  if (!impl_) return Status::PreconditionFailed("kolo is not running");
+  const std::string why_not = UlfmUnavailableReason();
+  if (!why_not.empty()) return Status::PreconditionFailed("cannot grow in place: " + why_not);
+  if (!placement_.threads_multiple) {
+    return Status::PreconditionFailed(
+        "cannot grow in place: MPI runs below MPI_THREAD_MULTIPLE here, and the new processes "
+        "are started from a thread of their own");
+  }
+  if (spawn_) return Status::PreconditionFailed("new processes are being started already");
+  if (hosts.empty()) return Status::InvalidArgument("no hosts to start new processes on");
+  spawn_ = std::make_unique<ReplacementSpawn>(
+      ReplacementRequest{command, args, hosts, environment, added});
+  return Status::OK();
+}
+
+Runtime::Replacements Runtime::replacements(std::string* why) {
+  if (!spawn_) return Replacements::kNone;
+  if (!spawn_->Done()) return Replacements::kStarting;
+  const Status started = spawn_->status();
+  if (started.ok()) return Replacements::kReady;
+  if (why != nullptr) *why = started.message();
+  spawn_.reset();
+  return Replacements::kFailed;
+}
+
+void Runtime::AbandonReplacements() { spawn_.reset(); }
+
+Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
+  if (!impl_) return Status::PreconditionFailed("kolo is not running");
+  MPI_Comm children = MPI_COMM_NULL;
+  if (spawn_) {
+    Result<MPI_Comm> taken = spawn_->Take();
+    spawn_.reset();
+    if (!taken.ok()) return taken.status();
+    children = taken.value();
+  }
+  Result<MPI_Comm> ranks = impl_->HandOverForGrowth();
+  if (!ranks.ok()) {
+    if (children != MPI_COMM_NULL) MPI_Comm_free(&children);
+    return ranks.status();
+  }
+  MPI_Comm own = ranks.value();
+  Result<MPI_Comm> merged = MergeReplacements(own, children);
+  MPI_Comm_free(&own);
+  if (!merged.ok()) return merged.status();
+  MPI_Comm all = merged.value();
+  InitOptions options;
+  options.comm = HandleOfComm(all);
+  Result<std::unique_ptr<Runtime>> grown = Create(options);  // duplicates the comm
+  MPI_Comm_free(&all);
+  return grown;
 }
 
 bool Runtime::is_running() const { return impl_->running(); }

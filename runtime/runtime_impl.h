@@ -43,6 +43,10 @@ class RuntimeImpl {
 
   Status Shutdown() EXCLUDES(shutdown_mutex_);
   Result<MPI_Comm> ShrinkAfterFailure() EXCLUDES(shutdown_mutex_);
+  // Growing in place: stops this runtime in order (every rank calls it at the
+  // same point) and returns a duplicate of its global communicator, which the
+  // caller owns, for the merge with the new processes.
+  Result<MPI_Comm> HandOverForGrowth() EXCLUDES(shutdown_mutex_);
   bool running() const { return running_.load(); }
   std::string stop_reason() EXCLUDES(queue_mutex_) {
     MutexLock lock(&queue_mutex_);

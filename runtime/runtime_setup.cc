@@ -9,6 +9,7 @@
 #include "kolo/mpi_handle.h"
 #include "logging.h"
 #include "ops/ulfm.h"
+#include "replacements.h"
 #include "runtime_impl.h"
 
 namespace kolo {
@@ -218,6 +219,16 @@ Status RuntimeImpl::InitMpi(const InitOptions& options) {
   }
   MPI_Comm base = CommFromHandle(options.comm);
   MpiComm listed;
+  if (options.comm == 0 && options.world_ranks.empty()) {
+    // A process that kolo started to grow a job in place joins its ranks
+    // (runtime/replacements.h); any other process gets MPI_COMM_NULL here.
+    Result<MPI_Comm> joined = JoinAsReplacement();
+    if (!joined.ok()) return joined.status();
+    if (joined.value() != MPI_COMM_NULL) {
+      listed = MpiComm(joined.value());
+      base = listed.get();
+    }
+  }
   if (!options.world_ranks.empty()) {
     if (options.comm != 0) {
       return Status::InvalidArgument("init(): pass a communicator or a list of ranks, not both");
@@ -412,6 +423,21 @@ Result<MPI_Comm> RuntimeImpl::ShrinkAfterFailure() {
   // process (docs/elastic.md, "Reset in place").
   owns_mpi_ = false;
   return shrunk;
+}
+
+Result<MPI_Comm> RuntimeImpl::HandOverForGrowth() {
+  MutexLock shutting_down(&shutdown_mutex_);
+  if (shut_down_) return Status::PreconditionFailed("kolo was shut down on this rank");
+  StopLocally(/*lost_ranks=*/false);
+  MPI_Comm ranks = MPI_COMM_NULL;
+  Status duplicated = MpiStatus(MPI_Comm_dup(global_comm_.get(), &ranks), "MPI_Comm_dup");
+  global_comm_ = MpiComm();
+  // MPI stays initialized for the grown runtime; like the survivors of a
+  // shrink, the process ends without MPI_Finalize.
+  owns_mpi_ = false;
+  if (!duplicated.ok()) return duplicated;
+  MPI_Comm_set_errhandler(ranks, MPI_ERRORS_RETURN);
+  return ranks;
 }
 
 }  // namespace kolo

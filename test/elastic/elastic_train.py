@@ -18,6 +18,13 @@ Environment (set by the test):
   ELASTIC_GO_RANKS    (optional) ranks that go on at the pause step without go.0:
                       each writes entering.0.<rank> before its next step's backward
                       pass (whose allreduce waits for the paused ranks)
+  ELASTIC_HOLD_STEP   (optional, with ELASTIC_FULL_SIZE) a commit step at which a job
+                      smaller than ELASTIC_FULL_SIZE commits again and again until new
+                      processes have joined it in place (kolorun offers the free slots
+                      at every commit), or the file hold.done exists: the step at which
+                      it grows is known
+  ELASTIC_NEW_PROCESS_FAILS  (optional) a process started to grow the job in place
+                      exits with code 3 before hvd.init()
 Rank 0 prints "START gen=G size=S step=N pid=P" after each (re)start and
 "FINAL size=S step=N params=<float.hex ...>" at the end.
 """
@@ -41,6 +48,9 @@ def wait_for(path):
 
 
 def main():
+    if os.environ.get("KOLO_ELASTIC_REPLACEMENT") == "1" and \
+            os.environ.get("ELASTIC_NEW_PROCESS_FAILS"):
+        os._exit(3)
     hvd.init()
     torch.manual_seed(0)
     data = torch.tensor([features(i) for i in range(SAMPLES)], dtype=torch.float64)
@@ -56,6 +66,8 @@ def main():
     pause_step = int(os.environ.get("ELASTIC_PAUSE_STEP", "-1"))
     go_ranks = {int(r) for r in os.environ.get("ELASTIC_GO_RANKS", "").split(",") if r}
     first_rank = hvd.rank()  # in generation 0 (a reset in place renumbers the ranks)
+    hold_step = int(os.environ.get("ELASTIC_HOLD_STEP", "-1"))
+    full_size = int(os.environ.get("ELASTIC_FULL_SIZE", "0"))
 
     @hvd.elastic.run
     def train(state):
@@ -82,6 +94,10 @@ def main():
                         wait_for(os.path.join(test_dir, "go.0"))
                 if state.step % COMMIT_EVERY == 0:
                     state.commit()
+                while state.step == hold_step and hvd.size() < full_size and \
+                        not os.path.exists(os.path.join(test_dir, "hold.done")):
+                    time.sleep(0.05)
+                    state.commit()  # raises, on every rank, once new processes are ready
             state.epoch += 1
             state.train_sampler.set_epoch(state.epoch)
             state.commit()

@@ -30,7 +30,7 @@ PYTHON_DIR = os.environ["TEST_PYTHON_DIR"]
 FAKE_SSH = os.path.join(HERE, "..", "launcher", "fake_ssh.sh")
 TRAIN = os.path.join(HERE, "elastic_train.py")
 KERAS_TRAIN = os.path.join(HERE, "keras_elastic_train.py")
-HOST_A, HOST_B = "127.0.0.1", "127.0.0.2"
+HOST_A, HOST_B, HOST_C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 IN_PLACE = os.environ.get("ELASTIC_IN_PLACE") == "1"
 # Each job bounds its own waits (wait_reached, finish); this is conftest's backstop.
 pytestmark = pytest.mark.limit_s(600)
@@ -39,7 +39,8 @@ pytestmark = pytest.mark.limit_s(600)
 class Job:
     """kolorun running `script` (elastic_train.py), its output collected by a thread."""
 
-    def __init__(self, tmp_path, hosts, args, pause_step, script=TRAIN, go_ranks=()):
+    def __init__(self, tmp_path, hosts, args, pause_step, script=TRAIN, go_ranks=(),
+                 extra_env=None):
         self.dir = tmp_path
         self.hosts_file = tmp_path / "hosts"
         self.set_hosts(hosts)
@@ -48,7 +49,7 @@ class Job:
         discover.chmod(0o755)
         env = dict(os.environ, PYTHONPATH=PYTHON_DIR, ELASTIC_TEST_DIR=str(tmp_path),
                    ELASTIC_PAUSE_STEP=str(pause_step),
-                   ELASTIC_GO_RANKS=",".join(str(r) for r in go_ranks))
+                   ELASTIC_GO_RANKS=",".join(str(r) for r in go_ranks), **(extra_env or {}))
         cmd = [KOLORUN, *args, "--host-discovery-script", str(discover),
                "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, sys.executable, script]
         self.lines = []
@@ -200,8 +201,94 @@ def test_a_host_added_by_discovery_grows_to_np4_at_the_next_commit(tmp_path):
     (tmp_path / "go.0").write_text("go\n")
     code, out = job.finish()
     assert code == 0, out
-    # Growing restarts the workers, in place or not (docs/elastic.md).
+    # A job started on this machine alone runs its transports on loopback: growing onto
+    # another host restarts the workers, in place or not (docs/elastic.md).
     assert re.search(r"START gen=1 size=4 step=4\b", out), out
+    size, params = final_params(out)
+    assert size == 4
+    assert params == reference.as_float64(reference.replay([(2, 4), (4, None)]))
+
+
+in_place_only = pytest.mark.skipif(not IN_PLACE, reason="grows in place only on Open MPI 5")
+
+
+def kill_one_rank_per_host(job):
+    """SIGKILL to rank 1 (127.0.0.1) and rank 3 (127.0.0.2) once all 4 ranks reached the
+    pause step: each host keeps one rank. Returns the pids of the survivors."""
+    ranks = job.wait_reached(4)
+    assert [h == "kolo-" + HOST_B for _, h in ranks.values()] == [False, False, True, True], \
+        ranks
+    for r in (1, 3):
+        os.kill(ranks[r][0], signal.SIGKILL)
+    (job.dir / "go.0").write_text("go\n")
+    return ranks[0][0], ranks[2][0]
+
+
+@in_place_only
+def test_a_rank_killed_on_each_host_is_replaced_in_place(tmp_path):
+    # The survivors go on at np=2 from step 4's commit; at step 8 they commit until the
+    # replacements that rank 0 started on both hosts have joined; np=4 from there on.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, extra_env={"ELASTIC_HOLD_STEP": "8", "ELASTIC_FULL_SIZE": "4"})
+    kill_one_rank_per_host(job)
+    code, out = job.finish(timeout=240)
+    assert code == 0, out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[1:3] for s in starts] == [("4", "0"), ("2", "4"), ("4", "8")], out
+    assert len({s[3] for s in starts}) == 1, out  # rank 0 stayed the same process
+    assert re.search(r"kolorun: elastic: incarnation 1 grew in place: new process\(es\) on "
+                     + re.escape(f"{HOST_A}:1,{HOST_B}:1"), out), out
+    assert re.search(r"kolorun: elastic: resumed in place at np=4 ", out), out
+    assert "starting incarnation 1" not in out, out  # no restart
+    size, params = final_params(out)
+    assert size == 4
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, 8), (4, None)]))
+
+
+@in_place_only
+def test_replacements_that_die_before_joining_are_given_up_and_the_job_goes_on(tmp_path):
+    # The new processes exit before hvd.init(); rank 0 gives them up after
+    # KOLO_START_TIMEOUT, kolorun offers their hosts no more, and the job ends at np=2.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, extra_env={"ELASTIC_HOLD_STEP": "8", "ELASTIC_FULL_SIZE": "4",
+                                       "ELASTIC_NEW_PROCESS_FAILS": "1",
+                                       "KOLO_START_TIMEOUT": "10"})
+    kill_one_rank_per_host(job)
+    job.wait_line(r"kolorun: elastic: the new process\(es\) on .* did not start or join",
+                  timeout=180)
+    (tmp_path / "hold.done").write_text("done\n")
+    code, out = job.finish(timeout=240)
+    # The job's own ranks ended well; mpirun passes on the new processes' exit code (3),
+    # which kolorun reports as the job's (docs/elastic.md).
+    assert code in (0, 3), out
+    assert re.search(r"kolo: elastic: the new process\(es\) on .* did not start or join "
+                     r"\(they did not initialize MPI within 10 s", out), out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[1:3] for s in starts] == [("4", "0"), ("2", "4")], out
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+@in_place_only
+def test_a_host_added_by_discovery_joins_in_place(tmp_path):
+    # A job on two hosts at np=2 commits at step 4 until the new processes on a third
+    # host (which PRRTE adds to its allocation) joined; np=4 from there on.
+    job = Job(tmp_path, [f"{HOST_A}:1", f"{HOST_B}:1"],
+              ["-np", "2", "--min-np", "2", "--max-np", "4"],
+              pause_step=3, extra_env={"ELASTIC_HOLD_STEP": "4", "ELASTIC_FULL_SIZE": "4"})
+    job.wait_reached(2)
+    job.set_hosts([f"{HOST_A}:1", f"{HOST_B}:1", f"{HOST_C}:2"])
+    job.wait_line(r"kolorun: elastic: discovery lists .*" + re.escape(HOST_C))
+    (tmp_path / "go.0").write_text("go\n")
+    code, out = job.finish(timeout=240)
+    assert code == 0, out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[:3] for s in starts] == [("0", "2", "0"), ("0", "4", "4")], out
+    assert starts[0][3] == starts[1][3], out  # rank 0 stayed the same process
+    assert re.search(r"kolorun: elastic: incarnation 0 grew in place: new process\(es\) on "
+                     + re.escape(f"{HOST_C}:2"), out), out
+    assert "starting incarnation 1" not in out, out
     size, params = final_params(out)
     assert size == 4
     assert params == reference.as_float64(reference.replay([(2, 4), (4, None)]))

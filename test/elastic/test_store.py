@@ -254,3 +254,14 @@ def test_the_environment_is_read_and_checked():
     del missing["KOLORUN_TOKEN"]
     with pytest.raises(ValueError, match="KOLORUN_TOKEN .* is not set"):
         elastic_env.read(missing)
+
+
+def test_the_slots_that_kolorun_offers_to_grow_in_place_are_read_and_written():
+    assert elastic_env.parse_slots("a:1,+c:2") == (["a", "c", "c"], ["c"])
+    assert elastic_env.format_slots(["a", "c", "c"]) == "a:1,c:2"
+    for bad in ("a", "a:0", ":2", "a:x"):
+        with pytest.raises(elastic_env.RendezvousError, match="expected host:n"):
+            elastic_env.parse_slots(bad)
+    env = elastic_env.read(dict(ENV, KOLO_ELASTIC_GROW_IN_PLACE="0",
+                                KOLO_ELASTIC_REPLACEMENT="1"))
+    assert (env.grow_in_place, env.replacement) == (False, True)

@@ -83,6 +83,8 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_MONITOR_REPORT", "0123abcd@127.0.0.1:4321"},
       {"KOLO_ELASTIC", "1"},
       {"KOLO_ELASTIC_IN_PLACE", "1"},
+      {"KOLO_ELASTIC_REPLACEMENT", "1"},
+      {"KOLO_ELASTIC_GROW_IN_PLACE", "0"},
       {"KOLO_ELASTIC_JOB", "0123456789abcdef0123456789abcdef"},
       {"KOLO_ELASTIC_GENERATION", "3"},
       {"KOLO_ELASTIC_DIR", "/tmp/commits"}};

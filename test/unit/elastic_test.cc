@@ -133,6 +133,24 @@ TEST(Check, AddedRemovedBoth) {
   EXPECT_EQ(CheckReply(HostUpdate::kBoth), "UPDATED both");
 }
 
+TEST(Compare, GrowthInPlaceOffersTheFreeSlots) {
+  const H allocated = {{"a", 2}, {"b", 2}};
+  // A rank lost on each host: one slot free on each.
+  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {}, true), "a:1,b:1");
+  // A host that discovery added: PRRTE must add it ("+").
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 0, allocated, {}, true),
+            "+c:2");
+  // Up to --max-np only, in the pool's order.
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 5, allocated, {}, true),
+            "+c:1");
+  EXPECT_EQ(GrowthInPlace(allocated, {{"a", 2}, {"b", 2}, {"c", 2}}, 4, allocated, {}, true), "");
+  // Hosts whose new processes did not join are not offered again.
+  EXPECT_EQ(GrowthInPlace({{"a", 1}, {"b", 1}}, allocated, 0, allocated, {"b"}, true), "a:1");
+  EXPECT_EQ(GrowthInPlace(allocated, allocated, 0, allocated, {}, true), "");
+  // A job on this machine alone grows onto another host through a restart only.
+  EXPECT_EQ(GrowthInPlace({{"a", 1}}, {{"a", 2}, {"c", 2}}, 0, {{"a", 2}}, {}, false), "a:1");
+}
+
 TEST(Decide, WhatFollowsAnIncarnation) {
   const H running = {{"a", 2}, {"b", 2}};
   IncarnationEnd done;
@@ -192,8 +210,18 @@ TEST(ElasticVerbs, ParseAndFormat) {
   EXPECT_EQ(shrunk.value().verb, ElasticRequest::Verb::kShrunk);
   EXPECT_EQ(shrunk.value().generation, 0);
   EXPECT_EQ(shrunk.value().size, 2);
-  for (const ElasticRequest& r :
-       {check.value(), restart.value(), resumed.value(), shrunk.value()}) {
+  Result<ElasticRequest> grew = ParseElasticRequest("KOLOE " + token + " GREW 1 4 a:1,b:1", token);
+  ASSERT_TRUE(grew.ok()) << grew.status().ToString();
+  EXPECT_EQ(grew.value().verb, ElasticRequest::Verb::kGrew);
+  EXPECT_EQ(grew.value().size, 4);
+  EXPECT_EQ(grew.value().slots, "a:1,b:1");
+  Result<ElasticRequest> not_joined =
+      ParseElasticRequest("KOLOE " + token + " NOTJOINED 1 b:2", token);
+  ASSERT_TRUE(not_joined.ok()) << not_joined.status().ToString();
+  EXPECT_EQ(not_joined.value().verb, ElasticRequest::Verb::kNotJoined);
+  EXPECT_EQ(not_joined.value().slots, "b:2");
+  for (const ElasticRequest& r : {check.value(), restart.value(), resumed.value(), shrunk.value(),
+                                  grew.value(), not_joined.value()}) {
     std::string line = ElasticRequestMessage(token, r);
     ASSERT_EQ(line.back(), '\n');
     line.pop_back();
@@ -203,6 +231,7 @@ TEST(ElasticVerbs, ParseAndFormat) {
     EXPECT_EQ(again.value().generation, r.generation) << line;
     EXPECT_EQ(again.value().commit, r.commit) << line;
     EXPECT_EQ(again.value().size, r.size) << line;
+    EXPECT_EQ(again.value().slots, r.slots) << line;
   }
 }
 
@@ -224,6 +253,8 @@ TEST(ElasticVerbs, BadRequestsSayWhatIsWrong) {
               "size must be at least 1");
   ExpectError(ParseElasticRequest("KOLOE tok SHRUNK 0", t).status(), "SHRUNK expects 2");
   ExpectError(ParseElasticRequest("KOLOE tok SHRUNK 0 0", t).status(), "size must be at least 1");
+  ExpectError(ParseElasticRequest("KOLOE tok GREW 0 4", t).status(), "GREW expects 3");
+  ExpectError(ParseElasticRequest("KOLOE tok NOTJOINED 0", t).status(), "NOTJOINED expects 2");
 }
 
 }  // namespace

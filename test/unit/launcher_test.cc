@@ -274,6 +274,9 @@ TEST(Command, InPlaceElasticTurnsOnFaultToleranceAndOffHanOnOpenMpi5) {
   p.dialect = MpiDialect::kPrrte;
   std::string line = ShellQuote(BuildMpirunCommand(p));
   EXPECT_NE(line.find("--with-ft ulfm --mca coll ^han"), std::string::npos) << line;
+  // New processes started in place share the hosts with the dead ranks' slots.
+  EXPECT_NE(line.find("--map-by slot:OVERSUBSCRIBE"), std::string::npos) << line;
+  EXPECT_EQ(line.find("mpi_yield_when_idle"), std::string::npos) << line;
   // A coll choice of the user's own is left alone (mpirun refuses a parameter twice).
   p.extra_mpi_args = {"--mca", "coll", "^tuned"};
   line = ShellQuote(BuildMpirunCommand(p));

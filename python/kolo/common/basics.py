@@ -145,6 +145,43 @@ def shrink_in_place():
     return True
 
 
+def start_replacements(command, args, hosts, environment, added=()):
+    """Growing in place (Open MPI 5 with fault tolerance): starts ``command args`` as new
+    processes, one per entry of ``hosts``, each with ``environment`` (a dict), from this
+    rank (rank 0) on a thread of its own, and returns at once; the job trains on meanwhile.
+    The hosts of ``added`` join mpirun's allocation. Raises KoloInternalError where the
+    job cannot grow in place."""
+    _core.start_replacements(command, list(args), list(hosts),
+                             ["%s=%s" % kv for kv in environment.items()], list(added))
+
+
+def replacements():
+    """Where the processes of start_replacements are: "none" (none started), "starting",
+    "ready" (every one has initialized MPI: grow_in_place may run), or why they failed
+    (then they are forgotten)."""
+    return _core.replacements()
+
+
+def abandon_replacements():
+    """Gives up the processes of start_replacements that are still starting."""
+    _core.abandon_replacements()
+
+
+def grow_in_place():
+    """Collective over this job's ranks and the new processes that rank 0 started (once
+    replacements() said "ready" there): kolo's runtime is rebuilt on all of them, the
+    ranks there before first in their order, with the global process set only (registered
+    sets are gone, as after shutdown()). Used by kolo.common.elastic's run. Returns False,
+    changing nothing, when the join did not end within 30 s (a new process died after
+    starting): this process must then leave."""
+    if not _core.grow_in_place():
+        return False
+    _reset_run()
+    _ps._reset()
+    _ps._finish_init([], [], _core.size())
+    return True
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline (rank 0 writes it). Unlike Horovod, no
     HOROVOD_TIMELINE setting is needed beforehand."""

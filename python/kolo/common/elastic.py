@@ -10,7 +10,10 @@ exit code 0 and kolorun starts the next incarnation, whose ``run`` loads the new
 commit that any rank holds and broadcasts it. A lost rank: on Open MPI 5
 (KOLO_ELASTIC_IN_PLACE=1) the survivors shrink kolo's runtime to themselves and ``run``
 resumes in the same processes (``_shrink_in_place``); elsewhere every worker exits and
-kolorun restarts them.
+kolorun restarts them. Free slots, on Open MPI 5: kolorun offers them at a commit, rank 0
+starts new processes there while the job trains, and at the first commit after they
+started every rank joins them and ``run`` resumes from that commit (``_check_or_grow``,
+``_grow_in_place``).
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
 without its reset: it syncs from rank 0 and calls the function; commits stay in memory
@@ -19,6 +22,7 @@ without its reset: it syncs from rank 0 and calls the function; commits stay in 
 import functools
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -80,7 +84,10 @@ class State:
         Collective. Without elastic kolorun hosts never change: nothing to do."""
         if self._env is None:
             return
-        update = _rank0_answer(lambda: elastic_env.check(self._env), "kolo.elastic.check")
+        env = self._env
+        update = _rank0_answer(lambda: _check_or_grow(env), "kolo.elastic.check")
+        if update == elastic_env.GROW:
+            raise _GrowInPlace()
         if update != elastic_env.NO_UPDATE:
             raise HostsUpdatedInterrupt(update == elastic_env.REMOVED)
 
@@ -324,6 +331,8 @@ def _run_plain(func, state, args, kwargs):
 
 def _run_elastic(env, func, state, args, kwargs):
     shrunk = False
+    if env.replacement:  # started by rank 0 to grow the job: joined it in init()
+        env = _grown(env, [])
     while True:
         try:
             commit = _resume_in_place(env, state) if shrunk else _resume(env, state)
@@ -334,6 +343,9 @@ def _run_elastic(env, func, state, args, kwargs):
             break
         except HostsUpdatedInterrupt:
             _leave_for_restart(env, state)
+        except _GrowInPlace:
+            env = _grow_in_place(env, state)
+            shrunk = False
         except KoloInternalError as e:
             env = _shrink_in_place(env, state, e)
             shrunk = True
@@ -372,6 +384,128 @@ def _shrink_in_place(env, state, error):
                          % (message, basics.size(), basics.rank(), old_rank))
         sys.stderr.flush()
     return env._replace(generation=env.generation + 1)
+
+
+# --- growing in place (Open MPI 5): new processes join at a commit ------------------------
+
+class _GrowInPlace(Exception):
+    """Raised by a commit on every rank once the processes that rank 0 started are ready:
+    ``run`` then joins them (``_grow_in_place``) and resumes from that commit with them."""
+
+
+# Rank 0's processes being started (one host per slot), until they joined or failed, and
+# since when (time.monotonic()).
+_starting = []
+_started_at = [0.0]
+# How long new processes may take from their start to MPI_Init (their script's imports
+# before hvd.init()): one that died before it leaves the spawn waiting for ever (PRRTE 3.0).
+# KOLO_START_TIMEOUT (or HOROVOD_START_TIMEOUT, kolorun's --start-timeout) when the job's
+# environment sets it, else 300 s.
+DEFAULT_NEW_PROCESS_PATIENCE_S = 300.0
+
+
+def _new_process_patience():
+    for name in ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        try:
+            return float(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return DEFAULT_NEW_PROCESS_PATIENCE_S
+
+# What a process started to grow the job does not take from rank 0's environment: what
+# Open MPI and PMIx set for each process, and the ranks of torchrun's names.
+_OWN_VARIABLES = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+                  "ROLE_RANK", "OMPI_MCA_num_procs")
+
+
+def _environment_for_new_processes(env, size):
+    """Rank 0's environment for the processes it starts: they are spawned by MPI, which
+    gives them none of the job's own (kolorun's settings, the user's -x, the fault
+    tolerance), with KOLO_ELASTIC_REPLACEMENT=1 and the job's size once they joined."""
+    out = {}
+    for name, value in os.environ.items():
+        if "\n" in value or name in _OWN_VARIABLES:
+            continue
+        if name.startswith(("OMPI_", "PMIX_", "PRTE_")) and not name.startswith(
+                ("OMPI_MCA_", "OMPI_ALLOW_")):
+            continue
+        out[name] = value
+    out.update(KOLO_ELASTIC_REPLACEMENT="1", KOLO_ELASTIC_GENERATION=str(env.generation),
+               WORLD_SIZE=str(size), ROLE_WORLD_SIZE=str(size))
+    return out
+
+
+def _say(line):
+    sys.stderr.write("kolo: elastic: %s\n" % line)
+    sys.stderr.flush()
+
+
+def _check_or_grow(env):
+    """Rank 0 at a commit: kolorun's answer to CHECK, where an offer of free slots (GROW)
+    starts new processes there and answers NO_UPDATE until they are ready; then GROW, on
+    which every rank joins them."""
+    status = basics.replacements()
+    if status == "ready":
+        return elastic_env.GROW
+    patience = _new_process_patience()
+    if status == "starting" and time.monotonic() - _started_at[0] > patience:
+        basics.abandon_replacements()
+        status = ("they did not initialize MPI within %g s of their start (KOLO_START_TIMEOUT): "
+                  "dead, or stuck before hvd.init()" % patience)
+    if status not in ("none", "starting"):
+        _say("the new process(es) on %s did not start or join (%s); the job goes on without "
+             "them" % (elastic_env.format_slots(_starting), status))
+        elastic_env.not_joined(env, _starting)
+        del _starting[:]
+    update, (hosts, added) = elastic_env.check_or_grow(env)
+    if update != elastic_env.GROW:
+        return update
+    if not env.grow_in_place:  # KOLO_ELASTIC_GROW_IN_PLACE=0: the restart path
+        return elastic_env.ADDED
+    if status == "starting":
+        return elastic_env.NO_UPDATE
+    command = [sys.executable] + sys.orig_argv[1:]
+    try:
+        basics.start_replacements(command[0], command[1:], hosts,
+                                  _environment_for_new_processes(env, basics.size() + len(hosts)),
+                                  added)
+    except KoloInternalError as e:  # cannot grow in place here: the restart path
+        _say("cannot start new processes in place (%s); restarting to grow" % e)
+        return elastic_env.ADDED
+    _starting[:] = hosts
+    _started_at[0] = time.monotonic()
+    _say("starting %d new process(es) on %s; they join at the first commit after their "
+         "start, while the job trains on" % (len(hosts), elastic_env.format_slots(hosts)))
+    return elastic_env.NO_UPDATE
+
+
+def _grow_in_place(env, state):
+    """Every rank, at the commit where rank 0's new processes were ready: one runtime on
+    all of them (the new ones do the same in their init()), the incarnation after this
+    one. A failure here leaves for kolorun's restart."""
+    old_rank = basics.rank()
+    try:
+        joined = basics.grow_in_place()
+    except KoloInternalError as e:
+        _leave_after_failure(state, e, rank=old_rank)
+    if not joined:
+        _leave_after_failure(state, KoloInternalError(
+            "the new processes on %s did not join within 30 s (one died after it started?)"
+            % elastic_env.format_slots(_starting)), rank=old_rank)
+    hosts = list(_starting)
+    del _starting[:]
+    return _grown(env, hosts)
+
+
+def _grown(env, hosts):
+    """On every rank of the grown job: rank 0 tells kolorun (GREW: the new processes on
+    ``hosts`` joined) and gives everyone the new incarnation's number (the new processes
+    were told an older one)."""
+    def tell_kolorun():
+        elastic_env.grew(env, basics.size(), hosts)
+        return env.generation + 1
+    generation = _rank0_answer(tell_kolorun, "kolo.elastic.grown")
+    return env._replace(generation=generation, replacement=False)
 
 
 def _resume(env, state):

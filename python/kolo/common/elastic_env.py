@@ -3,12 +3,17 @@ to kolorun's rendezvous server (/work/notes/elastic_contract.md; docs/elastic.md
 
 One request line per connection, one reply line:
     KOLOE <token> CHECK <g>                   -> OK SAME | OK UPDATED added|removed|both
+                                                 | OK GROW <host:n,...>
     KOLOE <token> RESTART <g> <commit>        -> OK
     KOLOE <token> RESUMED <g> <commit> <size> -> OK
     KOLOE <token> SHRUNK <g> <size>           -> OK (go on as incarnation g + 1) | ERR <why>
-and "ERR <reason>" for a bad request. SHRUNK is the in-place path's (KOLO_ELASTIC_IN_PLACE):
-the survivors of a lost rank shrank their communicators, and kolorun says whether the job
-may go on at that size.
+    KOLOE <token> GREW <g> <size>             -> OK (go on as incarnation g + 1)
+    KOLOE <token> NOTJOINED <g> <host:n,...>  -> OK
+and "ERR <reason>" for a bad request. SHRUNK, GROW, GREW and NOTJOINED are the in-place
+path's (KOLO_ELASTIC_IN_PLACE): the survivors of a lost rank shrank their communicators,
+and kolorun says whether the job may go on at that size; kolorun offers free slots (GROW)
+instead of asking for a restart, rank 0 starts new processes there while the job trains
+and says GREW once they joined, or NOTJOINED when they failed to start.
 """
 import collections
 import os
@@ -16,7 +21,8 @@ import re
 import socket
 
 ElasticEnv = collections.namedtuple(
-    "ElasticEnv", "job generation rendezvous token directory in_place", defaults=(False,))
+    "ElasticEnv", "job generation rendezvous token directory in_place replacement grow_in_place",
+    defaults=(False, False, True))
 
 
 def _job(value):
@@ -62,6 +68,12 @@ SETTINGS = [
      "where commits are kept (each host's own; tmpfs)", str),
     ("KOLO_ELASTIC_IN_PLACE", "in_place", "0",
      "1: a lost rank is recovered in place (Open MPI 5 with fault tolerance)",
+     _flag),
+    ("KOLO_ELASTIC_REPLACEMENT", "replacement", "0",
+     "1: this process was started by rank 0 to grow the job in place, and joins it",
+     _flag),
+    ("KOLO_ELASTIC_GROW_IN_PLACE", "grow_in_place", "1",
+     "0: free slots are filled through a restart even where new processes could join",
      _flag),
 ]
 
@@ -116,20 +128,64 @@ def ask(env, words, timeout=30.0):
     return answer[1:]
 
 
-# Horovod's HostUpdateResult values.
-NO_UPDATE, REMOVED, ADDED, MIXED = 0, 1, 2, 3
+# Horovod's HostUpdateResult values, and kolo's offer to grow in place.
+NO_UPDATE, REMOVED, ADDED, MIXED, GROW = 0, 1, 2, 3, 4
 _UPDATES = {"removed": REMOVED, "added": ADDED, "both": MIXED}
+
+
+def parse_slots(spec):
+    """``host:n,+host2:m`` -> ([host, host, ..., host2, ...], [host2]): one entry per slot,
+    and the hosts marked ``+``, which mpirun's allocation does not hold yet."""
+    hosts, added = [], []
+    for part in spec.split(","):
+        host, sep, count = part.rpartition(":")
+        if host.startswith("+"):
+            host = host[1:]
+            added.append(host)
+        if not sep or not host or not count.isdigit() or int(count) < 1:
+            raise RendezvousError("kolo: elastic: kolorun offered %r: expected host:n,..."
+                                  % spec)
+        hosts.extend([host] * int(count))
+    return hosts, added
+
+
+def format_slots(hosts):
+    """The inverse of parse_slots, in order of first appearance."""
+    counts = collections.Counter(hosts)
+    return ",".join("%s:%d" % (h, counts[h]) for h in dict.fromkeys(hosts))
+
+
+def check_or_grow(env):
+    """Whether the hosts differ from this incarnation's: (NO_UPDATE | REMOVED | ADDED |
+    MIXED, ([], [])), or (GROW, (hosts, added)): free slots that the job may fill in place,
+    one entry per slot, and the hosts among them that mpirun's allocation lacks."""
+    answer = ask(env, ["CHECK", env.generation])
+    if answer == ["SAME"]:
+        return NO_UPDATE, ([], [])
+    if len(answer) == 2 and answer[0] == "UPDATED" and answer[1] in _UPDATES:
+        return _UPDATES[answer[1]], ([], [])
+    if len(answer) == 2 and answer[0] == "GROW":
+        return GROW, parse_slots(answer[1])
+    raise RendezvousError("kolo: elastic: kolorun answered CHECK with %r" % " ".join(answer))
 
 
 def check(env):
     """Whether the hosts differ from this incarnation's: NO_UPDATE, REMOVED, ADDED or
-    MIXED."""
-    answer = ask(env, ["CHECK", env.generation])
-    if answer == ["SAME"]:
-        return NO_UPDATE
-    if len(answer) == 2 and answer[0] == "UPDATED" and answer[1] in _UPDATES:
-        return _UPDATES[answer[1]]
-    raise RendezvousError("kolo: elastic: kolorun answered CHECK with %r" % " ".join(answer))
+    MIXED (an offer to grow in place counts as ADDED)."""
+    update, _ = check_or_grow(env)
+    return ADDED if update == GROW else update
+
+
+def grew(env, size, hosts):
+    """Tells kolorun that the ranks of incarnation g and the new processes on ``hosts``
+    (one entry per process) go on together at ``size`` (as incarnation g + 1)."""
+    ask(env, ["GREW", env.generation, size, format_slots(hosts)])
+
+
+def not_joined(env, hosts):
+    """Tells kolorun that the new processes on ``hosts`` (one entry per slot) did not
+    start or join: it offers those slots no more."""
+    ask(env, ["NOTJOINED", env.generation, format_slots(hosts)])
 
 
 def restart(env, commit):

@@ -31,10 +31,12 @@ inline constexpr const char* kAutotuneFile = "KOLO_AUTOTUNE_FILE";
 // Elastic mode: set by kolorun for every rank of an elastic job (KOLO_ELASTIC_DIR
 // by the user), read by the Python side's commit store; KOLO_ELASTIC_TIMEOUT
 // is read by kolorun.
-inline constexpr const char* kElastic = "KOLO_ELASTIC";                       // "1"
-inline constexpr const char* kElasticJob = "KOLO_ELASTIC_JOB";                // 32 hex digits
-inline constexpr const char* kElasticGeneration = "KOLO_ELASTIC_GENERATION";  // 0, 1, ...
-inline constexpr const char* kElasticInPlace = "KOLO_ELASTIC_IN_PLACE";       // "1": ULFM on
+inline constexpr const char* kElastic = "KOLO_ELASTIC";                           // "1"
+inline constexpr const char* kElasticJob = "KOLO_ELASTIC_JOB";                    // 32 hex digits
+inline constexpr const char* kElasticGeneration = "KOLO_ELASTIC_GENERATION";      // 0, 1, ...
+inline constexpr const char* kElasticInPlace = "KOLO_ELASTIC_IN_PLACE";           // "1": ULFM on
+inline constexpr const char* kElasticReplacement = "KOLO_ELASTIC_REPLACEMENT";    // "1": joins
+inline constexpr const char* kElasticGrowInPlace = "KOLO_ELASTIC_GROW_IN_PLACE";  // "0": restart
 inline constexpr const char* kElasticDir = "KOLO_ELASTIC_DIR";          // the commit store's parent
 inline constexpr const char* kElasticTimeout = "KOLO_ELASTIC_TIMEOUT";  // --elastic-timeout
 

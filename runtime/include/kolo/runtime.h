@@ -27,6 +27,7 @@
 namespace kolo {
 
 class RuntimeImpl;
+class ReplacementSpawn;
 class HandleTable;
 
 // Whether this build has the GPU path (CUDA and NCCL).
@@ -68,6 +69,29 @@ class Runtime {
   // (ops/ulfm.h: this runtime is then left as it was), or when the shrink
   // itself failed (this runtime is then stopped).
   Result<std::unique_ptr<Runtime>> ResumeOnSurvivors();
+
+  // Growing in place (Open MPI 5, runtime/replacements.h): this rank (rank 0)
+  // starts `command args` as new processes, one on each entry of `hosts`,
+  // each with `environment` ("NAME=value"), and returns at once; the spawn
+  // goes on in a thread of its own while the job trains. The hosts of `added`
+  // are added to mpirun's allocation. Fails where the job cannot grow in
+  // place (ops/ulfm.h) or when a spawn is under way already.
+  Status StartReplacements(const std::string& command, const std::vector<std::string>& args,
+                           const std::vector<std::string>& hosts,
+                           const std::vector<std::string>& environment,
+                           const std::vector<std::string>& added);
+  // Where the started processes are: kNone (none started), kStarting (their
+  // MPI_Init has not returned), kReady, or kFailed (`why` says why; the spawn
+  // is then forgotten).
+  enum class Replacements { kNone, kStarting, kReady, kFailed };
+  Replacements replacements(std::string* why);
+  // Gives up processes still starting (one that died before MPI_Init leaves
+  // MPI_Comm_spawn waiting): the spawn's thread is left to itself.
+  void AbandonReplacements();
+  // Collective over every rank and the new processes (rank 0 has said
+  // kReady): stops this runtime in order and returns one on all of them, this
+  // job's ranks first in their order, the new processes after them.
+  Result<std::unique_ptr<Runtime>> GrowInPlace();
 
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -184,6 +208,9 @@ class Runtime {
   std::unique_ptr<RuntimeImpl> impl_;     // the queue and the background thread
   std::unique_ptr<HandleTable> handles_;  // what callers wait on
   Placement placement_;
+  // Rank 0's spawn of new processes, from StartReplacements to GrowInPlace;
+  // only the caller's thread (the binding's lifecycle lock) touches it.
+  std::unique_ptr<ReplacementSpawn> spawn_;
 };
 
 }  // namespace kolo

@@ -1,0 +1,187 @@
+#include "replacements.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "ops/mpi.h"
+
+namespace kolo {
+namespace {
+
+// The tag of the bridging MPI_Intercomm_create (on the pair communicator only).
+constexpr int kBridgeTag = 6060;
+// What starts a new process with the environment it is given.
+constexpr const char* kEnvProgram = "/usr/bin/env";
+
+Status GrowStatus(int rc, const char* call) {
+  Status s = MpiStatus(rc, call);
+  if (s.ok()) return s;
+  return Status::Internal("growing in place: " + s.message());
+}
+
+// An MPI_Info owned here.
+class Info {
+ public:
+  Info() { MPI_Info_create(&info_); }
+  ~Info() { MPI_Info_free(&info_); }
+  Info(const Info&) = delete;
+  Info& operator=(const Info&) = delete;
+  void Set(const char* key, const std::string& value) { MPI_Info_set(info_, key, value.c_str()); }
+  MPI_Info get() const { return info_; }
+
+ private:
+  MPI_Info info_ = MPI_INFO_NULL;
+};
+
+}  // namespace
+
+ReplacementSpawn::ReplacementSpawn(ReplacementRequest request)
+    : outcome_(std::make_shared<Outcome>()) {
+  thread_ = std::thread(
+      [request = std::move(request), outcome = outcome_] { Spawn(request, outcome.get()); });
+}
+
+ReplacementSpawn::~ReplacementSpawn() {
+  if (thread_.joinable() && !Done()) {
+    thread_.detach();  // still in MPI_Comm_spawn, maybe for ever
+    return;
+  }
+  if (thread_.joinable()) thread_.join();
+  MutexLock lock(&outcome_->mu);
+  if (outcome_->children != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->children);
+}
+
+// One application per host (MPI_Comm_spawn_multiple), so that each process
+// lands where it was asked; dead ranks keep their slots in PRRTE's books,
+// hence OVERSUBSCRIBE.
+void ReplacementSpawn::Spawn(const ReplacementRequest& request, Outcome* outcome) {
+  std::map<std::string, int> per_host;
+  std::vector<std::string> order;
+  for (const std::string& h : request.hosts) {
+    if (per_host[h]++ == 0) order.push_back(h);
+  }
+  const int apps = static_cast<int>(order.size());
+  // The environment travels as env(1)'s arguments: an info value (PMIX_ENVAR)
+  // holds at most MPI_MAX_INFO_VAL (256) characters, and the new processes
+  // inherit nothing of the job's environment.
+  const std::string command = request.environment.empty() ? request.command : kEnvProgram;
+  std::vector<std::string> words = request.environment;
+  if (!request.environment.empty()) words.push_back(request.command);
+  words.insert(words.end(), request.args.begin(), request.args.end());
+  std::vector<std::unique_ptr<Info>> infos;
+  std::vector<MPI_Info> info_handles;
+  std::vector<char*> commands(apps, const_cast<char*>(command.c_str()));
+  std::vector<char*> args;
+  for (const std::string& a : words) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char**> argvs(apps, args.data());
+  std::vector<int> counts;
+  std::error_code ec;
+  const std::string directory = std::filesystem::current_path(ec).string();  // rank 0's
+  for (const std::string& h : order) {
+    infos.push_back(std::make_unique<Info>());
+    infos.back()->Set("host", h);
+    if (std::find(request.added.begin(), request.added.end(), h) != request.added.end()) {
+      infos.back()->Set("PMIX_ADD_HOST", h + ":" + std::to_string(per_host[h]));
+    }
+    infos.back()->Set("map-by", "slot:OVERSUBSCRIBE");
+    if (!ec) infos.back()->Set("wdir", directory);
+    info_handles.push_back(infos.back()->get());
+    counts.push_back(per_host[h]);
+  }
+  std::vector<int> errors(request.hosts.size(), MPI_SUCCESS);
+  MPI_Comm children = MPI_COMM_NULL;
+  // A spawn that fails (a host PRRTE cannot reach, no slot) reports on the
+  // communicator it was called on: a status here, not an abort of rank 0.
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  const int rc = apps == 0 ? MPI_ERR_ARG
+                           : MPI_Comm_spawn_multiple(apps, commands.data(), argvs.data(),
+                                                     counts.data(), info_handles.data(), 0,
+                                                     MPI_COMM_SELF, &children, errors.data());
+  Status status = GrowStatus(rc, "MPI_Comm_spawn_multiple");
+  for (size_t i = 0; status.ok() && i < errors.size(); ++i) {
+    if (errors[i] != MPI_SUCCESS) status = GrowStatus(errors[i], "a replacement's start");
+  }
+  if (status.ok()) MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+  MutexLock lock(&outcome->mu);
+  outcome->status = status;
+  outcome->children = status.ok() ? children : MPI_COMM_NULL;
+  outcome->done = true;
+}
+
+bool ReplacementSpawn::Done() const {
+  MutexLock lock(&outcome_->mu);
+  return outcome_->done;
+}
+
+Status ReplacementSpawn::status() const {
+  MutexLock lock(&outcome_->mu);
+  return outcome_->status;
+}
+
+Result<MPI_Comm> ReplacementSpawn::Take() {
+  if (!Done()) return Status::PreconditionFailed("the new processes are still starting");
+  if (thread_.joinable()) thread_.join();
+  MutexLock lock(&outcome_->mu);
+  if (!outcome_->status.ok()) return outcome_->status;
+  MPI_Comm children = outcome_->children;
+  outcome_->children = MPI_COMM_NULL;
+  if (children == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
+  return children;
+}
+
+Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
+  int rank = 0;
+  MPI_Comm_rank(ranks, &rank);
+  MPI_Comm pair = MPI_COMM_NULL;
+  if (rank == 0) {
+    if (children == MPI_COMM_NULL) {
+      return Status::PreconditionFailed("growing in place: rank 0 has no spawned processes");
+    }
+    const int rc = MPI_Intercomm_merge(children, 0, &pair);
+    MPI_Comm_free(&children);
+    KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the new processes"));
+    MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+  }
+  // In the pair, rank 0 is 0 and the first new process is 1.
+  MPI_Comm inter = MPI_COMM_NULL;
+  int rc = MPI_Intercomm_create(ranks, 0, pair, 1, kBridgeTag, &inter);
+  if (pair != MPI_COMM_NULL) MPI_Comm_free(&pair);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_create"));
+  MPI_Comm merged = MPI_COMM_NULL;
+  rc = MPI_Intercomm_merge(inter, 0, &merged);
+  MPI_Comm_free(&inter);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge"));
+  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+  return merged;
+}
+
+Result<MPI_Comm> JoinAsReplacement() {
+  const char* replacement = std::getenv("KOLO_ELASTIC_REPLACEMENT");
+  if (replacement == nullptr || std::strcmp(replacement, "1") != 0) return MPI_COMM_NULL;
+  MPI_Comm parent = MPI_COMM_NULL;
+  MPI_Comm_get_parent(&parent);
+  if (parent == MPI_COMM_NULL) return MPI_COMM_NULL;
+  MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
+  MPI_Comm pair = MPI_COMM_NULL;
+  int rc = MPI_Intercomm_merge(parent, 1, &pair);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the rank that started us"));
+  MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+  MPI_Comm inter = MPI_COMM_NULL;
+  rc = MPI_Intercomm_create(MPI_COMM_WORLD, 0, pair, 0, kBridgeTag, &inter);
+  MPI_Comm_free(&pair);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_create"));
+  MPI_Comm merged = MPI_COMM_NULL;
+  rc = MPI_Intercomm_merge(inter, 1, &merged);
+  MPI_Comm_free(&inter);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge"));
+  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+  return merged;
+}
+
+}  // namespace kolo
