@@ -135,6 +135,28 @@ Result<MPI_Comm> ReplacementSpawn::Take() {
   return children;
 }
 
+namespace {
+
+// Both sides' last step: an intercommunicator between `local` (the running
+// ranks, or the new processes' own world) and the other side, bridged by
+// `pair` (rank 0 and the new processes, freed here; null on the running ranks
+// but rank 0), then merged into one communicator, the new processes ranked
+// after the running ones (`high` on their side).
+Result<MPI_Comm> BridgeAndMerge(MPI_Comm local, MPI_Comm* pair, int remote_leader, bool high) {
+  MPI_Comm inter = MPI_COMM_NULL;
+  int rc = MPI_Intercomm_create(local, 0, *pair, remote_leader, kBridgeTag, &inter);
+  if (*pair != MPI_COMM_NULL) MPI_Comm_free(pair);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_create"));
+  MPI_Comm merged = MPI_COMM_NULL;
+  rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &merged);
+  MPI_Comm_free(&inter);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge"));
+  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+  return merged;
+}
+
+}  // namespace
+
 Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
   int rank = 0;
   MPI_Comm_rank(ranks, &rank);
@@ -149,16 +171,7 @@ Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
     MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
   }
   // In the pair, rank 0 is 0 and the first new process is 1.
-  MPI_Comm inter = MPI_COMM_NULL;
-  int rc = MPI_Intercomm_create(ranks, 0, pair, 1, kBridgeTag, &inter);
-  if (pair != MPI_COMM_NULL) MPI_Comm_free(&pair);
-  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_create"));
-  MPI_Comm merged = MPI_COMM_NULL;
-  rc = MPI_Intercomm_merge(inter, 0, &merged);
-  MPI_Comm_free(&inter);
-  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge"));
-  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
-  return merged;
+  return BridgeAndMerge(ranks, &pair, /*remote_leader=*/1, /*high=*/false);
 }
 
 Result<MPI_Comm> JoinAsReplacement() {
@@ -172,16 +185,7 @@ Result<MPI_Comm> JoinAsReplacement() {
   int rc = MPI_Intercomm_merge(parent, 1, &pair);
   KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the rank that started us"));
   MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
-  MPI_Comm inter = MPI_COMM_NULL;
-  rc = MPI_Intercomm_create(MPI_COMM_WORLD, 0, pair, 0, kBridgeTag, &inter);
-  MPI_Comm_free(&pair);
-  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_create"));
-  MPI_Comm merged = MPI_COMM_NULL;
-  rc = MPI_Intercomm_merge(inter, 1, &merged);
-  MPI_Comm_free(&inter);
-  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge"));
-  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
-  return merged;
+  return BridgeAndMerge(MPI_COMM_WORLD, &pair, /*remote_leader=*/0, /*high=*/true);
 }
 
 }  // namespace kolo

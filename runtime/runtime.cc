@@ -30,6 +30,16 @@ Request MakeRequest(OpType op, const std::string& name, const TensorView& t, int
   return r;
 }
 
+// A runtime on `comm`, which the caller made and gives up here: Create
+// duplicates it, so this one is freed either way.
+Result<std::unique_ptr<Runtime>> CreateOnOwned(MPI_Comm comm) {
+  InitOptions options;
+  options.comm = HandleOfComm(comm);
+  Result<std::unique_ptr<Runtime>> made = Runtime::Create(options);
+  MPI_Comm_free(&comm);
+  return made;
+}
+
 }  // namespace
 
 bool BuiltWithCuda() { return NcclBuilt(); }
@@ -70,12 +80,7 @@ Result<std::unique_ptr<Runtime>> Runtime::ResumeOnSurvivors() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
   Result<MPI_Comm> shrunk = impl_->ShrinkAfterFailure();
   if (!shrunk.ok()) return shrunk.status();
-  MPI_Comm survivors = shrunk.value();
-  InitOptions options;
-  options.comm = HandleOfComm(survivors);
-  Result<std::unique_ptr<Runtime>> resumed = Create(options);  // duplicates the comm
-  MPI_Comm_free(&survivors);
-  return resumed;
+  return CreateOnOwned(shrunk.value());
 }
 
 Status Runtime::StartReplacements(const std::string& command, const std::vector<std::string>& args,
@@ -127,12 +132,7 @@ Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   Result<MPI_Comm> merged = MergeReplacements(own, children);
   MPI_Comm_free(&own);
   if (!merged.ok()) return merged.status();
-  MPI_Comm all = merged.value();
-  InitOptions options;
-  options.comm = HandleOfComm(all);
-  Result<std::unique_ptr<Runtime>> grown = Create(options);  // duplicates the comm
-  MPI_Comm_free(&all);
-  return grown;
+  return CreateOnOwned(merged.value());
 }
 
 bool Runtime::is_running() const { return impl_->running(); }

@@ -363,17 +363,12 @@ def _shrink_in_place(env, state, error):
     if not env.in_place or basics.in_place_unavailable():
         _leave_after_failure(state, error)
     old_rank = basics.rank()
-    try:
-        joined = basics.shrink_in_place()
-    except KoloInternalError as e:
-        _leave_after_failure(state, e, rank=old_rank)
-    if not joined:
-        # A rank alive did not join the shrink: kolorun blames the ranks that did not exit,
-        # not this one (code 75, launcher/elastic.cc).
-        _leave_after_failure(state, KoloInternalError(
-            "the survivors did not all join the shrink within 30 s: a rank is alive but does "
-            "not answer (stuck in its own code, or stopped)"), rank=old_rank,
-            code=_GAVE_UP_IN_PLACE)
+    # A rank alive that does not join the shrink: kolorun blames the ranks that did not
+    # exit, not this one (code 75, launcher/elastic.cc).
+    _join_or_leave(state, basics.shrink_in_place, old_rank,
+                   "the survivors did not all join the shrink within 30 s: a rank is alive "
+                   "but does not answer (stuck in its own code, or stopped)",
+                   code=_GAVE_UP_IN_PLACE)
     try:
         _rank0_answer(lambda: elastic_env.shrunk(env, basics.size()) or 0, "kolo.elastic.shrunk")
     except (KoloInternalError, elastic_env.RendezvousError) as e:  # --reset-limit, --min-np
@@ -483,15 +478,9 @@ def _grow_in_place(env, state):
     """Every rank, at the commit where rank 0's new processes were ready: one runtime on
     all of them (the new ones do the same in their init()), the incarnation after this
     one. A failure here leaves for kolorun's restart."""
-    old_rank = basics.rank()
-    try:
-        joined = basics.grow_in_place()
-    except KoloInternalError as e:
-        _leave_after_failure(state, e, rank=old_rank)
-    if not joined:
-        _leave_after_failure(state, KoloInternalError(
-            "the new processes on %s did not join within 30 s (one died after it started?)"
-            % elastic_env.format_slots(_starting)), rank=old_rank)
+    _join_or_leave(state, basics.grow_in_place, basics.rank(),
+                   "the new processes on %s did not join within 30 s (one died after it "
+                   "started?)" % elastic_env.format_slots(_starting))
     hosts = list(_starting)
     del _starting[:]
     return _grown(env, hosts)
@@ -596,6 +585,18 @@ def _leave_for_restart(env, state):
 
 
 _GAVE_UP_IN_PLACE = 75  # EX_TEMPFAIL; kolorun's kGaveUpInPlace
+
+
+def _join_or_leave(state, join, old_rank, not_joined, code=1):
+    """``join()`` (the shrink, or the growth: True once every rank is in the new runtime),
+    or this process leaves for kolorun's restart: with its error, or ``not_joined``'s
+    words and exit ``code`` when a rank never came."""
+    try:
+        joined = join()
+    except KoloInternalError as e:
+        _leave_after_failure(state, e, rank=old_rank)
+    if not joined:
+        _leave_after_failure(state, KoloInternalError(not_joined), rank=old_rank, code=code)
 
 
 def _leave_after_failure(state, error, rank=None, code=1):
