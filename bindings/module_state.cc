@@ -272,12 +272,28 @@ Output Wait(Handle h) { return WaitOutput(h, /*look_first=*/true); }
 py::object Started(Result<Handle> r, bool waits) {
   const Handle h = Enqueued(std::move(r));
   if (!waits) return py::int_(h);
+  // Finished with its error: released already. Interrupted: nobody else holds
+  // the handle. Either way the core has had the operation, so what the wait
+  // raises is marked as the core's (`_kolo_core`): refusals.py announces only
+  // what a rank refused before the core had it, and an announcement here
+  // would take an unnamed collective's number a second time.
+  const auto release = [h] {
+    if (Runtime* rt = RunningRuntime()) rt->Release(h);
+  };
   try {
     return py::cast(WaitOutput(h, /*look_first=*/false));
+  } catch (py::error_already_set& e) {
+    release();
+    if (PyObject_SetAttrString(e.value().ptr(), "_kolo_core", Py_True) != 0) PyErr_Clear();
+    throw;
+  } catch (py::value_error& e) {
+    release();
+    py::object error = py::reinterpret_borrow<py::object>(PyExc_ValueError)(e.what());
+    error.attr("_kolo_core") = true;
+    PyErr_SetObject(PyExc_ValueError, error.ptr());
+    throw py::error_already_set();
   } catch (...) {
-    // Finished (with its error): released already. Interrupted: nobody else
-    // holds the handle.
-    if (Runtime* rt = RunningRuntime()) rt->Release(h);
+    release();
     throw;
   }
 }
