@@ -12,7 +12,7 @@ commit that any rank holds and broadcasts it. A lost rank: on Open MPI 5
 resumes in the same processes (``_shrink_in_place``); elsewhere every worker exits and
 kolorun restarts them. Free slots, on Open MPI 5: kolorun offers them at a commit, rank 0
 starts new processes there while the job trains, and at the first commit after they
-started every rank joins them and ``run`` resumes from that commit (``_check_or_grow``,
+started every rank joins them and ``run`` resumes from that commit (``elastic_grow.check_or_grow``,
 ``_grow_in_place``).
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
@@ -22,16 +22,18 @@ without its reset: it syncs from rank 0 and calls the function; commits stay in 
 import functools
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
 
 from kolo.common import basics
-from kolo.common import engine
 from kolo.common import elastic_env
+from kolo.common import elastic_grow
 from kolo.common import elastic_store as store
 from kolo.common import host
+from kolo.common.elastic_collectives import (
+    allgather_int64 as _allgather_int64, allgather_int64_rows as _allgather_int64_rows,
+    barrier as _barrier, rank0_answer as _rank0_answer)
 from kolo.common.exceptions import HostsUpdatedInterrupt, KoloInternalError
 
 
@@ -85,7 +87,7 @@ class State:
         if self._env is None:
             return
         env = self._env
-        update = _rank0_answer(lambda: _check_or_grow(env), "kolo.elastic.check")
+        update = _rank0_answer(lambda: elastic_grow.check_or_grow(env), "kolo.elastic.check")
         if update == elastic_env.GROW:
             raise _GrowInPlace()
         if update != elastic_env.NO_UPDATE:
@@ -256,48 +258,6 @@ def _broadcast_from(bcast_object, obj, root):
     return bcast_object(obj) if root == 0 else bcast_object(obj, root)
 
 
-# --- small collectives on the global set, through the NumPy adapter -------------------------
-
-def _allgather_int64(value, name):
-    [out] = host.allgather_kernel(name, 0)([np.array([value], np.int64)])
-    return out.tolist()
-
-
-def _allgather_int64_rows(values, name):
-    """Every rank's ``values`` (the same number on each), as a list of tuples by rank."""
-    [out] = host.allgather_kernel(name, 0)([np.array([values], np.int64)])
-    return [tuple(row) for row in out.tolist()]
-
-
-def _broadcast_int64(value, root, name):
-    [out] = host.broadcast_kernel(root, name, 0)([np.array([value], np.int64)])
-    return int(out[0])
-
-
-def _barrier():
-    engine.wait(engine.barrier_async(0))
-
-
-_FAILED = -1
-
-
-def _rank0_answer(ask, name):
-    """``ask()`` on rank 0 (a small int >= 0), broadcast to every rank; if rank 0's
-    question failed, every rank raises its error (the others with a message naming it)."""
-    answer, error = 0, None
-    if basics.rank() == 0:
-        try:
-            answer = ask()
-        except elastic_env.RendezvousError as e:
-            answer, error = _FAILED, e
-    answer = _broadcast_int64(answer, 0, name)
-    if answer == _FAILED:
-        raise error or elastic_env.RendezvousError(
-            "kolo: elastic: rank 0 could not reach kolorun's rendezvous (its error is in "
-            "rank 0's output)")
-    return answer
-
-
 # --- run -----------------------------------------------------------------------------------
 
 def run_fn(func, reset=None):
@@ -388,101 +348,14 @@ class _GrowInPlace(Exception):
     ``run`` then joins them (``_grow_in_place``) and resumes from that commit with them."""
 
 
-# Rank 0's processes being started (one host per slot), until they joined or failed, and
-# since when (time.monotonic()).
-_starting = []
-_started_at = [0.0]
-# How long new processes may take from their start to MPI_Init (their script's imports
-# before hvd.init()): one that died before it leaves the spawn waiting for ever (PRRTE 3.0).
-# KOLO_START_TIMEOUT (or HOROVOD_START_TIMEOUT, kolorun's --start-timeout) when the job's
-# environment sets it, else 300 s.
-DEFAULT_NEW_PROCESS_PATIENCE_S = 300.0
-
-
-def _new_process_patience():
-    for name in ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
-        try:
-            return float(os.environ[name])
-        except (KeyError, ValueError):
-            continue
-    return DEFAULT_NEW_PROCESS_PATIENCE_S
-
-# What a process started to grow the job does not take from rank 0's environment: what
-# Open MPI and PMIx set for each process, and the ranks of torchrun's names.
-_OWN_VARIABLES = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-                  "ROLE_RANK", "OMPI_MCA_num_procs")
-
-
-def _environment_for_new_processes(env, size):
-    """Rank 0's environment for the processes it starts: they are spawned by MPI, which
-    gives them none of the job's own (kolorun's settings, the user's -x, the fault
-    tolerance), with KOLO_ELASTIC_REPLACEMENT=1 and the job's size once they joined."""
-    out = {}
-    for name, value in os.environ.items():
-        if "\n" in value or name in _OWN_VARIABLES:
-            continue
-        if name.startswith(("OMPI_", "PMIX_", "PRTE_")) and not name.startswith(
-                ("OMPI_MCA_", "OMPI_ALLOW_")):
-            continue
-        out[name] = value
-    out.update(KOLO_ELASTIC_REPLACEMENT="1", KOLO_ELASTIC_GENERATION=str(env.generation),
-               WORLD_SIZE=str(size), ROLE_WORLD_SIZE=str(size))
-    return out
-
-
-def _say(line):
-    sys.stderr.write("kolo: elastic: %s\n" % line)
-    sys.stderr.flush()
-
-
-def _check_or_grow(env):
-    """Rank 0 at a commit: kolorun's answer to CHECK, where an offer of free slots (GROW)
-    starts new processes there and answers NO_UPDATE until they are ready; then GROW, on
-    which every rank joins them."""
-    status = basics.replacements()
-    if status == "ready":
-        return elastic_env.GROW
-    patience = _new_process_patience()
-    if status == "starting" and time.monotonic() - _started_at[0] > patience:
-        basics.abandon_replacements()
-        status = ("they did not initialize MPI within %g s of their start (KOLO_START_TIMEOUT): "
-                  "dead, or stuck before hvd.init()" % patience)
-    if status not in ("none", "starting"):
-        _say("the new process(es) on %s did not start or join (%s); the job goes on without "
-             "them" % (elastic_env.format_slots(_starting), status))
-        elastic_env.not_joined(env, _starting)
-        del _starting[:]
-    update, (hosts, added) = elastic_env.check_or_grow(env)
-    if update != elastic_env.GROW:
-        return update
-    if not env.grow_in_place:  # KOLO_ELASTIC_GROW_IN_PLACE=0: the restart path
-        return elastic_env.ADDED
-    if status == "starting":
-        return elastic_env.NO_UPDATE
-    command = [sys.executable] + sys.orig_argv[1:]
-    try:
-        basics.start_replacements(command[0], command[1:], hosts,
-                                  _environment_for_new_processes(env, basics.size() + len(hosts)),
-                                  added)
-    except KoloInternalError as e:  # cannot grow in place here: the restart path
-        _say("cannot start new processes in place (%s); restarting to grow" % e)
-        return elastic_env.ADDED
-    _starting[:] = hosts
-    _started_at[0] = time.monotonic()
-    _say("starting %d new process(es) on %s; they join at the first commit after their "
-         "start, while the job trains on" % (len(hosts), elastic_env.format_slots(hosts)))
-    return elastic_env.NO_UPDATE
-
-
 def _grow_in_place(env, state):
     """Every rank, at the commit where rank 0's new processes were ready: one runtime on
     all of them (the new ones do the same in their init()), the incarnation after this
     one. A failure here leaves for kolorun's restart."""
     _join_or_leave(state, basics.grow_in_place, basics.rank(),
                    "the new processes on %s did not join within 30 s (one died after it "
-                   "started?)" % elastic_env.format_slots(_starting))
-    hosts = list(_starting)
-    del _starting[:]
+                   "started?)" % elastic_env.format_slots(elastic_grow.starting))
+    hosts = elastic_grow.take_starting()
     return _grown(env, hosts)
 
 
