@@ -4,11 +4,10 @@
 //  - `what` names the inputs in a refusal ("allreduce input");
 //  - `name`: empty leaves the name to the core, which records the Python call
 //    site for its errors;
-//  - `caller_waits`: the caller waits for the handle at once (a blocking
-//    call), so the core does not wake its background thread and the waiting
-//    thread runs the round (CollectiveOptions::caller_waits);
-//  - `waits`: the call also waits, and returns the Output instead of the
-//    handle (module_state.h, Started): a blocking form is one binding call;
+//  - `waits`: a blocking call: the core is told the caller waits at once
+//    (CollectiveOptions::caller_waits: it wakes no background thread and the
+//    waiting thread runs the round), the call waits, and it returns the Output
+//    instead of the handle (module_state.h, Started): one binding call;
 //  - a device tensor's CUDA stream comes from the reader.
 #include "collective_entries.h"
 
@@ -60,123 +59,114 @@ std::vector<TensorView> ReadGroup(const TensorReader& reader, py::handle tensors
 
 py::object Allreduce(const TensorReader& reader, py::handle tensor, py::handle output,
                      const char* what, const std::string& name, int op, double prescale,
-                     double postscale, int process_set, bool caller_waits, bool waits) {
+                     double postscale, int process_set, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
   TensorView out = in;
   if (!output.is_none()) out.data = reader.Data(output);
-  return Started(Rt().EnqueueAllreduce(
-                     in, out,
-                     Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                                reader.Stream(tensor, in), caller_waits || waits)),
-                 waits);
+  return Started(
+      Rt().EnqueueAllreduce(in, out,
+                            Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                       reader.Stream(tensor, in), waits)),
+      waits);
 }
 
 py::object GroupedAllreduce(const TensorReader& reader, py::handle tensors, py::handle outputs,
                             const char* what, const std::string& name, int op, double prescale,
-                            double postscale, int process_set, bool caller_waits, bool waits) {
+                            double postscale, int process_set, bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
   // In place: the inputs are the outputs (no copy of the views).
   std::vector<TensorView> out;
   if (!outputs.is_none()) out = reader.ReadOutputs(outputs, in);
-  return Started(
-      Rt().EnqueueGroupedAllreduce(
-          in, outputs.is_none() ? in : out,
-          Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
-                                     reader.FirstStream(tensors, in), caller_waits || waits)),
-      waits);
-}
-
-py::object Allgather(const TensorReader& reader, py::handle tensor, const char* what,
-                     const std::string& name, int process_set, bool caller_waits, bool waits) {
-  TensorView in = reader.Read(tensor, what, -1);
-  return Started(Rt().EnqueueAllgather(in, Named(name, process_set, reader.Stream(tensor, in),
-                                                 caller_waits || waits)),
+  return Started(Rt().EnqueueGroupedAllreduce(
+                     in, outputs.is_none() ? in : out,
+                     Reducing<AllreduceOptions>(name, op, prescale, postscale, process_set,
+                                                reader.FirstStream(tensors, in), waits)),
                  waits);
 }
 
-py::object GroupedAllgather(const TensorReader& reader, py::handle tensors, const char* what,
-                            const std::string& name, int process_set, bool caller_waits,
-                            bool waits) {
-  std::vector<TensorView> in = ReadGroup(reader, tensors, what);
+py::object Allgather(const TensorReader& reader, py::handle tensor, const char* what,
+                     const std::string& name, int process_set, bool waits) {
+  TensorView in = reader.Read(tensor, what, -1);
   return Started(
-      Rt().EnqueueGroupedAllgather(
-          in, Named(name, process_set, reader.FirstStream(tensors, in), caller_waits || waits)),
-      waits);
+      Rt().EnqueueAllgather(in, Named(name, process_set, reader.Stream(tensor, in), waits)), waits);
+}
+
+py::object GroupedAllgather(const TensorReader& reader, py::handle tensors, const char* what,
+                            const std::string& name, int process_set, bool waits) {
+  std::vector<TensorView> in = ReadGroup(reader, tensors, what);
+  return Started(Rt().EnqueueGroupedAllgather(
+                     in, Named(name, process_set, reader.FirstStream(tensors, in), waits)),
+                 waits);
 }
 
 // In place; `root` is the root's rank within the set.
 py::object Broadcast(const TensorReader& reader, py::handle tensor, const char* what, int root,
-                     const std::string& name, int process_set, bool caller_waits, bool waits) {
+                     const std::string& name, int process_set, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
   return Started(
-      Rt().EnqueueBroadcast(
-          in, root, Named(name, process_set, reader.Stream(tensor, in), caller_waits || waits)),
+      Rt().EnqueueBroadcast(in, root, Named(name, process_set, reader.Stream(tensor, in), waits)),
       waits);
 }
 
 // `splits`: rows for each rank of the set (empty: an even split).
 py::object Alltoall(const TensorReader& reader, py::handle tensor, const char* what,
                     const std::vector<int64_t>& splits, const std::string& name, int process_set,
-                    bool caller_waits, bool waits) {
+                    bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
   return Started(
-      Rt().EnqueueAlltoall(
-          in, splits, Named(name, process_set, reader.Stream(tensor, in), caller_waits || waits)),
+      Rt().EnqueueAlltoall(in, splits, Named(name, process_set, reader.Stream(tensor, in), waits)),
       waits);
 }
 
 py::object Reducescatter(const TensorReader& reader, py::handle tensor, const char* what,
                          const std::string& name, int op, double prescale, double postscale,
-                         int process_set, bool caller_waits, bool waits) {
+                         int process_set, bool waits) {
   TensorView in = reader.Read(tensor, what, -1);
-  return Started(
-      Rt().EnqueueReducescatter(
-          in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
-                                             reader.Stream(tensor, in), caller_waits || waits)),
-      waits);
+  return Started(Rt().EnqueueReducescatter(
+                     in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
+                                                        reader.Stream(tensor, in), waits)),
+                 waits);
 }
 
 py::object GroupedReducescatter(const TensorReader& reader, py::handle tensors, const char* what,
                                 const std::string& name, int op, double prescale, double postscale,
-                                int process_set, bool caller_waits, bool waits) {
+                                int process_set, bool waits) {
   std::vector<TensorView> in = ReadGroup(reader, tensors, what);
   return Started(Rt().EnqueueGroupedReducescatter(
                      in, Reducing<ReducescatterOptions>(name, op, prescale, postscale, process_set,
-                                                        reader.FirstStream(tensors, in),
-                                                        caller_waits || waits)),
+                                                        reader.FirstStream(tensors, in), waits)),
                  waits);
 }
 
 }  // namespace
 
 void RegisterCollectives(py::module_& m) {
-  const auto caller_waits = py::arg("caller_waits") = false;
   // `waits`: the call also waits for the operation, the caller running the
-  // round (caller_waits implied), and returns its Output instead of a handle:
-  // a blocking form in one binding call.
+  // round (CollectiveOptions::caller_waits), and returns its Output instead of
+  // a handle: a blocking form in one binding call.
   const auto waits = py::arg("waits") = false;
   // `output` / `outputs`: None to reduce in place, else tensors like the inputs.
   m.def("allreduce_async", &Allreduce, py::arg("reader"), py::arg("tensor"), py::arg("output"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits, waits);
+        py::arg("process_set"), waits);
   m.def("grouped_allreduce_async", &GroupedAllreduce, py::arg("reader"), py::arg("tensors"),
         py::arg("outputs"), py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"),
-        py::arg("postscale"), py::arg("process_set"), caller_waits, waits);
+        py::arg("postscale"), py::arg("process_set"), waits);
   // The gathering ones: the Output's take_parts() gives a group's results in order.
   m.def("allgather_async", &Allgather, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("name"), py::arg("process_set"), caller_waits, waits);
+        py::arg("name"), py::arg("process_set"), waits);
   m.def("grouped_allgather_async", &GroupedAllgather, py::arg("reader"), py::arg("tensors"),
-        py::arg("what"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
+        py::arg("what"), py::arg("name"), py::arg("process_set"), waits);
   m.def("broadcast_async", &Broadcast, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("root"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
+        py::arg("root"), py::arg("name"), py::arg("process_set"), waits);
   m.def("alltoall_async", &Alltoall, py::arg("reader"), py::arg("tensor"), py::arg("what"),
-        py::arg("splits"), py::arg("name"), py::arg("process_set"), caller_waits, waits);
+        py::arg("splits"), py::arg("name"), py::arg("process_set"), waits);
   m.def("reducescatter_async", &Reducescatter, py::arg("reader"), py::arg("tensor"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits, waits);
+        py::arg("process_set"), waits);
   m.def("grouped_reducescatter_async", &GroupedReducescatter, py::arg("reader"), py::arg("tensors"),
         py::arg("what"), py::arg("name"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
-        py::arg("process_set"), caller_waits, waits);
+        py::arg("process_set"), waits);
 
   // Join and barrier carry no tensors and have fixed names: no call site.
   m.def("join_async", [](int process_set) {

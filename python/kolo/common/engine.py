@@ -52,63 +52,59 @@ def tensor_reader(protocol, tensor_type, dtypes, refuse, stream=None):
 
 # --- starting operations: a reader and tensors in, a handle (an int) out ------------------
 # ``what`` names the inputs in a refusal ("allreduce input"); ``name`` None or "" leaves the
-# name to the core. ``caller_waits``: the caller waits for the handle at once (a blocking
-# call): the core does not wake its background thread, and the waiting thread runs the round
-# (KOLO_CALLER_RUNS). ``waits``: the same call also waits (``caller_waits`` implied) and
-# returns the finished operation's Output (see :func:`wait`) instead of a handle: a blocking
-# form is one call into the core. A wait that a signal interrupts releases the operation.
+# name to the core. ``waits``: a blocking call: the core is told that the caller waits at
+# once (it wakes no background thread, and the waiting thread runs the round,
+# KOLO_CALLER_RUNS), the same call waits, and it returns the finished operation's Output
+# (see :func:`wait`) instead of a handle: a blocking form is one call into the core. A wait that a signal interrupts releases the operation.
 
 def allreduce_async(reader, tensor, out, what, name, op, prescale, postscale, set_id,
-                    caller_waits=False, waits=False):
+                    waits=False):
     """Reduces ``tensor`` into ``out`` (a tensor like it), or in place when ``out`` is None."""
     return _core.allreduce_async(reader, tensor, out, what, name or "", op, float(prescale),
-                                 float(postscale), set_id, caller_waits, waits)
+                                 float(postscale), set_id, waits)
 
 
 def grouped_allreduce_async(reader, tensors, outs, what, name, op, prescale, postscale, set_id,
-                            caller_waits=False, waits=False):
+                            waits=False):
     """One allreduce of every tensor, negotiated and fused as a unit; ``outs`` one tensor
     like each input, or None for in place."""
     return _core.grouped_allreduce_async(reader, tensors, outs, what, name or "", op,
                                          float(prescale), float(postscale), set_id,
-                                         caller_waits, waits)
+                                         waits)
 
 
-def allgather_async(reader, tensor, what, name, set_id, caller_waits=False, waits=False):
-    return _core.allgather_async(reader, tensor, what, name or "", set_id, caller_waits, waits)
+def allgather_async(reader, tensor, what, name, set_id, waits=False):
+    return _core.allgather_async(reader, tensor, what, name or "", set_id, waits)
 
 
-def grouped_allgather_async(reader, tensors, what, name, set_id, caller_waits=False,
-                            waits=False):
+def grouped_allgather_async(reader, tensors, what, name, set_id, waits=False):
     return _core.grouped_allgather_async(reader, tensors, what, name or "", set_id,
-                                         caller_waits, waits)
+                                         waits)
 
 
-def broadcast_async(reader, tensor, what, root_in_set, name, set_id, caller_waits=False,
-                    waits=False):
+def broadcast_async(reader, tensor, what, root_in_set, name, set_id, waits=False):
     """In place; ``root_in_set`` is the root's rank within the set
     (kolo.common.process_sets.root_in_set)."""
     return _core.broadcast_async(reader, tensor, what, root_in_set, name or "", set_id,
-                                 caller_waits, waits)
+                                 waits)
 
 
-def alltoall_async(reader, tensor, what, splits, name, set_id, caller_waits=False, waits=False):
+def alltoall_async(reader, tensor, what, splits, name, set_id, waits=False):
     """``splits``: rows for each rank of the set, a list of ints (empty: an even split)."""
-    return _core.alltoall_async(reader, tensor, what, splits, name or "", set_id, caller_waits,
-                                waits)
+    return _core.alltoall_async(reader, tensor, what, splits, name or "", set_id, waits)
 
 
 def reducescatter_async(reader, tensor, what, name, op, prescale, postscale, set_id,
-                        caller_waits=False, waits=False):
+                        waits=False):
     return _core.reducescatter_async(reader, tensor, what, name or "", op, float(prescale),
-                                     float(postscale), set_id, caller_waits, waits)
+                                     float(postscale), set_id, waits)
 
 
 def grouped_reducescatter_async(reader, tensors, what, name, op, prescale, postscale, set_id,
-                                caller_waits=False, waits=False):
+                                waits=False):
     return _core.grouped_reducescatter_async(reader, tensors, what, name or "", op,
                                              float(prescale), float(postscale), set_id,
-                                             caller_waits, waits)
+                                             waits)
 
 
 def join_async():
