@@ -96,18 +96,21 @@ void ProcessSet::Classify(TensorEntry& entry) {
 void ProcessSet::ClassifyGroup(const std::vector<std::string>& members) {
   std::vector<ResponseCache::Lookup> found;
   found.reserve(members.size());
+  std::vector<const Request*> requests;
+  requests.reserve(members.size());
   bool all_hit = true;
   for (const std::string& name : members) {
-    found.push_back(cache_.Find(pending_.at(name).request, rank()));
+    requests.push_back(&pending_.at(name).request);
+    found.push_back(cache_.Find(*requests.back(), rank()));
     all_hit &= found.back().state == ResponseCache::State::kHit;
   }
   for (size_t i = 0; i < members.size(); ++i) {
     if (all_hit) {
-      cache_hits_.emplace(found[i].bit, members[i]);
+      cache_hits_.emplace_hint(cache_hits_.end(), found[i].bit, members[i]);
       continue;
     }
     if (found[i].state != ResponseCache::State::kMiss) invalid_bits_.push_back(found[i].bit);
-    uncached_.push_back(pending_.at(members[i]).request);
+    uncached_.push_back(*requests[i]);
   }
 }
 
@@ -181,7 +184,7 @@ std::optional<TensorEntry> ProcessSet::Take(const std::string& name, Clock::time
   if (it == pending_.end()) return std::nullopt;
   TensorEntry entry = std::move(it->second);
   pending_.erase(it);
-  delivered_.erase(name);
+  if (!delivered_.empty()) delivered_.erase(name);  // a cache hit was never delivered
   if (entry.request.op == OpType::kJoin) joined_ = false;
   entry.negotiated = negotiated;
   return entry;

@@ -286,7 +286,7 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     if (outcome.stalls_changed) metrics_.SetStalls(id, set.stalled());
     if (!outcome.last_arrivals.empty()) metrics_.CountLastArrivals(outcome.last_arrivals);
-    Dispatch(set, outcome.responses);
+    Dispatch(set, std::move(outcome.responses));
   }
   executor_->PollGpu();
   CompleteExecuted();
@@ -294,9 +294,9 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
   return CycleEnd::kRan;
 }
 
-void RuntimeImpl::Dispatch(ProcessSet& set, const std::vector<Response>& responses) {
+void RuntimeImpl::Dispatch(ProcessSet& set, std::vector<Response> responses) {
   const auto now = Clock::now();
-  for (Response& r : FusionPlanner::Plan(responses, config_.fusion_threshold_bytes,
+  for (Response& r : FusionPlanner::Plan(std::move(responses), config_.fusion_threshold_bytes,
                                          config_.in_place_threshold_bytes)) {
     switch (r.op) {
       case OpType::kAllreduce:

@@ -4,6 +4,8 @@
 // handle is waited for. The cycles take the queue (runtime_impl.cc).
 #include <algorithm>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime_impl.h"
@@ -101,11 +103,14 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
     }
     auto& names = names_[set];
     const uint32_t op_bit = 1u << static_cast<unsigned>(op);
+    // A name twice in one operation is in flight at its second use. A group's
+    // members are told apart by a hash set, not by comparing each with all before it.
+    std::unordered_set<std::string_view> seen;
+    if (entries.size() > 1) seen.reserve(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
       const std::string& name = entries[i].request.name;
       if (name.empty()) continue;  // numbered below, never taken
-      bool in_flight = false;
-      for (size_t j = 0; j < i; ++j) in_flight |= entries[j].request.name == name;
+      bool in_flight = entries.size() > 1 && !seen.insert(name).second;
       auto use = names.find(name);
       in_flight |= use != names.end() && use->second.in_flight;
       if (in_flight || (use != names.end() && (use->second.unwaited & op_bit))) {
