@@ -262,7 +262,8 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     NegotiationOutcome outcome;
     const auto negotiation_start = Clock::now();
     Status s = set.Negotiate(id == kGlobalProcessSet && shutdown, now, &outcome, patience);
-    metrics_.AddNegotiation(Clock::now() - negotiation_start);
+    const auto negotiated = Clock::now();
+    metrics_.AddNegotiation(negotiated - negotiation_start);
     if (!s.ok()) {
       KOLO_LOG(kError) << "negotiation failed, kolo stops: " << s.message();
       RevokeAll();
@@ -286,7 +287,7 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
     if (id == kGlobalProcessSet) AutotuneRound(set, outcome, now);
     if (outcome.stalls_changed) metrics_.SetStalls(id, set.stalled());
     if (!outcome.last_arrivals.empty()) metrics_.CountLastArrivals(outcome.last_arrivals);
-    Dispatch(set, std::move(outcome.responses));
+    Dispatch(set, std::move(outcome.responses), negotiated);
   }
   executor_->PollGpu();
   CompleteExecuted();
@@ -294,24 +295,29 @@ RuntimeImpl::CycleEnd RuntimeImpl::RunCycle(Clock::duration patience) {
   return CycleEnd::kRan;
 }
 
-void RuntimeImpl::Dispatch(ProcessSet& set, std::vector<Response> responses) {
-  const auto now = Clock::now();
-  for (Response& r : FusionPlanner::Plan(std::move(responses), config_.fusion_threshold_bytes,
-                                         config_.in_place_threshold_bytes)) {
+void RuntimeImpl::Dispatch(ProcessSet& set, std::vector<Response> responses,
+                           Clock::time_point now) {
+  // The first operation starts moving as the round ends: no clock read of its own.
+  auto moving_start = now;
+  std::vector<Response> plan = FusionPlanner::Plan(
+      std::move(responses), config_.fusion_threshold_bytes, config_.in_place_threshold_bytes);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Response& r = plan[i];
     switch (r.op) {
       case OpType::kAllreduce:
       case OpType::kAllgather:
       case OpType::kBroadcast:
       case OpType::kAlltoall:
       case OpType::kReducescatter: {
-        const auto moving_start = Clock::now();
         executor_->Execute(set.TakeJob(std::move(r), now), set.movers());
         metrics_.AddMoving(Clock::now() - moving_start);
         CompleteExecuted();
+        if (i + 1 < plan.size()) moving_start = Clock::now();
         break;
       }
       default:
         RunControl(set, r, now);
+        if (i + 1 < plan.size()) moving_start = Clock::now();
     }
   }
 }

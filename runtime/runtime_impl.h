@@ -123,8 +123,9 @@ class RuntimeImpl {
   // After a cycle: when the next one is due (soon while tensors wait, else
   // after the idle tick), and whether to wake the background thread for it.
   void ScheduleNextCycle(CycleEnd end, bool wake) REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
-  // Runs what one negotiation round decided on `set`.
-  void Dispatch(ProcessSet& set, std::vector<Response> responses) REQUIRES(round_mutex_);
+  // Runs what one negotiation round decided on `set`; `now`: when the round ended.
+  void Dispatch(ProcessSet& set, std::vector<Response> responses, Clock::time_point now)
+      REQUIRES(round_mutex_);
   // Barrier, join, errors, process-set changes, and the coordinator's
   // question about a missing tensor.
   void RunControl(ProcessSet& set, const Response& r, Clock::time_point now) REQUIRES(round_mutex_);
