@@ -101,6 +101,7 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
   const bool every_entry =
       std::all_of(entries.begin(), entries.end(),
                   [](const std::optional<TensorEntry>& e) { return e.has_value(); });
+  if (movers.size == 1 && every_entry) return AllreduceAlone(job, movers);
   if (!single_entry && every_entry && !adasum && r.prescale == 1.0 &&
       movers.host->TakesParts(total * static_cast<int64_t>(elem))) {
     return AllreduceParts(job, movers);
@@ -155,6 +156,25 @@ void Executor::Allreduce(Job& job, const Movers& movers) {
       Finish(std::move(*entries[i]), status);
     }
     offset += static_cast<int64_t>(bytes);
+  }
+}
+
+// Nothing is fused or moved: a tensor in place is already its result (Average divides by
+// one, Adasum of one vector is the vector); one out of place is copied.
+void Executor::AllreduceAlone(Job& job, const Movers& movers) {
+  const Response& r = job.response;
+  const auto start = PhaseStart();
+  const size_t elem = DataTypeSize(r.dtype);
+  for (size_t i = 0; i < job.entries.size(); ++i) {
+    TensorEntry& e = *job.entries[i];
+    const int64_t count = r.sizes[i];
+    if (e.output.data != e.input.data && count > 0) {
+      std::memcpy(e.output.data, e.input.data, static_cast<size_t>(count) * elem);
+    }
+    ScaleBuffer(e.output.data, count, r.dtype, r.prescale);
+    Finalize(e.output.data, count, r, 1);
+    Phase(e, movers.host->AllreduceActivity(), start);
+    Finish(std::move(e), Status::OK());
   }
 }
 

@@ -58,6 +58,8 @@ class Executor {
   // A fused allreduce that the host mover reduces straight from and into the
   // tensors (HostMover::TakesParts), without the fusion buffer.
   void AllreduceParts(Job& job, const Movers& movers);
+  // A set of one rank: each tensor's reduction is its own data, scaled as asked.
+  void AllreduceAlone(Job& job, const Movers& movers);
   void Allgather(TensorEntry& e, const Response& r, HostMover& mover);
   void Broadcast(TensorEntry& e, const Response& r, HostMover& mover);
   void Alltoall(TensorEntry& e, const Response& r, HostMover& mover);
