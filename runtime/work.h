@@ -142,7 +142,7 @@ class HandleTable {
 struct TensorEntry {
   Request request;  // request.process_set: the set it runs on
   TensorView input;
-  TensorView output;            // allreduce: may alias input
+  TensorView output;            // allreduce: may alias input; its shape is left empty (the input's)
   std::vector<int64_t> splits;  // alltoall: rows to each rank
   void* stream = nullptr;       // device tensors: the stream that produces them
   std::shared_ptr<void> ready;  // device tensors: Gpu::MarkReady's event
