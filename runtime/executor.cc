@@ -31,7 +31,7 @@ void Executor::Phase(const TensorEntry& e, const char* phase, Clock::time_point 
   }
 }
 
-void Executor::Finish(TensorEntry entry, const Status& status, WorkResult* result) {
+void Executor::Finish(TensorEntry&& entry, const Status& status, WorkResult* result) {
   Finished& f = finished_.emplace_back();
   f.entry = std::move(entry);
   f.status = status;

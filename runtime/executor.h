@@ -51,7 +51,7 @@ class Executor {
   };
 
   // Records `entry` as finished with `status` (and `result`).
-  void Finish(TensorEntry entry, const Status& status, WorkResult* result = nullptr);
+  void Finish(TensorEntry&& entry, const Status& status, WorkResult* result = nullptr);
   // Each finishes the entries it is given (moving them out of the job).
   void Run(Job& job, const Movers& movers);
   void Allreduce(Job& job, const Movers& movers);

@@ -182,11 +182,12 @@ TensorEntry* ProcessSet::Find(const std::string& name) {
 std::optional<TensorEntry> ProcessSet::Take(const std::string& name, Clock::time_point negotiated) {
   auto it = pending_.find(name);
   if (it == pending_.end()) return std::nullopt;
-  TensorEntry entry = std::move(it->second);
+  // Moved once, into what is returned.
+  std::optional<TensorEntry> entry(std::in_place, std::move(it->second));
   pending_.erase(it);
   if (!delivered_.empty()) delivered_.erase(name);  // a cache hit was never delivered
-  if (entry.request.op == OpType::kJoin) joined_ = false;
-  entry.negotiated = negotiated;
+  if (entry->request.op == OpType::kJoin) joined_ = false;
+  entry->negotiated = negotiated;
   return entry;
 }
 

@@ -49,7 +49,7 @@ void RuntimeImpl::Resync(ProcessSet& set, const Response& r) {
   }
 }
 
-void RuntimeImpl::Complete(TensorEntry entry, const Status& status, WorkResult* result) {
+void RuntimeImpl::Complete(TensorEntry&& entry, const Status& status, WorkResult* result) {
   if (status.ok() && entry.negotiated != Clock::time_point()) {
     metrics_.CountCollective(entry.request.op, entry.request.process_set,
                              static_cast<int64_t>(entry.input.NumBytes()));

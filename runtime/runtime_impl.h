@@ -145,7 +145,7 @@ class RuntimeImpl {
   // The one place an entry completes (data, control, error, cancelled):
   // its timeline spans end, its name is free again, its Work gets `status`
   // (and `result`) and wakes the caller once every part has one.
-  void Complete(TensorEntry entry, const Status& status, WorkResult* result = nullptr)
+  void Complete(TensorEntry&& entry, const Status& status, WorkResult* result = nullptr)
       EXCLUDES(queue_mutex_);
   // Completes what the executor finished since the last call.
   void CompleteExecuted() REQUIRES(round_mutex_) EXCLUDES(queue_mutex_);
