@@ -37,10 +37,10 @@ ProcessSet::ProcessSet(std::shared_ptr<const ProcessSetInfo> info, MpiComm comm,
   }
 }
 
-void ProcessSet::Add(TensorEntry entry) {
+void ProcessSet::Add(TensorEntry&& entry) {
   if (entry.request.op == OpType::kJoin) joined_ = true;
-  std::string name = entry.request.name;
-  auto [it, inserted] = pending_.emplace(name, std::move(entry));
+  // The key is copied before the entry is moved into the node.
+  auto [it, inserted] = pending_.try_emplace(entry.request.name, std::move(entry));
   (void)inserted;  // names are unique among pending entries (checked at enqueue)
   Classify(it->second);
 }

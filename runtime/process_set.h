@@ -67,7 +67,7 @@ class ProcessSet {
   BitRound& round() const { return *round_; }
 
   // Takes a new entry (from the tensor queue) into this set's bookkeeping.
-  void Add(TensorEntry entry);
+  void Add(TensorEntry&& entry);
   // One negotiation round (collective over the set). `patience`: how long to
   // wait for the other ranks' bit vectors before returning with
   // outcome->unfinished (the round stays in flight; the next call finishes it
