@@ -142,14 +142,19 @@ Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entr
       queue_due_ = now + start_delay_;
       wake = true;  // the background thread may sleep past it
     }
-    // The cycles take the whole queue (its capacity too): a group's entries
-    // grow it once, not step by step.
-    const size_t need = queue_.size() + entries.size();
-    if (need > queue_.capacity()) queue_.reserve(std::max(need, 2 * queue_.capacity()));
     for (TensorEntry& e : entries) {
       e.work = work;
       e.enqueued = now;
-      queue_.push_back(std::move(e));
+    }
+    // An empty queue takes the operation's entries as they are. Else the entries are
+    // appended, the queue growing once for a group, not step by step (the cycles take
+    // the whole queue, its capacity too).
+    if (queue_.empty()) {
+      queue_.swap(entries);
+    } else {
+      const size_t need = queue_.size() + entries.size();
+      if (need > queue_.capacity()) queue_.reserve(std::max(need, 2 * queue_.capacity()));
+      for (TensorEntry& e : entries) queue_.push_back(std::move(e));
     }
   }
   // A caller that waits at once runs the cycle itself (RunCyclesFor), or wakes
