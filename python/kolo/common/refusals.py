@@ -19,21 +19,28 @@ def announces_refusals(op, tensors=None):
     def wrap(fn):
         signature = inspect.signature(fn)
 
+        def refused(args, kwargs, e):
+            """Announces ``e``, raised by ``fn(*args, **kwargs)``, once: not what the core
+            raised (it announced that), and not again by an outer entry point
+            (broadcast_async calls broadcast_async_)."""
+            if not getattr(e, "_kolo_core", False) and not getattr(e, "_kolo_announced", False):
+                _announce(op, signature, args, kwargs, tensors, e)
+                try:
+                    e._kolo_announced = True
+                except AttributeError:  # an exception type without a __dict__
+                    pass
+
         @functools.wraps(fn)
         def entry(*args, **kwargs):
             # Nothing but the call on the way in: this is every collective's submit path.
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                # Announced once: not what the core raised (it announced that), and not
-                # again by an outer entry point (broadcast_async calls broadcast_async_).
-                if not getattr(e, "_kolo_core", False) and not getattr(e, "_kolo_announced", False):
-                    _announce(op, signature, args, kwargs, tensors, e)
-                    try:
-                        e._kolo_announced = True
-                    except AttributeError:  # an exception type without a __dict__
-                        pass
+                refused(args, kwargs, e)
                 raise
+        # Collectives.form calls ``fn`` itself and ``refused`` on an error, saving a frame
+        # on the public forms' path.
+        entry.refused = refused
         return entry
     return wrap
 
