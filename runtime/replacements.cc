@@ -1,6 +1,7 @@
 #include "replacements.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "ops/mpi.h"
+#include "ops/ulfm.h"
 
 namespace kolo {
 namespace {
@@ -17,6 +19,11 @@ namespace {
 constexpr int kBridgeTag = 6060;
 // What starts a new process with the environment it is given.
 constexpr const char* kEnvProgram = "/usr/bin/env";
+// How long rank 0 waits for the new processes' side of its merge with them,
+// and then for the revoke to end that merge. They initialized MPI before the
+// spawn returned and wait in JoinAsReplacement, so a live one answers at once.
+constexpr std::chrono::seconds kNewProcessPatience{10};
+constexpr std::chrono::seconds kRevokePatience{5};
 
 Status GrowStatus(int rc, const char* call) {
   Status s = MpiStatus(rc, call);
@@ -155,20 +162,91 @@ Result<MPI_Comm> BridgeAndMerge(MPI_Comm local, MPI_Comm* pair, int remote_leade
   return merged;
 }
 
+// Rank 0's merge of the spawn's intercommunicator (consumed) into the pair
+// communicator that bridges the join, bounded: a new process that died after
+// MPI_Init, or stopped, holds MPI_Intercomm_merge for ever (PRRTE 3.0 reports
+// no failure there). Past kNewProcessPatience the intercommunicator is revoked
+// (ULFM), which ends the merge with an error on the new processes' side, and
+// rank 0 goes on without them; a merge that even the revoke does not end is
+// left to its thread, with the intercommunicator.
+Result<MPI_Comm> MergeWithNewProcesses(MPI_Comm children) {
+  struct Merge {
+    Mutex mu;
+    CondVar cv;
+    bool done GUARDED_BY(mu) = false;
+    int rc GUARDED_BY(mu) = MPI_SUCCESS;
+    MPI_Comm pair GUARDED_BY(mu) = MPI_COMM_NULL;
+  };
+  auto merge = std::make_shared<Merge>();
+  std::thread thread([merge, children] {
+    MPI_Comm pair = MPI_COMM_NULL;
+    const int rc = MPI_Intercomm_merge(children, 0, &pair);
+    MutexLock lock(&merge->mu);
+    merge->rc = rc;
+    merge->pair = pair;
+    merge->done = true;
+    merge->cv.SignalAll();
+  });
+  const auto waited = [&merge](std::chrono::seconds patience) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    MutexLock lock(&merge->mu);
+    while (!merge->done && std::chrono::steady_clock::now() < deadline) {
+      merge->cv.WaitFor(&merge->mu, deadline - std::chrono::steady_clock::now());
+    }
+    return merge->done;
+  };
+  const Status no_answer =
+      Status::Aborted("no answer from them within " + std::to_string(kNewProcessPatience.count()) +
+                      " s of the join: stopped, or dead after initializing MPI");
+  if (!waited(kNewProcessPatience)) {
+    // Whether the revoke ends the merge or not, the communicators with the new
+    // processes are left as they are: freeing one whose processes are gone can
+    // wait for ever.
+    RevokeIfUsable(children);
+    if (waited(kRevokePatience)) {
+      thread.join();
+    } else {
+      thread.detach();
+    }
+    return no_answer;
+  }
+  thread.join();
+  MutexLock lock(&merge->mu);
+  if (merge->rc == MPI_SUCCESS) {
+    MPI_Comm children_owned = children;
+    MPI_Comm_free(&children_owned);
+    MPI_Comm_set_errhandler(merge->pair, MPI_ERRORS_RETURN);
+    return merge->pair;
+  }
+  return Status::Aborted("one died after initializing MPI (" +
+                         MpiStatus(merge->rc, "MPI_Intercomm_merge").message() + ")");
+}
+
 }  // namespace
 
 Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
   int rank = 0;
   MPI_Comm_rank(ranks, &rank);
   MPI_Comm pair = MPI_COMM_NULL;
+  Status paired;
   if (rank == 0) {
     if (children == MPI_COMM_NULL) {
-      return Status::PreconditionFailed("growing in place: rank 0 has no spawned processes");
+      paired = Status::Aborted("rank 0 has no spawned processes");
+    } else {
+      Result<MPI_Comm> merged = MergeWithNewProcesses(children);
+      if (merged.ok()) {
+        pair = merged.value();
+      } else {
+        paired = merged.status();
+      }
     }
-    const int rc = MPI_Intercomm_merge(children, 0, &pair);
-    MPI_Comm_free(&children);
-    KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the new processes"));
-    MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+  }
+  // Rank 0 tells the others whether the new processes came: if not, nobody
+  // goes on to the bridge, and the ranks stay as they were.
+  int came = paired.ok() ? 1 : 0;
+  KOLO_RETURN_IF_ERROR(GrowStatus(MPI_Bcast(&came, 1, MPI_INT, 0, ranks), "MPI_Bcast"));
+  if (!came) {
+    return rank == 0 ? paired : Status::Aborted("the new processes did not join (rank 0 says why)");
   }
   // In the pair, rank 0 is 0 and the first new process is 1.
   return BridgeAndMerge(ranks, &pair, /*remote_leader=*/1, /*high=*/false);

@@ -74,6 +74,9 @@ class ReplacementSpawn {
 // Collective over `ranks` and the new processes (JoinAsReplacement): one
 // intracommunicator, `ranks` first in their order. `children` is rank 0's
 // intercommunicator from the spawn (consumed), MPI_COMM_NULL elsewhere.
+// When the new processes do not answer rank 0 (one died after MPI_Init, or
+// stopped), every rank of `ranks` returns kAborted, rank 0 with the reason,
+// and `ranks` can go on as they were; the new processes' joins fail.
 Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children);
 
 // In a process that kolo spawned as a replacement (KOLO_ELASTIC_REPLACEMENT=1

@@ -103,6 +103,11 @@ Status Runtime::StartReplacements(const std::string& command, const std::vector<
 }
 
 Runtime::Replacements Runtime::replacements(std::string* why) {
+  if (!not_joined_.empty()) {
+    if (why != nullptr) *why = not_joined_;
+    not_joined_.clear();
+    return Replacements::kFailed;
+  }
   if (!spawn_) return Replacements::kNone;
   if (!spawn_->Done()) return Replacements::kStarting;
   const Status started = spawn_->status();
@@ -130,9 +135,18 @@ Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   }
   MPI_Comm own = ranks.value();
   Result<MPI_Comm> merged = MergeReplacements(own, children);
-  MPI_Comm_free(&own);
-  if (!merged.ok()) return merged.status();
-  return CreateOnOwned(merged.value());
+  if (merged.ok()) {
+    MPI_Comm_free(&own);
+    return CreateOnOwned(merged.value());
+  }
+  if (merged.status().code() != StatusCode::kAborted) {
+    MPI_Comm_free(&own);
+    return merged.status();
+  }
+  // The new processes did not come: the job goes on without them.
+  Result<std::unique_ptr<Runtime>> same = CreateOnOwned(own);
+  if (same.ok() && placement_.rank == 0) same.value()->not_joined_ = merged.status().message();
+  return same;
 }
 
 bool Runtime::is_running() const { return impl_->running(); }

@@ -13,7 +13,7 @@ resumes in the same processes (``_shrink_in_place``); elsewhere every worker exi
 kolorun restarts them. Free slots, on Open MPI 5: kolorun offers them at a commit, rank 0
 starts new processes there while the job trains, and at the first commit after they
 started every rank joins them and ``run`` resumes from that commit (``elastic_grow.check_or_grow``,
-``_grow_in_place``).
+``_join_new_processes``).
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
 without its reset: it syncs from rank 0 and calls the function; commits stay in memory
@@ -85,8 +85,10 @@ class State:
             return
         env = self._env
         update = _rank0_answer(lambda: elastic_grow.check_or_grow(env), "kolo.elastic.check")
-        if update == elastic_env.GROW:
+        if update == elastic_env.GROW and _join_new_processes(self):
             raise _GrowInPlace()
+        if update == elastic_env.GROW:  # they did not come: the job goes on as it was
+            return
         if update != elastic_env.NO_UPDATE:
             raise HostsUpdatedInterrupt(update == elastic_env.REMOVED)
 
@@ -303,7 +305,7 @@ def _run_elastic(env, func, state, args, kwargs):
         except HostsUpdatedInterrupt:
             _leave_for_restart(env, state)
         except _GrowInPlace:
-            env = _grow_in_place(env, state)
+            env = _grown(env, elastic_grow.take_starting())
             resume = functools.partial(elastic_resume.resume_grown, joined=False)
         except KoloInternalError as e:
             env = _shrink_in_place(env, state, e)
@@ -343,19 +345,26 @@ def _shrink_in_place(env, state, error):
 # --- growing in place (Open MPI 5): new processes join at a commit ------------------------
 
 class _GrowInPlace(Exception):
-    """Raised by a commit on every rank once the processes that rank 0 started are ready:
-    ``run`` then joins them (``_grow_in_place``) and resumes from that commit with them."""
+    """Raised by a commit on every rank once the processes that rank 0 started joined:
+    ``run`` then resumes from that commit with them."""
 
 
-def _grow_in_place(env, state):
+def _join_new_processes(state):
     """Every rank, at the commit where rank 0's new processes were ready: one runtime on
-    all of them (the new ones do the same in their init()), the incarnation after this
-    one. A failure here leaves for kolorun's restart."""
+    all of them (the new ones do the same in their init()). Returns whether they joined;
+    if not (one died after it initialized MPI, or stopped), the runtime is rebuilt on the
+    ranks there before, rank 0 says why and tells kolorun, and the job goes on. A failure
+    of the join itself leaves for kolorun's restart."""
+    size = basics.size()
+    where = " on " + elastic_env.format_slots(elastic_grow.starting) \
+        if elastic_grow.starting else ""  # rank 0's
     _join_or_leave(state, basics.grow_in_place, basics.rank(),
-                   "the new processes on %s did not join within 30 s (one died after it "
-                   "started?)" % elastic_env.format_slots(elastic_grow.starting))
-    hosts = elastic_grow.take_starting()
-    return _grown(env, hosts)
+                   "the new processes%s did not join within 30 s" % where)
+    if basics.size() > size:
+        return True
+    if basics.rank() == 0:
+        elastic_grow.give_up(state._env, basics.replacements())
+    return False
 
 
 def _grown(env, hosts):
