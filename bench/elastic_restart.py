@@ -22,6 +22,10 @@ every worker at np=4). The figure is the survivors' lost time: from the kill to 
 first step at np=3, plus, once back at 4 ranks, from the start of the commit where the
 job grew (or restarted) to the first step at np=4.
 
+A run that breaks (PRRTE lost a daemon, the job did not go 4 -> 3 -> 4) is listed under
+failed_runs with its first lines, not timed; each timed run keeps the load average
+(1, 5, 15 min) at its start.
+
 usage: python3 bench/elastic_restart.py [--runs 5] [--paths in_place,restart]
            [--lose host|rank] [--model resnet50|small]
            [--kolorun build/launcher/kolorun] [--python .venv/bin/python]
@@ -159,14 +163,29 @@ def main():
     if args.model is None:
         args.model = "resnet50" if args.lose == "host" else "small"
     paths = args.paths.split(",")
-    runs = [one_run(args, path) for _ in range(args.runs) for path in paths]
-    summary = {"runs": runs, "paths": {}}
+    runs, failed = [], []
+    for _ in range(args.runs):
+        for path in paths:
+            load = os.getloadavg()
+            try:
+                run = one_run(args, path)
+            except SystemExit as e:  # a run that broke (PRRTE lost a daemon): kept, not timed
+                failed.append({"path": path, "load": load, "why": str(e)[:2000]})
+                print(f"elastic_restart: a {path} run failed: {str(e).splitlines()[0]}",
+                      flush=True)
+                continue
+            run["load_1_5_15"] = load
+            runs.append(run)
+    summary = {"runs": runs, "failed_runs": failed, "paths": {}}
     for path in paths:
         mine = [r for r in runs if r["path"] == path]
+        if not mine:
+            continue
         totals = [r["total_s"] for r in mine]
         summary["paths"][path] = {
             "median_total_s": statistics.median(totals), "min_total_s": min(totals),
-            "max_total_s": max(totals),
+            "max_total_s": max(totals), "timed_runs": len(mine),
+            "failed_runs": sum(f["path"] == path for f in failed),
             "median_phases_s": {k: statistics.median(r["phases_s"][k] for r in mine)
                                 for k in mine[0]["phases_s"]}}
     with open(args.out, "w") as f:
