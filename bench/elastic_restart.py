@@ -54,10 +54,18 @@ FAKE_SSH = os.path.join(ROOT, "test", "launcher", "fake_ssh.sh")
 
 
 def end(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """Ends a run that broke: SIGTERM first, on which kolorun ends its mpirun (a SIGKILL
+    alone leaves that mpirun's job running, in a session of its own), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=15)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def set_hosts(path, hosts):
