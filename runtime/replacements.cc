@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "ops/mpi.h"
@@ -19,11 +20,9 @@ namespace {
 constexpr int kBridgeTag = 6060;
 // What starts a new process with the environment it is given.
 constexpr const char* kEnvProgram = "/usr/bin/env";
-// How long rank 0 waits for the new processes' side of its merge with them,
-// and then for the revoke to end that merge. They initialized MPI before the
-// spawn returned and wait in JoinAsReplacement, so a live one answers at once.
+// How long rank 0 waits at the join for the new processes to answer. They
+// wait in JoinAsReplacement since their start, so a live one answers at once.
 constexpr std::chrono::seconds kNewProcessPatience{10};
-constexpr std::chrono::seconds kRevokePatience{5};
 
 Status GrowStatus(int rc, const char* call) {
   Status s = MpiStatus(rc, call);
@@ -60,7 +59,7 @@ ReplacementSpawn::~ReplacementSpawn() {
   }
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&outcome_->mu);
-  if (outcome_->children != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->children);
+  if (outcome_->pair != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->pair);
 }
 
 // One application per host (MPI_Comm_spawn_multiple), so that each process
@@ -114,10 +113,22 @@ void ReplacementSpawn::Spawn(const ReplacementRequest& request, Outcome* outcome
   for (size_t i = 0; status.ok() && i < errors.size(); ++i) {
     if (errors[i] != MPI_SUCCESS) status = GrowStatus(errors[i], "a replacement's start");
   }
-  if (status.ok()) MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+  // The new processes merge with this rank right after their MPI_Init: the
+  // pair communicator is made here, while they are surely alive, so that no
+  // merge (which allocates a communicator id, and holds the allocation of
+  // any later one on this rank while it waits) is left waiting for a process
+  // that died meanwhile.
+  MPI_Comm pair = MPI_COMM_NULL;
+  if (status.ok()) {
+    MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+    status = GrowStatus(MPI_Intercomm_merge(children, 0, &pair),
+                        "MPI_Intercomm_merge with the new processes");
+    MPI_Comm_free(&children);
+  }
+  if (status.ok()) MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
   MutexLock lock(&outcome->mu);
   outcome->status = status;
-  outcome->children = status.ok() ? children : MPI_COMM_NULL;
+  outcome->pair = status.ok() ? pair : MPI_COMM_NULL;
   outcome->done = true;
 }
 
@@ -136,10 +147,10 @@ Result<MPI_Comm> ReplacementSpawn::Take() {
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&outcome_->mu);
   if (!outcome_->status.ok()) return outcome_->status;
-  MPI_Comm children = outcome_->children;
-  outcome_->children = MPI_COMM_NULL;
-  if (children == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
-  return children;
+  MPI_Comm pair = outcome_->pair;
+  outcome_->pair = MPI_COMM_NULL;
+  if (pair == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
+  return pair;
 }
 
 namespace {
@@ -162,84 +173,41 @@ Result<MPI_Comm> BridgeAndMerge(MPI_Comm local, MPI_Comm* pair, int remote_leade
   return merged;
 }
 
-// Rank 0's merge of the spawn's intercommunicator (consumed) into the pair
-// communicator that bridges the join, bounded: a new process that died after
-// MPI_Init, or stopped, holds MPI_Intercomm_merge for ever (PRRTE 3.0 reports
-// no failure there). Past kNewProcessPatience the intercommunicator is revoked
-// (ULFM), which ends the merge with an error on the new processes' side, and
-// rank 0 goes on without them; a merge that even the revoke does not end is
-// left to its thread, with the intercommunicator.
-Result<MPI_Comm> MergeWithNewProcesses(MPI_Comm children) {
-  struct Merge {
-    Mutex mu;
-    CondVar cv;
-    bool done GUARDED_BY(mu) = false;
-    int rc GUARDED_BY(mu) = MPI_SUCCESS;
-    MPI_Comm pair GUARDED_BY(mu) = MPI_COMM_NULL;
-  };
-  auto merge = std::make_shared<Merge>();
-  std::thread thread([merge, children] {
-    MPI_Comm pair = MPI_COMM_NULL;
-    const int rc = MPI_Intercomm_merge(children, 0, &pair);
-    MutexLock lock(&merge->mu);
-    merge->rc = rc;
-    merge->pair = pair;
-    merge->done = true;
-    merge->cv.SignalAll();
-  });
-  const auto waited = [&merge](std::chrono::seconds patience) {
-    const auto deadline = std::chrono::steady_clock::now() + patience;
-    MutexLock lock(&merge->mu);
-    while (!merge->done && std::chrono::steady_clock::now() < deadline) {
-      merge->cv.WaitFor(&merge->mu, deadline - std::chrono::steady_clock::now());
-    }
-    return merge->done;
-  };
-  const Status no_answer =
-      Status::Aborted("no answer from them within " + std::to_string(kNewProcessPatience.count()) +
-                      " s of the join: stopped, or dead after initializing MPI");
-  if (!waited(kNewProcessPatience)) {
-    // Whether the revoke ends the merge or not, the communicators with the new
-    // processes are left as they are: freeing one whose processes are gone can
-    // wait for ever.
-    RevokeIfUsable(children);
-    if (waited(kRevokePatience)) {
-      thread.join();
-    } else {
-      thread.detach();
-    }
-    return no_answer;
+// Rank 0, before the join: whether every new process still answers on
+// `pair` (each enters a barrier there before its join), within
+// kNewProcessPatience. A new process that died after its merge with rank 0,
+// or stopped, never does (PRRTE 3.0 reports no failure there): the pair is
+// then revoked (ULFM), which ends the barrier of any that are alive, and left
+// as it is (freeing a communicator whose processes are gone can wait for ever).
+Status NewProcessesAnswer(MPI_Comm pair) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Ibarrier(pair, &request);
+  const auto deadline = std::chrono::steady_clock::now() + kNewProcessPatience;
+  int done = 0;
+  while (rc == MPI_SUCCESS && !done && std::chrono::steady_clock::now() < deadline) {
+    rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  thread.join();
-  MutexLock lock(&merge->mu);
-  if (merge->rc == MPI_SUCCESS) {
-    MPI_Comm children_owned = children;
-    MPI_Comm_free(&children_owned);
-    MPI_Comm_set_errhandler(merge->pair, MPI_ERRORS_RETURN);
-    return merge->pair;
+  if (rc == MPI_SUCCESS && done) return Status::OK();
+  RevokeIfUsable(pair);
+  if (rc != MPI_SUCCESS) {
+    return Status::Aborted("one died after initializing MPI (" +
+                           MpiStatus(rc, "MPI_Ibarrier").message() + ")");
   }
-  return Status::Aborted("one died after initializing MPI (" +
-                         MpiStatus(merge->rc, "MPI_Intercomm_merge").message() + ")");
+  return Status::Aborted("no answer from them within " +
+                         std::to_string(kNewProcessPatience.count()) +
+                         " s of the join: stopped, or dead after initializing MPI");
 }
 
 }  // namespace
 
-Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
+Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair) {
   int rank = 0;
   MPI_Comm_rank(ranks, &rank);
-  MPI_Comm pair = MPI_COMM_NULL;
   Status paired;
   if (rank == 0) {
-    if (children == MPI_COMM_NULL) {
-      paired = Status::Aborted("rank 0 has no spawned processes");
-    } else {
-      Result<MPI_Comm> merged = MergeWithNewProcesses(children);
-      if (merged.ok()) {
-        pair = merged.value();
-      } else {
-        paired = merged.status();
-      }
-    }
+    paired = pair == MPI_COMM_NULL ? Status::Aborted("rank 0 has no spawned processes")
+                                   : NewProcessesAnswer(pair);
   }
   // Rank 0 tells the others whether the new processes came: if not, nobody
   // goes on to the bridge, and the ranks stay as they were.
@@ -263,6 +231,12 @@ Result<MPI_Comm> JoinAsReplacement() {
   int rc = MPI_Intercomm_merge(parent, 1, &pair);
   KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the rank that started us"));
   MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+  // Rank 0's check that every new process is still there (NewProcessesAnswer;
+  // a nonblocking barrier, which a blocking one would not match).
+  MPI_Request request = MPI_REQUEST_NULL;
+  rc = MPI_Ibarrier(pair, &request);
+  if (rc == MPI_SUCCESS) rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Ibarrier with the rank that started us"));
   return BridgeAndMerge(MPI_COMM_WORLD, &pair, /*remote_leader=*/0, /*high=*/true);
 }
 

@@ -121,20 +121,20 @@ void Runtime::AbandonReplacements() { spawn_.reset(); }
 
 Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
-  MPI_Comm children = MPI_COMM_NULL;
+  MPI_Comm pair = MPI_COMM_NULL;
   if (spawn_) {
     Result<MPI_Comm> taken = spawn_->Take();
     spawn_.reset();
     if (!taken.ok()) return taken.status();
-    children = taken.value();
+    pair = taken.value();
   }
   Result<MPI_Comm> ranks = impl_->HandOverForGrowth();
   if (!ranks.ok()) {
-    if (children != MPI_COMM_NULL) MPI_Comm_free(&children);
+    if (pair != MPI_COMM_NULL) MPI_Comm_free(&pair);
     return ranks.status();
   }
   MPI_Comm own = ranks.value();
-  Result<MPI_Comm> merged = MergeReplacements(own, children);
+  Result<MPI_Comm> merged = MergeReplacements(own, pair);
   if (merged.ok()) {
     MPI_Comm_free(&own);
     return CreateOnOwned(merged.value());
