@@ -24,7 +24,6 @@ import os
 import sys
 import warnings
 
-
 from kolo.common import basics
 from kolo.common import elastic_env
 from kolo.common import elastic_grow
