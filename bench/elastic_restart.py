@@ -222,7 +222,9 @@ def main():
             try:
                 run = one_run(args, path)
             except SystemExit as e:  # a run that broke (PRRTE lost a daemon): kept, not timed
-                failed.append({"path": path, "load": load, "why": str(e)[:2000]})
+                why = str(e)  # its first line, and the end of the job's output
+                failed.append({"path": path, "load": load,
+                               "why": why.splitlines()[0] + "\n...\n" + why[-3000:]})
                 print(f"elastic_restart: a {path} run failed: {str(e).splitlines()[0]}",
                       flush=True)
                 continue
