@@ -22,8 +22,18 @@ every worker at np=4). The figure is the survivors' lost time: from the kill to 
 first step at np=3, plus, once back at 4 ranks, from the start of the commit where the
 job grew (or restarted) to the first step at np=4.
 
+--lose none (issue 60) loses nothing: a job at np=2 on 127.0.0.1:1 + 127.0.0.2:1
+(--max-np 4) reaches step 3, the discovery script then lists 127.0.0.3:2 too, and the job
+grows to 4 ranks, in place (grow_in_place: PRRTE adds the host, rank 0 starts two
+processes there) or through a restart (restart_to_grow). The figure is the running ranks'
+stall: from the start of the commit where the job grew to its first step at np=4.
+
+A run that breaks (PRRTE lost a daemon, the job did not go 4 -> 3 -> 4) is listed under
+failed_runs with its first lines, not timed; each timed run keeps the load average
+(1, 5, 15 min) at its start.
+
 usage: python3 bench/elastic_restart.py [--runs 5] [--paths in_place,restart]
-           [--lose host|rank] [--model resnet50|small]
+           [--lose host|rank|none] [--model resnet50|small]
            [--kolorun build/launcher/kolorun] [--python .venv/bin/python]
            [--mpi-home .venv-ompi5] [--out bench/results/elastic_restart.json]
 """
@@ -44,34 +54,53 @@ FAKE_SSH = os.path.join(ROOT, "test", "launcher", "fake_ssh.sh")
 
 
 def end(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """Ends a run that broke: SIGTERM first, on which kolorun ends its mpirun (a SIGKILL
+    alone leaves that mpirun's job running, in a session of its own), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=15)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def set_hosts(path, hosts):
+    with open(path + ".new", "w") as f:
+        f.write("".join(h + "\n" for h in hosts))
+    os.rename(path + ".new", path)  # the discovery script never reads half a file
 
 
 def one_run(args, path):
     with tempfile.TemporaryDirectory() as tmp:
-        discover = os.path.join(tmp, "discover.sh")
+        discover, hosts = os.path.join(tmp, "discover.sh"), os.path.join(tmp, "hosts")
+        adding = args.lose == "none"
+        set_hosts(hosts, ["127.0.0.1:1", "127.0.0.2:1"] if adding
+                  else ["127.0.0.1:2", "127.0.0.2:2"])
         with open(discover, "w") as f:
-            f.write("#!/bin/sh\necho 127.0.0.1:2\necho 127.0.0.2:2\n")
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
         os.chmod(discover, 0o755)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"),
                    ELASTIC_BENCH_DIR=tmp, ELASTIC_PAUSE_STEP="3", ELASTIC_STEPS="5",
                    ELASTIC_MODEL=args.model,
                    KOLO_ELASTIC_IN_PLACE="0" if path == "restart" else "1",
                    KOLO_ELASTIC_GROW_IN_PLACE="0" if path == "restart_to_grow" else "1")
-        if args.lose == "rank":
-            env["ELASTIC_FULL_SIZE"] = "4"  # the job goes on until it is back at 4 ranks
+        if args.lose in ("rank", "none"):
+            env["ELASTIC_FULL_SIZE"] = "4"  # the job goes on until it is (back) at 4 ranks
         if args.mpi_home:
             env["KOLO_MPI_HOME"] = args.mpi_home
-        cmd = [args.kolorun, "-np", "4", "--min-np", "2", "--host-discovery-script", discover,
+        size = ["-np", "2", "--min-np", "2", "--max-np", "4"] if adding \
+            else ["-np", "4", "--min-np", "2"]
+        cmd = [args.kolorun, *size, "--host-discovery-script", discover,
                "--mpi-args", "--mca plm_rsh_agent " + FAKE_SSH, args.python, JOB]
         out_path = os.path.join(tmp, "out")
         with open(out_path, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
-            marks = [os.path.join(tmp, f"reached.{r}") for r in range(4)]
+            marks = [os.path.join(tmp, f"reached.{r}") for r in range(2 if adding else 4)]
             deadline = time.monotonic() + 300
             while not all(os.path.exists(m) and open(m).read().endswith("\n") for m in marks):
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -80,6 +109,8 @@ def one_run(args, path):
                                      + open(out_path).read())
                 time.sleep(0.05)
             killed_at = time.time()
+            if adding:
+                set_hosts(hosts, ["127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:2"])
             for r, m in enumerate(marks):
                 pid, host = open(m).read().split()
                 if host == "kolo-127.0.0.2" and (args.lose == "host" or r == 3):
@@ -95,6 +126,8 @@ def one_run(args, path):
         raise SystemExit(f"elastic_restart: kolorun exited {proc.returncode}:\n{text}")
     if args.lose == "rank":
         return rank_lost(path, killed_at, text)
+    if adding:
+        return host_added(path, killed_at, text)
     phases = {m.group(1): float(m.group(2))
               for m in re.finditer(r"PHASE gen=1 (\w+)=([\d.]+)", text)}
     report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
@@ -140,13 +173,35 @@ def rank_lost(path, killed_at, text):
         "kill_to_np4_step": phases[back]["first_step"] - killed_at}, "kolorun_lines": report}
 
 
+def host_added(path, added_at, text):
+    """The running ranks' stall when discovery added a host: from the start of the commit
+    where the job grew from 2 to 4 ranks (in place, or through a restart) to its first step
+    at np=4."""
+    phases = {}
+    for m in re.finditer(r"PHASE gen=(\d+) (\w+)=([\d.]+)", text):
+        phases.setdefault(int(m.group(1)), {})[m.group(2)] = float(m.group(3))
+    sizes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"SIZE gen=(\d+) (\d+)", text)}
+    report = [line for line in text.splitlines() if "kolorun: elastic:" in line]
+    back = next((g for g in sorted(sizes) if sizes[g] == 4), None)
+    if back is None or "first_step" not in phases[back]:
+        raise SystemExit("elastic_restart: the job did not grow to 4 ranks:\n" + text)
+    if path == "grow_in_place" and "started" in phases[back]:
+        raise SystemExit("elastic_restart: grow_in_place restarted the processes:\n" + text)
+    began = max(p["commit_began"] for g, p in phases.items() if g < back and "commit_began" in p)
+    return {"path": path, "total_s": phases[back]["first_step"] - began, "phases_s": {
+        "commit_to_np4_step": phases[back]["first_step"] - began,
+        "added_to_np4_step": phases[back]["first_step"] - added_at}, "kolorun_lines": report}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5, help="runs of each path")
     p.add_argument("--paths", default=None,
                    help="default: in_place,restart (--lose host), "
                    "grow_in_place,restart_to_grow (--lose rank)")
-    p.add_argument("--lose", choices=("host", "rank"), default="host")
+    p.add_argument("--lose", choices=("host", "rank", "none"), default="host",
+                   help="none: nothing is lost, discovery adds a host (127.0.0.3:2) to a job "
+                   "at np=2")
     p.add_argument("--model", choices=("resnet50", "small"), default=None,
                    help="default: resnet50 (--lose host), small (--lose rank)")
     p.add_argument("--mpi-home", default=os.path.join(ROOT, ".venv-ompi5"))
@@ -155,18 +210,36 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "results", "elastic_restart.json"))
     args = p.parse_args()
     if args.paths is None:
-        args.paths = "in_place,restart" if args.lose == "host" else "grow_in_place,restart_to_grow"
+        args.paths = "in_place,restart" if args.lose == "host" \
+            else "grow_in_place,restart_to_grow"
     if args.model is None:
         args.model = "resnet50" if args.lose == "host" else "small"
     paths = args.paths.split(",")
-    runs = [one_run(args, path) for _ in range(args.runs) for path in paths]
-    summary = {"runs": runs, "paths": {}}
+    runs, failed = [], []
+    for _ in range(args.runs):
+        for path in paths:
+            load = os.getloadavg()
+            try:
+                run = one_run(args, path)
+            except SystemExit as e:  # a run that broke (PRRTE lost a daemon): kept, not timed
+                why = str(e)  # its first line, and the end of the job's output
+                failed.append({"path": path, "load": load,
+                               "why": why.splitlines()[0] + "\n...\n" + why[-3000:]})
+                print(f"elastic_restart: a {path} run failed: {str(e).splitlines()[0]}",
+                      flush=True)
+                continue
+            run["load_1_5_15"] = load
+            runs.append(run)
+    summary = {"runs": runs, "failed_runs": failed, "paths": {}}
     for path in paths:
         mine = [r for r in runs if r["path"] == path]
+        if not mine:
+            continue
         totals = [r["total_s"] for r in mine]
         summary["paths"][path] = {
             "median_total_s": statistics.median(totals), "min_total_s": min(totals),
-            "max_total_s": max(totals),
+            "max_total_s": max(totals), "timed_runs": len(mine),
+            "failed_runs": sum(f["path"] == path for f in failed),
             "median_phases_s": {k: statistics.median(r["phases_s"][k] for r in mine)
                                 for k in mine[0]["phases_s"]}}
     with open(args.out, "w") as f:

@@ -1,14 +1,17 @@
 #include "replacements.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "ops/mpi.h"
+#include "ops/ulfm.h"
 
 namespace kolo {
 namespace {
@@ -17,6 +20,9 @@ namespace {
 constexpr int kBridgeTag = 6060;
 // What starts a new process with the environment it is given.
 constexpr const char* kEnvProgram = "/usr/bin/env";
+// How long rank 0 waits at the join for the new processes to answer. They
+// wait in JoinAsReplacement since their start, so a live one answers at once.
+constexpr std::chrono::seconds kNewProcessPatience{10};
 
 Status GrowStatus(int rc, const char* call) {
   Status s = MpiStatus(rc, call);
@@ -53,7 +59,7 @@ ReplacementSpawn::~ReplacementSpawn() {
   }
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&outcome_->mu);
-  if (outcome_->children != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->children);
+  if (outcome_->pair != MPI_COMM_NULL && MpiUsable()) MPI_Comm_free(&outcome_->pair);
 }
 
 // One application per host (MPI_Comm_spawn_multiple), so that each process
@@ -107,10 +113,22 @@ void ReplacementSpawn::Spawn(const ReplacementRequest& request, Outcome* outcome
   for (size_t i = 0; status.ok() && i < errors.size(); ++i) {
     if (errors[i] != MPI_SUCCESS) status = GrowStatus(errors[i], "a replacement's start");
   }
-  if (status.ok()) MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+  // The new processes merge with this rank right after their MPI_Init: the
+  // pair communicator is made here, while they are surely alive, so that no
+  // merge (which allocates a communicator id, and holds the allocation of
+  // any later one on this rank while it waits) is left waiting for a process
+  // that died meanwhile.
+  MPI_Comm pair = MPI_COMM_NULL;
+  if (status.ok()) {
+    MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+    status = GrowStatus(MPI_Intercomm_merge(children, 0, &pair),
+                        "MPI_Intercomm_merge with the new processes");
+    MPI_Comm_free(&children);
+  }
+  if (status.ok()) MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
   MutexLock lock(&outcome->mu);
   outcome->status = status;
-  outcome->children = status.ok() ? children : MPI_COMM_NULL;
+  outcome->pair = status.ok() ? pair : MPI_COMM_NULL;
   outcome->done = true;
 }
 
@@ -129,10 +147,10 @@ Result<MPI_Comm> ReplacementSpawn::Take() {
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&outcome_->mu);
   if (!outcome_->status.ok()) return outcome_->status;
-  MPI_Comm children = outcome_->children;
-  outcome_->children = MPI_COMM_NULL;
-  if (children == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
-  return children;
+  MPI_Comm pair = outcome_->pair;
+  outcome_->pair = MPI_COMM_NULL;
+  if (pair == MPI_COMM_NULL) return Status::PreconditionFailed("the replacements were taken");
+  return pair;
 }
 
 namespace {
@@ -155,20 +173,48 @@ Result<MPI_Comm> BridgeAndMerge(MPI_Comm local, MPI_Comm* pair, int remote_leade
   return merged;
 }
 
+// Rank 0, before the join: whether every new process still answers on
+// `pair` (each enters a barrier there before its join), within
+// kNewProcessPatience. A new process that died after its merge with rank 0,
+// or stopped, never does (PRRTE 3.0 reports no failure there): the pair is
+// then revoked (ULFM), which ends the barrier of any that are alive, and left
+// as it is (freeing a communicator whose processes are gone can wait for ever).
+Status NewProcessesAnswer(MPI_Comm pair) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Ibarrier(pair, &request);
+  const auto deadline = std::chrono::steady_clock::now() + kNewProcessPatience;
+  int done = 0;
+  while (rc == MPI_SUCCESS && !done && std::chrono::steady_clock::now() < deadline) {
+    rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (rc == MPI_SUCCESS && done) return Status::OK();
+  RevokeIfUsable(pair);
+  if (rc != MPI_SUCCESS) {
+    return Status::Aborted("one died after initializing MPI (" +
+                           MpiStatus(rc, "MPI_Ibarrier").message() + ")");
+  }
+  return Status::Aborted("no answer from them within " +
+                         std::to_string(kNewProcessPatience.count()) +
+                         " s of the join: stopped, or dead after initializing MPI");
+}
+
 }  // namespace
 
-Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children) {
+Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair) {
   int rank = 0;
   MPI_Comm_rank(ranks, &rank);
-  MPI_Comm pair = MPI_COMM_NULL;
+  Status paired;
   if (rank == 0) {
-    if (children == MPI_COMM_NULL) {
-      return Status::PreconditionFailed("growing in place: rank 0 has no spawned processes");
-    }
-    const int rc = MPI_Intercomm_merge(children, 0, &pair);
-    MPI_Comm_free(&children);
-    KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the new processes"));
-    MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+    paired = pair == MPI_COMM_NULL ? Status::Aborted("rank 0 has no spawned processes")
+                                   : NewProcessesAnswer(pair);
+  }
+  // Rank 0 tells the others whether the new processes came: if not, nobody
+  // goes on to the bridge, and the ranks stay as they were.
+  int came = paired.ok() ? 1 : 0;
+  KOLO_RETURN_IF_ERROR(GrowStatus(MPI_Bcast(&came, 1, MPI_INT, 0, ranks), "MPI_Bcast"));
+  if (!came) {
+    return rank == 0 ? paired : Status::Aborted("the new processes did not join (rank 0 says why)");
   }
   // In the pair, rank 0 is 0 and the first new process is 1.
   return BridgeAndMerge(ranks, &pair, /*remote_leader=*/1, /*high=*/false);
@@ -185,6 +231,12 @@ Result<MPI_Comm> JoinAsReplacement() {
   int rc = MPI_Intercomm_merge(parent, 1, &pair);
   KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Intercomm_merge with the rank that started us"));
   MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+  // Rank 0's check that every new process is still there (NewProcessesAnswer;
+  // a nonblocking barrier, which a blocking one would not match).
+  MPI_Request request = MPI_REQUEST_NULL;
+  rc = MPI_Ibarrier(pair, &request);
+  if (rc == MPI_SUCCESS) rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Ibarrier with the rank that started us"));
   return BridgeAndMerge(MPI_COMM_WORLD, &pair, /*remote_leader=*/0, /*high=*/true);
 }
 

@@ -5,12 +5,14 @@
 // The spawn is one rank's (rank 0's) alone, on MPI_COMM_SELF from a thread of
 // its own: MPI_Comm_spawn returns only once every new process has called
 // MPI_Init, which comes after its framework's import (seconds), and no other
-// rank needs to wait for that. Once it has returned, every rank and every new
-// process form one communicator at the old ranks' next commit: rank 0 merges
-// its intercommunicator with the new processes into a pair communicator, and
-// that pair bridges an MPI_Intercomm_create between the old ranks' communicator
-// and the new processes' MPI_COMM_WORLD; a merge makes it one, the old ranks
-// first in their order, the new ones after them.
+// rank needs to wait for that. The same thread then merges its
+// intercommunicator with the new processes into a pair communicator (they
+// merge at once, after their MPI_Init). At the old ranks' next commit every
+// rank and every new process form one communicator: rank 0 checks on the
+// pair that the new processes still answer, and the pair bridges an
+// MPI_Intercomm_create between the old ranks' communicator and the new
+// processes' MPI_COMM_WORLD; a merge makes it one, the old ranks first in
+// their order, the new ones after them.
 #pragma once
 
 #include <mpi.h>
@@ -49,12 +51,13 @@ class ReplacementSpawn {
   ReplacementSpawn(const ReplacementSpawn&) = delete;
   ReplacementSpawn& operator=(const ReplacementSpawn&) = delete;
 
-  // Whether MPI_Comm_spawn has returned, successfully or not.
+  // Whether the spawn and the merge with the new processes have returned,
+  // successfully or not.
   bool Done() const;
-  // Once Done(): whether the spawn succeeded, or why not.
+  // Once Done(): whether they succeeded, or why not.
   Status status() const;
-  // Once Done(): the intercommunicator with the new processes (the caller owns
-  // it), or why the spawn failed.
+  // Once Done(): the pair communicator of this rank and the new processes (the
+  // caller owns it), or why the spawn failed.
   Result<MPI_Comm> Take();
 
  private:
@@ -63,7 +66,7 @@ class ReplacementSpawn {
     mutable Mutex mu;
     bool done GUARDED_BY(mu) = false;
     Status status GUARDED_BY(mu);
-    MPI_Comm children GUARDED_BY(mu) = MPI_COMM_NULL;
+    MPI_Comm pair GUARDED_BY(mu) = MPI_COMM_NULL;  // this rank and the new processes
   };
   static void Spawn(const ReplacementRequest& request, Outcome* outcome);
 
@@ -72,9 +75,12 @@ class ReplacementSpawn {
 };
 
 // Collective over `ranks` and the new processes (JoinAsReplacement): one
-// intracommunicator, `ranks` first in their order. `children` is rank 0's
-// intercommunicator from the spawn (consumed), MPI_COMM_NULL elsewhere.
-Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm children);
+// intracommunicator, `ranks` first in their order. `pair` is rank 0's
+// communicator with the new processes (Take(); consumed), MPI_COMM_NULL
+// elsewhere. When the new processes do not all answer rank 0 (one died after
+// MPI_Init, or stopped), every rank of `ranks` returns kAborted, rank 0 with
+// the reason, and `ranks` can go on as they were; the new processes' joins fail.
+Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair);
 
 // In a process that kolo spawned as a replacement (KOLO_ELASTIC_REPLACEMENT=1
 // and a parent): waits until the ranks merge it in; returns the merged

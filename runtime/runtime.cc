@@ -103,6 +103,11 @@ Status Runtime::StartReplacements(const std::string& command, const std::vector<
 }
 
 Runtime::Replacements Runtime::replacements(std::string* why) {
+  if (!not_joined_.empty()) {
+    if (why != nullptr) *why = not_joined_;
+    not_joined_.clear();
+    return Replacements::kFailed;
+  }
   if (!spawn_) return Replacements::kNone;
   if (!spawn_->Done()) return Replacements::kStarting;
   const Status started = spawn_->status();
@@ -116,23 +121,32 @@ void Runtime::AbandonReplacements() { spawn_.reset(); }
 
 Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
-  MPI_Comm children = MPI_COMM_NULL;
+  MPI_Comm pair = MPI_COMM_NULL;
   if (spawn_) {
     Result<MPI_Comm> taken = spawn_->Take();
     spawn_.reset();
     if (!taken.ok()) return taken.status();
-    children = taken.value();
+    pair = taken.value();
   }
   Result<MPI_Comm> ranks = impl_->HandOverForGrowth();
   if (!ranks.ok()) {
-    if (children != MPI_COMM_NULL) MPI_Comm_free(&children);
+    if (pair != MPI_COMM_NULL) MPI_Comm_free(&pair);
     return ranks.status();
   }
   MPI_Comm own = ranks.value();
-  Result<MPI_Comm> merged = MergeReplacements(own, children);
-  MPI_Comm_free(&own);
-  if (!merged.ok()) return merged.status();
-  return CreateOnOwned(merged.value());
+  Result<MPI_Comm> merged = MergeReplacements(own, pair);
+  if (merged.ok()) {
+    MPI_Comm_free(&own);
+    return CreateOnOwned(merged.value());
+  }
+  if (merged.status().code() != StatusCode::kAborted) {
+    MPI_Comm_free(&own);
+    return merged.status();
+  }
+  // The new processes did not come: the job goes on without them.
+  Result<std::unique_ptr<Runtime>> same = CreateOnOwned(own);
+  if (same.ok() && placement_.rank == 0) same.value()->not_joined_ = merged.status().message();
+  return same;
 }
 
 bool Runtime::is_running() const { return impl_->running(); }

@@ -25,6 +25,11 @@ Environment (set by the test):
                       it grows is known
   ELASTIC_NEW_PROCESS_FAILS  (optional) a process started to grow the job in place
                       exits with code 3 before hvd.init()
+  ELASTIC_NEW_PROCESS_DIES_JOINING  (optional) a process started to grow the job in
+                      place writes new.<pid> before hvd.init(); once the new processes
+                      initialized MPI (they wait in hvd.init() to join), rank 0's commit
+                      writes "spawned" and waits for the file "killed" before it joins
+                      them: the test kills them there
 Rank 0 prints "START gen=G size=S step=N pid=P" after each (re)start and
 "FINAL size=S step=N params=<float.hex ...>" at the end.
 """
@@ -36,6 +41,7 @@ import time
 import torch
 
 import kolo.torch as hvd
+from kolo.common import basics
 
 from elastic_setup import (BATCH, COMMIT_EVERY, EPOCHS, FEATURES, LR, MOMENTUM, SAMPLES, SEED,
                            features)
@@ -47,11 +53,39 @@ def wait_for(path):
         time.sleep(0.05)
 
 
+def hold_done(test_dir):
+    """Whether the file hold.done exists, as rank 0 sees it: every rank leaves the hold
+    loop at the same commit."""
+    return hvd.broadcast_object(os.path.exists(os.path.join(test_dir, "hold.done")),
+                                root_rank=0, name="hold.done")
+
+
+def hold_the_join_for_the_test(test_dir):
+    """Rank 0, the first time its commit finds the new processes ready (they initialized
+    MPI and wait in hvd.init() to join): writes "spawned" and waits for the file "killed"
+    (the test kills them there) before the join."""
+    ready = basics.replacements
+
+    def held():
+        status = ready()
+        if status == "ready" and not os.path.exists(os.path.join(test_dir, "spawned")):
+            open(os.path.join(test_dir, "spawned"), "w").close()
+            wait_for(os.path.join(test_dir, "killed"))
+        return status
+    basics.replacements = held
+
+
 def main():
     if os.environ.get("KOLO_ELASTIC_REPLACEMENT") == "1" and \
             os.environ.get("ELASTIC_NEW_PROCESS_FAILS"):
         os._exit(3)
+    dies_joining = bool(os.environ.get("ELASTIC_NEW_PROCESS_DIES_JOINING"))
+    if os.environ.get("KOLO_ELASTIC_REPLACEMENT") == "1" and dies_joining:
+        with open(os.path.join(os.environ["ELASTIC_TEST_DIR"], f"new.{os.getpid()}"), "w") as f:
+            f.write("\n")
     hvd.init()
+    if dies_joining:
+        hold_the_join_for_the_test(os.environ["ELASTIC_TEST_DIR"])
     torch.manual_seed(0)
     data = torch.tensor([features(i) for i in range(SAMPLES)], dtype=torch.float64)
     dataset = torch.utils.data.TensorDataset(data)
@@ -95,7 +129,7 @@ def main():
                 if state.step % COMMIT_EVERY == 0:
                     state.commit()
                 while state.step == hold_step and hvd.size() < full_size and \
-                        not os.path.exists(os.path.join(test_dir, "hold.done")):
+                        not hold_done(test_dir):
                     time.sleep(0.05)
                     state.commit()  # raises, on every rank, once new processes are ready
             state.epoch += 1

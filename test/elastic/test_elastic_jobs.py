@@ -271,6 +271,45 @@ def test_replacements_that_die_before_joining_are_given_up_and_the_job_goes_on(t
 
 
 @in_place_only
+def test_replacements_that_die_while_joining_are_given_up_and_the_job_goes_on(tmp_path):
+    # The new processes are killed once they initialized MPI, while they wait in
+    # hvd.init() to join: rank 0's join with them ends without them, it names their hosts
+    # in one line, kolorun offers those hosts no more, and the job goes on at np=2 in the
+    # same processes.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, extra_env={"ELASTIC_HOLD_STEP": "8", "ELASTIC_FULL_SIZE": "4",
+                                       "ELASTIC_NEW_PROCESS_DIES_JOINING": "1"})
+    kill_one_rank_per_host(job)
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "spawned").exists():
+        if time.monotonic() > deadline or job.proc.poll() is not None:
+            job.kill()
+            pytest.fail("the new processes did not initialize MPI; output:\n" + job.output())
+        time.sleep(0.05)
+    new = [int(p.name.split(".")[1]) for p in tmp_path.glob("new.*")]
+    assert len(new) == 2, new
+    for pid in new:
+        os.kill(pid, signal.SIGKILL)
+    (tmp_path / "killed").write_text("killed\n")
+    line = job.wait_line(r"kolo: elastic: the new process\(es\) on .* did not start or join",
+                         timeout=180)
+    (tmp_path / "hold.done").write_text("done\n")
+    code, out = job.finish(timeout=240)
+    assert re.search(re.escape(f"{HOST_A}:1,{HOST_B}:1") + r" did not start or join \(.*"
+                     r"(died after initializing MPI|stopped).*\); the job goes on without them",
+                     line), out
+    # The job's own ranks ended well; mpirun may pass on the killed processes' end.
+    assert code in (0, 137), out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[1:3] for s in starts] == [("4", "0"), ("2", "4")], out
+    assert len({s[3] for s in starts}) == 1, out  # no restart
+    assert "grew in place" not in out, out
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+@in_place_only
 def test_a_host_added_by_discovery_joins_in_place(tmp_path):
     # A job on two hosts at np=2 commits at step 4 until the new processes on a third
     # host (which PRRTE adds to its allocation) joined; np=4 from there on.

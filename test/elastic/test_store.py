@@ -103,6 +103,24 @@ def test_the_chunks_that_differ_make_one_commit_equal_to_anothers(tmp_path):
     rank0.close(remove=True)
 
 
+def test_a_new_process_takes_rank_0s_whole_slot_as_its_commit(tmp_path):
+    # Growing in place: a new process, whose store holds only its state at construction,
+    # receives rank 0's slot bytes and holds rank 0's commit, beside it on its host.
+    new, rank0 = store.CommitStore(), store.CommitStore()
+    new.write(store.NO_COMMIT, tree_of(0), CODEC)  # HandlerState's, in memory
+    rank0.attach(str(tmp_path / "b"), 0, 0)
+    rank0.write(store.commit_key(0, 9), tree_of(9), CODEC)
+    new.attach(str(tmp_path / "a"), 1, 2)
+    new.write_whole(np.array(rank0.newest_bytes(rank0.newest_end())))
+    assert new.newest_key() == rank0.newest_key() == store.commit_key(0, 9)
+    assert_same(new.newest(CODEC), tree_of(9))
+    assert store.newest_in(str(tmp_path / "a"))[0] == store.commit_key(0, 9)
+    new.write(store.commit_key(1, 10), tree_of(10), CODEC)  # the next commit, the other slot
+    assert_same(new.newest(CODEC), tree_of(10))
+    new.close(remove=True)
+    rank0.close(remove=True)
+
+
 def test_a_later_generation_wins_over_a_higher_commit_number(tmp_path):
     old, new = store.CommitStore(), store.CommitStore()
     old.attach(str(tmp_path), 0, 5)

@@ -171,9 +171,11 @@ def grow_in_place():
     """Collective over this job's ranks and the new processes that rank 0 started (once
     replacements() said "ready" there): kolo's runtime is rebuilt on all of them, the
     ranks there before first in their order, with the global process set only (registered
-    sets are gone, as after shutdown()). Used by kolo.common.elastic's run. Returns False,
-    changing nothing, when the join did not end within 30 s (a new process died after
-    starting): this process must then leave."""
+    sets are gone, as after shutdown()). Used by kolo.common.elastic's run. When the new
+    processes do not come (one died after it initialized MPI, or stopped: no answer to rank
+    0 within 10 s), the runtime is rebuilt on this job's ranks alone (size() is unchanged)
+    and replacements() says why on rank 0. Returns False, changing nothing, when the join
+    did not end within 30 s: this process must then leave."""
     if not _core.grow_in_place():
         return False
     _reset_run()

@@ -13,7 +13,7 @@ resumes in the same processes (``_shrink_in_place``); elsewhere every worker exi
 kolorun restarts them. Free slots, on Open MPI 5: kolorun offers them at a commit, rank 0
 starts new processes there while the job trains, and at the first commit after they
 started every rank joins them and ``run`` resumes from that commit (``elastic_grow.check_or_grow``,
-``_grow_in_place``).
+``_join_new_processes``).
 
 Without KOLO_ELASTIC (plain kolorun: no restart is possible) ``run`` is Horovod's run
 without its reset: it syncs from rank 0 and calls the function; commits stay in memory
@@ -24,16 +24,12 @@ import os
 import sys
 import warnings
 
-import numpy as np
-
 from kolo.common import basics
 from kolo.common import elastic_env
 from kolo.common import elastic_grow
+from kolo.common import elastic_resume
 from kolo.common import elastic_store as store
-from kolo.common import host
-from kolo.common.elastic_collectives import (
-    allgather_int64 as _allgather_int64, allgather_int64_rows as _allgather_int64_rows,
-    barrier as _barrier, rank0_answer as _rank0_answer)
+from kolo.common.elastic_collectives import barrier as _barrier, rank0_answer as _rank0_answer
 from kolo.common.exceptions import HostsUpdatedInterrupt, KoloInternalError
 
 
@@ -88,8 +84,10 @@ class State:
             return
         env = self._env
         update = _rank0_answer(lambda: elastic_grow.check_or_grow(env), "kolo.elastic.check")
-        if update == elastic_env.GROW:
+        if update == elastic_env.GROW and _join_new_processes(self):
             raise _GrowInPlace()
+        if update == elastic_env.GROW:  # they did not come: the job goes on as it was
+            return
         if update != elastic_env.NO_UPDATE:
             raise HostsUpdatedInterrupt(update == elastic_env.REMOVED)
 
@@ -290,12 +288,14 @@ def _run_plain(func, state, args, kwargs):
 
 
 def _run_elastic(env, func, state, args, kwargs):
-    shrunk = False
+    resume = _resume
     if env.replacement:  # started by rank 0 to grow the job: joined it in init()
         env = _grown(env, [])
+        resume = functools.partial(elastic_resume.resume_grown, joined=True)
     while True:
         try:
-            commit = _resume_in_place(env, state) if shrunk else _resume(env, state)
+            commit = resume(env, state)
+            resume = _resume
             if basics.rank() == 0:
                 elastic_env.resumed(env, commit, basics.size())
             result = func(state, *args, **kwargs)
@@ -304,11 +304,11 @@ def _run_elastic(env, func, state, args, kwargs):
         except HostsUpdatedInterrupt:
             _leave_for_restart(env, state)
         except _GrowInPlace:
-            env = _grow_in_place(env, state)
-            shrunk = False
+            env = _grown(env, elastic_grow.take_starting())
+            resume = functools.partial(elastic_resume.resume_grown, joined=False)
         except KoloInternalError as e:
             env = _shrink_in_place(env, state, e)
-            shrunk = True
+            resume = elastic_resume.resume_in_place
     state._store.close(remove=True)
     state._env = None
     return result
@@ -344,19 +344,26 @@ def _shrink_in_place(env, state, error):
 # --- growing in place (Open MPI 5): new processes join at a commit ------------------------
 
 class _GrowInPlace(Exception):
-    """Raised by a commit on every rank once the processes that rank 0 started are ready:
-    ``run`` then joins them (``_grow_in_place``) and resumes from that commit with them."""
+    """Raised by a commit on every rank once the processes that rank 0 started joined:
+    ``run`` then resumes from that commit with them."""
 
 
-def _grow_in_place(env, state):
+def _join_new_processes(state):
     """Every rank, at the commit where rank 0's new processes were ready: one runtime on
-    all of them (the new ones do the same in their init()), the incarnation after this
-    one. A failure here leaves for kolorun's restart."""
+    all of them (the new ones do the same in their init()). Returns whether they joined;
+    if not (one died after it initialized MPI, or stopped), the runtime is rebuilt on the
+    ranks there before, rank 0 says why and tells kolorun, and the job goes on. A failure
+    of the join itself leaves for kolorun's restart."""
+    size = basics.size()
+    where = " on " + elastic_env.format_slots(elastic_grow.starting) \
+        if elastic_grow.starting else ""  # rank 0's
     _join_or_leave(state, basics.grow_in_place, basics.rank(),
-                   "the new processes on %s did not join within 30 s (one died after it "
-                   "started?)" % elastic_env.format_slots(elastic_grow.starting))
-    hosts = elastic_grow.take_starting()
-    return _grown(env, hosts)
+                   "the new processes%s did not join within 30 s" % where)
+    if basics.size() > size:
+        return True
+    if basics.rank() == 0:
+        elastic_grow.give_up(state._env, basics.replacements())
+    return False
 
 
 def _grown(env, hosts):
@@ -371,81 +378,13 @@ def _grown(env, hosts):
 
 
 def _resume(env, state):
-    """The start of every incarnation: the ranks agree on the newest complete commit that
-    any of them holds (each reads its host's store), the lowest rank holding it loads it
-    and is the root of the sync. Returns the commit's number (-1: none, a fresh start)."""
-    directory = store.job_directory(env.directory, env.job)
+    """``elastic_resume.resume``, with a warning on rank 0 for a state without a snapshot."""
     if basics.rank() == 0 and type(state)._snapshot is State._snapshot:
         warnings.warn("kolo: elastic: %s has no snapshot (it is not an ObjectState, "
                       "TorchState or TensorFlowKerasState): its commits stay in memory, and "
                       "after a restart it starts from its initial state"
                       % type(state).__name__, RuntimeWarning, stacklevel=3)
-    key, path = store.newest_in(directory)
-    keys = _allgather_int64(key, "kolo.elastic.resume")
-    newest = max(keys)
-    root = keys.index(newest) if newest >= 0 else 0
-    _, commit = store.key_parts(newest)
-    if newest >= 0 and basics.rank() == root:
-        _, tree = store.read_file(path, state._codec)
-        state._load_snapshot(tree)
-    state._generation = env.generation
-    state._store.attach(directory, env.generation, basics.rank())
-    state._env = env
-    state._sync_root = root
-    state._save_after_sync = False  # saved below, after the reset
-    try:
-        state.sync()
-    finally:
-        state._sync_root = 0
-        state._save_after_sync = True
-    if commit >= 0:
-        state.on_reset()
-    # Saved again as the same commit (-1: as the state to restore, not a commit): this
-    # rank's store now holds the resumed state under this generation's key, newer than
-    # any file of earlier incarnations on this host, so those files can go.
-    state._commit = commit - 1
-    state.save()
-    state._commit = commit
-    store.remove_older_generations(directory, env.generation)
-    return commit
-
-
-def _resume_in_place(env, state):
-    """The start of an incarnation that shrank in place. The survivors committed together,
-    so they usually all hold the same newest commit in their own slots (the same key and
-    layout, and no newer commit in any of their hosts' stores). Then, instead of loading
-    the commit on one rank and broadcasting all of it, each survivor makes its slot equal
-    to rank 0's by receiving only the 1 MiB chunks that differ (the statistics that ranks
-    keep from their own data; usually nothing else), loads its own copy, and renames its
-    slot files to the new generation and rank: the state ends as after ``_resume`` (rank
-    0's commit everywhere), without moving what every rank already holds. Otherwise this is
-    ``_resume``."""
-    directory = store.job_directory(env.directory, env.job)
-    own, end = state._store.newest_key(), state._store.newest_end()
-    on_host, _ = store.newest_in(directory)
-    rows = _allgather_int64_rows([own, on_host, end], "kolo.elastic.resume_in_place")
-    if own < 0 or any(row[0] != own or row[1] > own or row[2] != end for row in rows):
-        return _resume(env, state)
-    digests = state._store.chunk_digests(end)
-    [zero] = host.broadcast_kernel(0, "kolo.elastic.resume_digests", 0)([digests])
-    differ = np.any(zero != digests, axis=1).astype(np.int64)
-    [every] = host.allgather_kernel("kolo.elastic.resume_differ", 0)([differ[None, :]])
-    chunks = np.flatnonzero(every.any(axis=0)).tolist()
-    if chunks:
-        payload = state._store.read_chunks(chunks, end)
-        [payload] = host.broadcast_kernel(0, "kolo.elastic.resume_chunks", 0)([payload])
-        if basics.rank() != 0:
-            state._store.write_chunks(chunks, end, payload)
-    _, commit = store.key_parts(own)
-    state._load_snapshot(state._store.newest(state._codec))
-    state._generation = env.generation
-    state._store.rename(env.generation, basics.rank())
-    state._env = env
-    state.on_reset()
-    state._commit = commit
-    _barrier()  # every survivor renamed its files: the older generations' can go
-    store.remove_older_generations(directory, env.generation)
-    return commit
+    return elastic_resume.resume(env, state)
 
 
 def _leave_for_restart(env, state):

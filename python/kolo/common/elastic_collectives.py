@@ -1,5 +1,5 @@
 """The small collectives of elastic training on the global set, through the NumPy adapter:
-the ranks' agreement on commits (kolo.common.elastic's ``_resume``) and rank 0's answers
+the ranks' agreement on commits (kolo.common.elastic_resume) and rank 0's answers
 from kolorun's rendezvous, broadcast to every rank (``rank0_answer``)."""
 import numpy as np
 

@@ -1,7 +1,7 @@
 """Growing in place (Open MPI 5), rank 0's side: the new processes it starts on the free
 slots that kolorun offers at a commit (``check_or_grow``), with rank 0's environment, and
 how long they may take to start. kolo.common.elastic joins them at the first commit after
-they started (``_grow_in_place``); docs/elastic.md, "Replace and grow in place"."""
+they started (``_join_new_processes``); docs/elastic.md, "Replace and grow in place"."""
 import os
 import sys
 import time
@@ -70,10 +70,7 @@ def check_or_grow(env):
         status = ("they did not initialize MPI within %g s of their start (KOLO_START_TIMEOUT): "
                   "dead, or stuck before hvd.init()" % patience)
     if status not in ("none", "starting"):
-        say("the new process(es) on %s did not start or join (%s); the job goes on without "
-             "them" % (elastic_env.format_slots(starting), status))
-        elastic_env.not_joined(env, starting)
-        del starting[:]
+        give_up(env, status)
     update, (hosts, added) = elastic_env.check_or_grow(env)
     if update != elastic_env.GROW:
         return update
@@ -94,6 +91,15 @@ def check_or_grow(env):
     say("starting %d new process(es) on %s; they join at the first commit after their "
          "start, while the job trains on" % (len(hosts), elastic_env.format_slots(hosts)))
     return elastic_env.NO_UPDATE
+
+
+def give_up(env, why):
+    """Rank 0: the processes being started did not start or join (``why``): says so in one
+    line, and kolorun offers their slots no more."""
+    say("the new process(es) on %s did not start or join (%s); the job goes on without "
+        "them" % (elastic_env.format_slots(starting), why))
+    elastic_env.not_joined(env, starting)
+    del starting[:]
 
 
 def take_starting():

@@ -343,7 +343,7 @@ class CommitStore:
         """The key of the newest commit (NO_COMMIT if none)."""
         return NO_COMMIT if self._newest is None else self._newest.key
 
-    # A reset in place (kolo.common.elastic._resume_in_place) makes every survivor's newest
+    # A reset in place (kolo.common.elastic_resume) makes every survivor's newest
     # slot equal to rank 0's by sending only the chunks that differ: usually a few (the
     # BatchNorm statistics that each rank keeps from its own data), not the whole state.
     CHUNK = 1 << 20
@@ -389,6 +389,23 @@ class CommitStore:
         for a, b in self._chunk_ranges(chunks, end):
             data[a:b] = payload[at:at + b - a]
             at += b - a
+
+    def newest_bytes(self, end):
+        """The newest slot's first ``end`` bytes (a view: valid until the next write)."""
+        return self._newest.bytes[:end]
+
+    def write_whole(self, payload):
+        """Makes ``payload`` (another process's ``newest_bytes``: a whole commit, header
+        first) this store's newest commit, in the slot that does not hold it: the header
+        goes in last, so that a process killed meanwhile leaves no half commit."""
+        slot = self._slots[1] if self._newest is self._slots[0] else self._slots[0]
+        slot.reserve(len(payload))
+        slot.key = NO_COMMIT
+        slot.map[:_HEADER_END] = bytes(_HEADER_END)
+        slot.bytes[_HEADER_END:len(payload)] = payload[_HEADER_END:]
+        slot.bytes[:_HEADER_END] = payload[:_HEADER_END]
+        slot.key, _ = _read_slot(slot.map, len(slot.map))
+        self._newest = slot
 
     def rename(self, generation, rank):
         """Gives the slot files the names of ``generation`` and ``rank`` (a reset in place

@@ -3,11 +3,39 @@
 lives in ``kolo.common.basics``, shared by every binding."""
 import torch
 
+from kolo.common import basics as _common
+from kolo.common import elastic_env
 from kolo.common.basics import (  # noqa: F401
     _on_new_run, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-    gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+    gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
     start_timeline, stop_timeline)
+
+
+def init(comm=None, process_sets=None):
+    if not is_initialized():
+        _import_before_joining()
+    _common.init(comm, process_sets)
+
+
+init.__doc__ = _common.init.__doc__
+
+
+def _import_before_joining():
+    """A process started to grow an elastic job in place (docs/elastic.md) imports now what
+    torch imports at the first optimizer's construction (torch._dynamo, seconds of a
+    core): before init() starts MPI, while the job's ranks still train, rather than after
+    it joined them, while they wait for it to reach ``train(state)``."""
+    try:
+        env = elastic_env.read()
+    except ValueError:
+        return  # init() names the bad variable
+    if env is None or not env.replacement:
+        return
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # a speed-up only: the optimizer imports it again, or does without
+        pass
 
 
 def _check_has_gpu():

@@ -90,7 +90,10 @@ class Runtime {
   void AbandonReplacements();
   // Collective over every rank and the new processes (rank 0 has said
   // kReady): stops this runtime in order and returns one on all of them, this
-  // job's ranks first in their order, the new processes after them.
+  // job's ranks first in their order, the new processes after them. When the
+  // new processes do not come (one died after MPI_Init, or stopped), the one
+  // returned runs on this job's ranks alone, and its replacements() on rank 0
+  // says kFailed once, with why.
   Result<std::unique_ptr<Runtime>> GrowInPlace();
 
   Runtime(const Runtime&) = delete;
@@ -211,6 +214,9 @@ class Runtime {
   // Rank 0's spawn of new processes, from StartReplacements to GrowInPlace;
   // only the caller's thread (the binding's lifecycle lock) touches it.
   std::unique_ptr<ReplacementSpawn> spawn_;
+  // Why the new processes of the growth that made this runtime did not join
+  // (rank 0; "" when they did), until replacements() has said it.
+  std::string not_joined_;
 };
 
 }  // namespace kolo
