@@ -366,11 +366,6 @@ Status ShmAllreduce::Allreduce(const void* in, void* out, int64_t count, DataTyp
   const auto* from = static_cast<const uint8_t*>(in);
   auto* to = static_cast<uint8_t*>(out);
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
-  // One rank's reduction is its own data, whatever the op: nothing goes through the slots.
-  if (size_ == 1) {
-    if (to != from && bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
-    return Status::OK();
-  }
   if (bytes <= whole_max_bytes_) {
     return AllreduceWhole(from, to, count, dtype, op);
   }
