@@ -84,10 +84,10 @@ class State:
             return
         env = self._env
         update = _rank0_answer(lambda: elastic_grow.check_or_grow(env), "kolo.elastic.check")
-        if update == elastic_env.GROW and _join_new_processes(self):
-            raise _GrowInPlace()
-        if update == elastic_env.GROW:  # they did not come: the job goes on as it was
-            return
+        if update == elastic_env.GROW:
+            if _join_new_processes(self):
+                raise _GrowInPlace()
+            return  # they did not come: the job goes on as it was
         if update != elastic_env.NO_UPDATE:
             raise HostsUpdatedInterrupt(update == elastic_env.REMOVED)
 

@@ -89,7 +89,7 @@ def _resume_from_own_slots(env, state, joined):
                                  "kolo.elastic.resume_own_slots")
     there = [row for row in rows if not row[0]]
     key, end = there[0][1], there[0][3]
-    if key < 0 or any(row[1:] != (key, row[2], end) for row in there) \
+    if key < 0 or any(row[1] != key or row[3] != end for row in there) \
             or any(row[2] > key for row in rows):
         return resume(env, state)
     if joined:

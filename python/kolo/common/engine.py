@@ -55,7 +55,8 @@ def tensor_reader(protocol, tensor_type, dtypes, refuse, stream=None):
 # name to the core. ``waits``: a blocking call: the core is told that the caller waits at
 # once (it wakes no background thread, and the waiting thread runs the round,
 # KOLO_CALLER_RUNS), the same call waits, and it returns the finished operation's Output
-# (see :func:`wait`) instead of a handle: a blocking form is one call into the core. A wait that a signal interrupts releases the operation.
+# (see :func:`wait`) instead of a handle: a blocking form is one call into the core. A wait
+# that a signal interrupts releases the operation.
 
 def allreduce_async(reader, tensor, out, what, name, op, prescale, postscale, set_id,
                     waits=False):
