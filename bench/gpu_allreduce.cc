@@ -2,12 +2,17 @@
 // of 4, then 1 GiB) through kolo's C++ API and through a direct ncclAllReduce
 // on the same buffer and a communicator of the same ranks, in the same run,
 // alternating in rounds. Both are timed as a caller sees them: host clock from
-// the call until the result is on the device (kolo: Enqueue + Wait; NCCL: the
-// call + cudaStreamSynchronize). Prints one JSON object on rank 0; progress on
+// the call until the result is on the device (kolo: Enqueue + Wait +
+// cudaStreamSynchronize of the caller's stream, which with
+// KOLO_ENABLE_ASYNC_COMPLETION=1 is where the result is ordered; NCCL: the
+// call + cudaStreamSynchronize). With `tensors` > 1 each size is split into
+// that many tensors: kolo's grouped allreduce (the fusion buffer, or one NCCL
+// group with KOLO_NCCL_GROUP_MIN_BYTES) against that many ncclAllReduce in
+// one ncclGroupStart/End. Prints one JSON object on rank 0; progress on
 // stderr. Built with CUDA only; run by scripts/gpu_check.sh (step speed).
 // Exits 77 (skipped) where no CUDA device answers.
 //
-//   mpirun -np 1 build/bench/gpu_allreduce [max_bytes] [seconds_per_size] > out.json
+//   mpirun -np 1 build/bench/gpu_allreduce [max_bytes] [seconds_per_size] [tensors] > out.json
 // (under kolorun every line of the JSON would carry its rank's tag)
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -50,11 +55,18 @@ void Check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) Die(std::string(what) + ": " + ncclGetErrorString(r));
 }
 
+// "NAME": "value" (null where unset), for the JSON's record of kolo's settings.
+std::string Setting(const char* name) {
+  const char* v = std::getenv(name);
+  return std::string("\"") + name + "\": " + (v ? "\"" + std::string(v) + "\"" : "null");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int64_t max_bytes = argc > 1 ? std::atoll(argv[1]) : (int64_t{1} << 30);
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.5;
+  const int tensors = argc > 3 ? std::max(1, std::atoi(argv[3])) : 1;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1, devices = 0;
@@ -91,31 +103,44 @@ int main(int argc, char** argv) {
   cudaDriverGetVersion(&driver);
   ncclGetVersion(&nccl_version);
 
-  std::string json = "{\"benchmark\": \"gpu_allreduce\", \"np\": " + std::to_string(size) +
-                     ", \"gpu\": \"" + prop.name +
-                     "\", \"cuda_driver\": " + std::to_string(driver) +
-                     ", \"nccl\": " + std::to_string(nccl_version) + ", \"rows\": [";
+  std::string json =
+      "{\"benchmark\": \"gpu_allreduce\", \"np\": " + std::to_string(size) + ", \"gpu\": \"" +
+      prop.name + "\", \"cuda_driver\": " + std::to_string(driver) +
+      ", \"nccl\": " + std::to_string(nccl_version) + ", \"tensors\": " + std::to_string(tensors) +
+      ", \"settings\": {" + Setting("KOLO_ENABLE_ASYNC_COMPLETION") + ", " +
+      Setting("KOLO_NCCL_GROUP_MIN_BYTES") + "}, \"rows\": [";
   std::vector<int64_t> sizes;
-  for (int64_t b = 4; b < max_bytes; b *= 4) sizes.push_back(b);
+  for (int64_t b = 4 * tensors; b < max_bytes; b *= 4) sizes.push_back(b);
   sizes.push_back(max_bytes);
   bool first = true;
   for (int64_t bytes : sizes) {
-    const int64_t count = bytes / 4;
-    kolo::TensorView view{buf, kolo::DataType::kFloat32, {count}, 0};
+    const int64_t count = bytes / 4 / tensors;  // per tensor
+    std::vector<kolo::TensorView> views;
+    for (int k = 0; k < tensors; ++k) {
+      views.push_back({buf + k * count, kolo::DataType::kFloat32, {count}, 0});
+    }
     kolo::AllreduceOptions opts;
     opts.op = kolo::ReduceOp::kSum;
     opts.name = "gpu_sweep." + std::to_string(bytes);
     opts.cuda_stream = stream;
     auto nccl_once = [&] {
-      Check(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat32, ncclSum, nccl, stream),
-            "ncclAllReduce");
+      if (tensors > 1) Check(ncclGroupStart(), "ncclGroupStart");
+      for (int k = 0; k < tensors; ++k) {
+        float* part = buf + k * count;
+        Check(ncclAllReduce(part, part, static_cast<size_t>(count), ncclFloat32, ncclSum, nccl,
+                            stream),
+              "ncclAllReduce");
+      }
+      if (tensors > 1) Check(ncclGroupEnd(), "ncclGroupEnd");
       Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     };
     auto kolo_once = [&] {
-      auto h = kolo_rt.EnqueueAllreduce(view, view, opts);
+      auto h = tensors > 1 ? kolo_rt.EnqueueGroupedAllreduce(views, views, opts)
+                           : kolo_rt.EnqueueAllreduce(views[0], views[0], opts);
       if (!h.ok()) Die(h.status().ToString());
       kolo::Status s = kolo_rt.Wait(h.value());
       if (!s.ok()) Die(s.ToString());
+      Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     };
     auto t = Clock::now();
     for (int i = 0; i < 3; ++i) nccl_once();

@@ -1,6 +1,7 @@
 // The GPU path's interface to the runtime, free of CUDA and NCCL headers so
 // that the runtime compiles the same with and without them. Built with CUDA
-// (ops/cuda/), it runs NCCL collectives on kolo's own stream per device;
+// (ops/cuda/), it runs NCCL collectives on kolo's own stream per device, or
+// with stream-ordered completion on the callers' stream (ops/gpu_launch.h);
 // without, MakeGpu() returns an implementation whose every call fails with a
 // message saying that this build has no GPU support.
 #pragma once
@@ -23,6 +24,8 @@ struct GpuTensor {
   int64_t count = 0;       // elements
   // From Gpu::MarkReady: kolo's stream waits for it before touching the tensor.
   std::shared_ptr<void> ready;
+  // The stream that produces the tensor (null: the legacy default stream).
+  void* stream = nullptr;
 };
 
 // Device memory a collective allocated for its result (allgather, alltoall,
@@ -59,8 +62,13 @@ class Gpu {
   virtual Status CheckDevice(int device, DataType dtype) = 0;
   // On the caller's thread: records an event on `stream` (the framework's
   // current stream; null = the legacy default stream). The collective's
-  // stream waits on it, so the host never blocks.
+  // stream waits on it, so the host never blocks. Refuses a stream that a
+  // CUDA graph is capturing (CheckStream).
   virtual Result<std::shared_ptr<void>> MarkReady(int device, void* stream) = 0;
+  // OK unless `stream` is being captured into a CUDA graph (torch.cuda.graph):
+  // kolo's collectives are agreed on by the ranks' host threads at every
+  // call, so a replayed graph could not run them; the error says so.
+  virtual Status CheckStream(int device, void* stream) = 0;
 
   // The (still empty) communicators of the process set on `comm`, which
   // must outlive them. Not collective: nothing is made before first use.
@@ -96,11 +104,26 @@ class Gpu {
   // communicator reported an asynchronous error: the communicator is then
   // aborted and every later call on it fails.
   virtual Result<bool> Poll(const Token& token) = 0;
+  // Stream-ordered completion: work queued on `stream` from now on runs
+  // after the work behind `token` (cudaStreamWaitEvent; nothing to do where
+  // that work ran on `stream` itself). The host does not wait.
+  virtual Status OrderAfter(const Token& token, void* stream) = 0;
 };
 
-// `hierarchical`: allreduce on sets across hosts as reduce-scatter within the
-// host, allreduce across hosts, allgather within the host.
-std::unique_ptr<Gpu> MakeGpu(bool hierarchical);
+struct GpuOptions {
+  // Allreduce on sets across hosts as reduce-scatter within the host,
+  // allreduce across hosts, allgather within the host.
+  bool hierarchical = false;
+  // KOLO_ENABLE_ASYNC_COMPLETION: collectives run on their tensors' stream
+  // where they share one (ops/gpu_launch.h), and the ready events are
+  // recorded when the collective is launched rather than when it is asked for.
+  bool stream_ordered = false;
+  // KOLO_NCCL_GROUP_MIN_BYTES: grouped allreduces of tensors this large go as
+  // one NCCL group rather than through the fusion buffer (0: never).
+  int64_t group_min_bytes = 0;
+};
+
+std::unique_ptr<Gpu> MakeGpu(const GpuOptions& options);
 
 // Whether this build has the GPU path (CUDA and NCCL), as it was compiled:
 // asks no device and loads nothing.

@@ -15,6 +15,7 @@ class NoGpu : public Gpu {
   int DeviceCount() override { return 0; }
   Status CheckDevice(int, DataType) override { return NotBuilt(); }
   Result<std::shared_ptr<void>> MarkReady(int, void*) override { return NotBuilt(); }
+  Status CheckStream(int, void*) override { return NotBuilt(); }
   std::unique_ptr<GpuComms> MakeComms(MPI_Comm) override { return std::make_unique<GpuComms>(); }
   Result<Token> Allreduce(GpuComms&, int, const std::vector<GpuTensor>&, DataType, ReduceOp, double,
                           double) override {
@@ -36,11 +37,12 @@ class NoGpu : public Gpu {
     return NotBuilt();
   }
   Result<bool> Poll(const Token&) override { return NotBuilt(); }
+  Status OrderAfter(const Token&, void*) override { return NotBuilt(); }
 };
 
 }  // namespace
 
-std::unique_ptr<Gpu> MakeGpu(bool) { return std::make_unique<NoGpu>(); }
+std::unique_ptr<Gpu> MakeGpu(const GpuOptions&) { return std::make_unique<NoGpu>(); }
 
 bool NcclBuilt() { return false; }
 

@@ -36,6 +36,8 @@ struct Config {
   bool shm_negotiation = true;  // the negotiation round through shared memory within a host
   bool shm_single_copy = true;
   bool hierarchical_allreduce = false;
+  bool async_completion = false;  // GPU: stream-ordered completion (ops/gpu.h GpuOptions)
+  int64_t nccl_group_min_bytes = 0;
   bool autotune = false;
   std::string autotune_log;  // CSV of every sample (rank 0)
   int64_t autotune_warmup_samples = 3;

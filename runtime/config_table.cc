@@ -354,6 +354,21 @@ const std::vector<Setting>& Settings() {
        "host, allreduce across hosts, allgather within the host (MPI for host memory, NCCL for "
        "GPU memory). Needs the same number of the set's ranks on every host; otherwise flat.",
        HorovodSwitch("HOROVOD_HIERARCHICAL_ALLREDUCE")},
+      {env::kAsyncCompletion, Boolean(&Config::async_completion),
+       "GPU tensors: an allreduce or broadcast completes once it is queued on the GPU, and the "
+       "tensor's stream runs the work queued on it later only after the collective (stream "
+       "order, as torch.distributed's NCCL backend), instead of the caller waiting on the host "
+       "until the GPU is done. A collective whose tensors all come from one stream runs on that "
+       "stream. An error NCCL reports later is logged and fails the process set's next "
+       "collectives. Off by default, as in Horovod.",
+       HorovodSwitch("HOROVOD_ENABLE_ASYNC_COMPLETION")},
+      {env::kNcclGroupMinBytes, Bytes(&Config::nccl_group_min_bytes),
+       "GPU tensors: a grouped allreduce whose every tensor is at least this large runs as one "
+       "NCCL group of allreduces, each from its tensor into its output, instead of being copied "
+       "into the fusion buffer and back; 0 = always the fusion buffer. Not with "
+       "KOLO_HIERARCHICAL_ALLREDUCE across hosts, Adasum, or a joined rank. Accepts K/M/G "
+       "suffixes.",
+       NoHorovodName()},
       {env::kIdleTick, Milliseconds(&Config::idle_tick_ms),
        "Milliseconds between negotiation rounds when this rank has nothing pending (keeps stall "
        "checks and shutdown moving).",
@@ -538,7 +553,6 @@ const std::vector<UnsupportedHorovodVariable>& UnsupportedHorovodVariables() {
       {"HOROVOD_BATCH_D2D_MEMCOPIES", "kolo's device copies are not configurable"},
       {"HOROVOD_DISABLE_GROUP_FUSION",
        "not configurable; KOLO_FUSION_THRESHOLD=0 turns all fusion off"},
-      {"HOROVOD_ENABLE_ASYNC_COMPLETION", "not configurable"},
       {"HOROVOD_ENABLE_XLA_OPS", "kolo has no XLA (TensorFlow) ops"},
       {"HOROVOD_DISABLE_NVTX_RANGES", "kolo emits no NVTX ranges; KOLO_TIMELINE records the ops"},
       {"HOROVOD_DYNAMIC_PROCESS_SETS",

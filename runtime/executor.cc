@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/rows.h"
+#include "logging.h"
 #include "ops/cpu_kernels.h"
 
 namespace kolo {
@@ -269,6 +270,7 @@ void Executor::ExecuteOnDevice(Job& job, const Movers& movers) {
       t.output = e->output.data;
       t.count = e->input.NumElements();
       t.ready = e->ready;
+      t.stream = e->stream;
     } else if (r.op == OpType::kAllreduce) {
       t.count = r.sizes[i];  // joined: take part with zeros
     } else {
@@ -291,6 +293,16 @@ void Executor::ExecuteOnDevice(Job& job, const Movers& movers) {
   f.token = std::move(token).value();
   f.result.dtype = r.dtype;
   f.result.device = r.device;
+  // Async completion: a result in the caller's own tensor is there for the
+  // work queued on its stream from now on; the host need not wait for it.
+  if (async_completion_ && (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast)) {
+    for (TensorEntry& e : f.entries) {
+      Phase(e, f.phase, f.start);
+      const Status ordered = f.gpu->OrderAfter(f.token, e.stream);
+      Finish(std::move(e), ordered);
+    }
+    f.entries.clear();
+  }
   in_flight_.push_back(std::move(f));
 }
 
@@ -350,6 +362,12 @@ void Executor::PollGpu() {
     }
     InFlight finished = std::move(f);
     in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!done.ok() && finished.entries.empty()) {
+      // Completed already (async completion): nobody waits to be told.
+      KOLO_LOG(kError) << finished.phase << " failed on the GPU after it completed (async "
+                       << "completion): " << done.status().message()
+                       << "; the process set's later GPU collectives fail";
+    }
     finished.result.device_data = finished.output.data;
     for (TensorEntry& e : finished.entries) {
       Phase(e, finished.phase, finished.start);

@@ -5,6 +5,7 @@
 // it. Called only by the thread that runs the cycle (round_mutex_).
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "job.h"
@@ -16,16 +17,26 @@ namespace kolo {
 class Executor {
  public:
   // `timeline` (may be null) gets the execution phases of each entry.
-  explicit Executor(Timeline* timeline) : timeline_(timeline) {}
+  // `async_completion` (KOLO_ENABLE_ASYNC_COMPLETION): a device allreduce or
+  // broadcast finishes its entries once it is queued, their streams ordered
+  // after it (Gpu::OrderAfter); its work is still watched for errors.
+  Executor(Timeline* timeline, bool async_completion)
+      : timeline_(timeline), async_completion_(async_completion) {}
 
   // Runs `job` on `movers`: host tensors are finished when it returns, device
-  // tensors in a later PollGpu(). An exception (out of memory) finishes the
-  // job's entries with its message and is rethrown.
+  // tensors in a later PollGpu() (or, with async completion, allreduce and
+  // broadcast once queued). An exception (out of memory) finishes the job's
+  // entries with its message and is rethrown.
   void Execute(Job job, const Movers& movers);
 
   // GPU work runs on kolo's streams while the loop goes on; these finish the
   // entries whose work finished (or failed). Drain waits for all of it.
-  bool gpu_busy() const { return !in_flight_.empty(); }
+  // Some operation waits for its GPU work (work that completed already, with
+  // async completion, is only watched: it holds up no caller).
+  bool gpu_busy() const {
+    return std::any_of(in_flight_.begin(), in_flight_.end(),
+                       [](const InFlight& f) { return !f.entries.empty(); });
+  }
   void PollGpu();
   void DrainGpu();
 
@@ -39,7 +50,8 @@ class Executor {
 
  private:
   // A GPU collective enqueued but not finished: its entries finish when
-  // the token says so.
+  // the token says so (none left with async completion: only an error is
+  // logged then).
   struct InFlight {
     Gpu* gpu = nullptr;
     Gpu::Token token;
@@ -76,6 +88,7 @@ class Executor {
   uint8_t* FusionBuffer(size_t bytes);
 
   Timeline* timeline_;
+  bool async_completion_;
   std::vector<Finished> finished_;  // since the last TakeFinished()
   std::vector<InFlight> in_flight_;
   std::vector<uint8_t> fusion_buffer_;

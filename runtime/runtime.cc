@@ -43,7 +43,7 @@ Result<std::unique_ptr<Runtime>> CreateOnOwned(MPI_Comm comm) {
 }  // namespace
 
 bool BuiltWithCuda() { return NcclBuilt(); }
-int GpuCount() { return MakeGpu(false)->DeviceCount(); }
+int GpuCount() { return MakeGpu(GpuOptions())->DeviceCount(); }
 int NcclVersion() { return NcclVersionCode(); }
 std::string InPlaceRecoveryUnavailable() { return UlfmUnavailableReason(); }
 

@@ -66,26 +66,33 @@ void RuntimeImpl::Refuse(std::vector<TensorEntry> entries, const std::string& re
 Result<std::shared_ptr<Work>> RuntimeImpl::Enqueue(std::vector<TensorEntry> entries,
                                                    bool caller_waits) {
   // Device tensors: checked, and their readiness recorded on the caller's
-  // stream, here on the caller's thread. A failure is a refusal: the other
-  // ranks are told.
+  // stream, here on the caller's thread (with stream-ordered completion only
+  // checked: the launch records it, or runs on that stream). A failure is a
+  // refusal: the other ranks are told.
   for (TensorEntry& e : entries) {
     if (e.input.device == kCpuDevice) continue;
-    const std::string what =
-        std::string(OpTypeName(e.request.op)) +
-        (e.request.name.empty() ? std::string(" (unnamed)") : " of '" + e.request.name + "'");
-    Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
-    if (!usable.ok()) {
-      Status refused = Status::InvalidArgument(what + ": " + usable.message());
+    auto refuse = [&](Status why) {
+      const std::string what =
+          std::string(OpTypeName(e.request.op)) +
+          (e.request.name.empty() ? std::string(" (unnamed)") : " of '" + e.request.name + "'");
+      Status refused(why.code(), what + ": " + why.message());
       Refuse(std::move(entries), refused.message());
       return refused;
+    };
+    Status usable = gpu_->CheckDevice(e.input.device, e.input.dtype);
+    if (!usable.ok()) return refuse(Status::InvalidArgument(usable.message()));
+    if (config_.async_completion) {
+      Status stream = gpu_->CheckStream(e.input.device, e.stream);
+      if (!stream.ok()) return refuse(stream);
+      continue;
     }
     auto ready = gpu_->MarkReady(e.input.device, e.stream);
     if (!ready.ok()) {
-      Status refused = Status::Internal(
-          what + ": could not record an event on the tensor's stream (" + ready.status().message() +
-          "); is the stream on " + DeviceName(e.input.device) + "?");
-      Refuse(std::move(entries), refused.message());
-      return refused;
+      // InvalidArgument: a CUDA graph captures the stream (Gpu::CheckStream).
+      if (ready.status().code() == StatusCode::kInvalidArgument) return refuse(ready.status());
+      return refuse(Status::Internal("could not record an event on the tensor's stream (" +
+                                     ready.status().message() + "); is the stream on " +
+                                     DeviceName(e.input.device) + "?"));
     }
     e.ready = std::move(ready).value();
   }

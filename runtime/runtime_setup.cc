@@ -168,7 +168,11 @@ Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) 
     for (const std::string& line : notes.Warnings()) KOLO_LOG(kWarning) << line;
     if (std::string line = notes.AliasLine(); !line.empty()) KOLO_LOG(kInfo) << line;
   }
-  gpu_ = MakeGpu(config_.hierarchical_allreduce);
+  GpuOptions gpu;
+  gpu.hierarchical = config_.hierarchical_allreduce;
+  gpu.stream_ordered = config_.async_completion;
+  gpu.group_min_bytes = config_.nccl_group_min_bytes;
+  gpu_ = MakeGpu(gpu);
   {
     MutexLock round(&round_mutex_);
     KOLO_RETURN_IF_ERROR(InitAutotune(notes));  // a tuned piece size shapes the sets
@@ -176,7 +180,7 @@ Status RuntimeImpl::Start(const InitOptions& options, const ConfigNotes& notes) 
     if (!config_.timeline_path.empty() && placement_.rank == 0) {
       KOLO_RETURN_IF_ERROR(timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles));
     }
-    executor_ = std::make_unique<Executor>(&timeline_);
+    executor_ = std::make_unique<Executor>(&timeline_, config_.async_completion);
   }
   // A caller that runs a cycle calls MPI from its own thread, which
   // MPI_THREAD_SERIALIZED allows (round_mutex_ orders the calls); InitMpi

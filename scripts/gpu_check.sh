@@ -340,7 +340,18 @@ torch_at() {
   PYTHONPATH=$build/python all_or_skipped timeout 300 "$build/launcher/kolorun" -np "$1" "$python" \
     -m pytest -q -rs -p no:cacheprovider "$root/test/python/test_torch_cuda.py"
 }
-step_torch1() { torch_at 1; }
+# Also with stream-ordered completion: the same tests see their results
+# through torch's current stream, not a host wait.
+step_torch1() {
+  local rc r
+  torch_at 1
+  rc=$?
+  echo "== with KOLO_ENABLE_ASYNC_COMPLETION=1"
+  (export KOLO_ENABLE_ASYNC_COMPLETION=1; torch_at 1)
+  r=$?
+  [ $rc -ne 0 ] || rc=$r
+  return $rc
+}
 step_torch2() {
   two_rank_env
   torch_at 2
@@ -408,6 +419,20 @@ step_speed() {
   timeout 300 "$mpirun" -np 1 "${mpiflags[@]}" "$build/bench/gpu_allreduce" >"$logs/gpu_allreduce.json"
   r=$?
   write_results
+  # Stream-ordered completion, up to 64 MiB; 8 tensors a call through the
+  # fusion buffer and as one NCCL group, each against 8 ncclAllReduce in one
+  # group, up to 256 MiB.
+  echo "== the same with KOLO_ENABLE_ASYNC_COMPLETION=1"
+  KOLO_ENABLE_ASYNC_COMPLETION=1 timeout 120 "$mpirun" -np 1 "${mpiflags[@]}" \
+    "$build/bench/gpu_allreduce" $((64 << 20)) 0.3 >"$logs/gpu_allreduce_async.json"
+  r="$r $?"
+  for group in 0 1; do
+    echo "== 8 tensors a call, KOLO_NCCL_GROUP_MIN_BYTES=$group"
+    KOLO_NCCL_GROUP_MIN_BYTES=$group timeout 120 "$mpirun" -np 1 "${mpiflags[@]}" \
+      "$build/bench/gpu_allreduce" $((256 << 20)) 0.3 8 >"$logs/gpu_allreduce_group$group.json"
+    r="$r $?"
+  done
+  write_results
   echo "== the fusion copy kernel vs cudaMemcpyAsync device to device"
   timeout 120 "$build/bench/gpu_copy" >"$logs/gpu_copy.json"
   r="$r $?"
@@ -415,6 +440,12 @@ step_speed() {
   echo "== kolo.torch vs torch.distributed (NCCL) on the same CUDA tensors"
   PYTHONPATH=$build/python timeout 300 "$build/launcher/kolorun" -np 1 "$python" \
     "$root/bench/gpu_torch_bench.py" --json "$logs/gpu_torch.json"
+  r="$r $?"
+  write_results
+  echo "== the same with KOLO_ENABLE_ASYNC_COMPLETION=1, up to 64 MiB"
+  KOLO_ENABLE_ASYNC_COMPLETION=1 PYTHONPATH=$build/python timeout 300 "$build/launcher/kolorun" \
+    -np 1 "$python" "$root/bench/gpu_torch_bench.py" --max-bytes $((64 << 20)) \
+    --json "$logs/gpu_torch_async.json"
   r="$r $?"
   echo "exit codes: $r"
   for r in $r; do
@@ -457,7 +488,9 @@ write_results() {
 import json, os, sys
 logs, dest, gpu = sys.argv[1:]
 result = {"gpu": gpu}
-for name in ("gpu_allreduce", "gpu_copy", "gpu_torch", "gpu_resnet", "gpu_torch_wheel"):
+for name in ("gpu_allreduce", "gpu_allreduce_async", "gpu_allreduce_group0",
+             "gpu_allreduce_group1", "gpu_copy", "gpu_torch", "gpu_torch_async", "gpu_resnet",
+             "gpu_torch_wheel"):
     path = os.path.join(logs, name + ".json")
     try:
         with open(path) as f:
@@ -475,7 +508,7 @@ EOF
 # H100 (docs/gpu.md has those times). A step starts only if this much of the
 # budget is left.
 declare -A STEP_ESTIMATE_S=(
-  [build]=120 [suite]=900 [gpu]=20 [torch1]=40 [speed]=60 [memcheck]=60 [racecheck]=40
+  [build]=120 [suite]=900 [gpu]=20 [torch1]=80 [speed]=120 [memcheck]=60 [racecheck]=40
   [synccheck]=30 [tworanks]=20 [torch2]=30 [faults]=40
   # Not yet run on a GPU: the GPU tests at np=2 over two hosts (their NCCL
   # communicators through the ssh stand-in), about tworanks' twice.

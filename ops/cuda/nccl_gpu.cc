@@ -1,6 +1,8 @@
-// The GPU path: NCCL collectives on kolo's own stream per device, with the
-// fusion buffer and the batched copy kernel; a collective is done when its
-// event fires, failed when its communicators (nccl_comm.h) report an error.
+// The GPU path: NCCL collectives on kolo's own stream per device, or on the
+// callers' stream with stream-ordered completion (ops/gpu_launch.h), with the
+// fusion buffer and the batched copy kernel or, for large grouped tensors, one
+// NCCL group; a collective is done when its event fires, failed when its
+// communicators (nccl_comm.h) report an error.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -14,6 +16,7 @@
 
 #include "../adasum.h"
 #include "../gpu.h"
+#include "../gpu_launch.h"
 #include "../object_pool.h"
 #include "cuda_util.h"
 #include "kernels.h"
@@ -27,6 +30,11 @@ struct DeviceState {
   int device;
   Stream stream;
   DeviceBuffer fusion;
+  // The last launch's end and stream: a launch on another stream waits for
+  // it (WaitsForPreviousLaunch), the fusion buffer and the communicators
+  // being shared.
+  std::shared_ptr<Event> last_done;
+  cudaStream_t last_stream = nullptr;
 };
 
 // Work in flight: done when `event` (from the device's pool) fires, failed
@@ -34,6 +42,7 @@ struct DeviceState {
 struct Pending {
   std::shared_ptr<Event> event;
   std::shared_ptr<CommState> comm;
+  cudaStream_t stream = nullptr;  // where it ran
 };
 
 Result<ncclDataType_t> NcclType(DataType dtype) {
@@ -171,7 +180,7 @@ class NcclGpu : public Gpu {
   // The process sets' communicators (MakeComms) go before this, and so
   // before the streams their work runs on: the runtime destroys its sets
   // first.
-  explicit NcclGpu(bool hierarchical) : hierarchical_(hierarchical) {}
+  explicit NcclGpu(const GpuOptions& options) : options_(options) {}
 
   int DeviceCount() override {
     std::call_once(count_once_, [this] {
@@ -204,13 +213,26 @@ class NcclGpu : public Gpu {
 
   Result<std::shared_ptr<void>> MarkReady(int device, void* stream) override {
     DeviceGuard guard(device);
+    KOLO_RETURN_IF_ERROR(CheckStream(device, stream));
     KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Event> event, Events(device).Take());
     KOLO_CUDA(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)));
     return std::shared_ptr<void>(std::move(event));
   }
 
+  Status CheckStream(int device, void* stream) override {
+    DeviceGuard guard(device);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KOLO_CUDA(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+    if (capture == cudaStreamCaptureStatusNone) return Status::OK();
+    return Status::InvalidArgument(
+        "a kolo collective was called while its CUDA stream is being captured into a CUDA graph "
+        "(torch.cuda.graph / make_graphed_callables): kolo's ranks agree on every collective "
+        "on the host at each call, which a replayed graph would skip; call the collective "
+        "outside the captured region (the gradients' allreduce after the graph's replay)");
+  }
+
   std::unique_ptr<GpuComms> MakeComms(MPI_Comm mpi) override {
-    return std::make_unique<NcclSetComms>(mpi, hierarchical_);
+    return std::make_unique<NcclSetComms>(mpi, options_.hierarchical);
   }
 
   Result<Token> Allreduce(GpuComms& comms, int device, const std::vector<GpuTensor>& tensors,
@@ -221,6 +243,11 @@ class NcclGpu : public Gpu {
     KOLO_ASSIGN_OR_RETURN(Launch l, Begin(comms, device, tensors));
     auto& [d, c, s] = l;
     const size_t elem = DataTypeSize(dtype);
+    if (AsGroup(*c, tensors, elem)) {
+      KOLO_RETURN_IF_ERROR(
+          AllreduceGroup(*c, tensors, dtype, type, NcclOp(dtype, op), prescale, postscale, s));
+      return Finish(*d, std::move(c), s);
+    }
     KOLO_ASSIGN_OR_RETURN(
         AllreduceBuffer b,
         StageAllreduce(*d, c->hierarchical() ? c->local_size : 0, tensors, elem, s));
@@ -229,7 +256,7 @@ class NcclGpu : public Gpu {
     if (b.fused || prescale != 1.0) KOLO_CUDA(BatchedCopy(b.in, dtype, prescale, s));
     KOLO_RETURN_IF_ERROR(AllreduceInPlace(*c, b.data, b.count, type, NcclOp(dtype, op), elem, s));
     if (b.fused || postscale != 1.0) KOLO_CUDA(BatchedCopy(b.out, dtype, postscale, s));
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   Result<Token> Broadcast(GpuComms& comms, int device, const GpuTensor& tensor, int64_t bytes,
@@ -239,7 +266,7 @@ class NcclGpu : public Gpu {
     auto& [d, c, s] = l;
     KOLO_NCCL(c->flat.get(), Broadcast, tensor.output, tensor.output, bytes, ncclUint8, root,
               c->flat.get(), s);
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   Result<Token> Allgatherv(GpuComms& comms, int device, const GpuTensor& tensor, int64_t send_bytes,
@@ -270,7 +297,7 @@ class NcclGpu : public Gpu {
       }
       KOLO_NCCL(c->flat.get(), GroupEnd);
     }
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   Result<Token> Alltoallv(GpuComms& comms, int device, const GpuTensor& tensor,
@@ -298,7 +325,7 @@ class NcclGpu : public Gpu {
       }
     }
     KOLO_NCCL(c->flat.get(), GroupEnd);
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   Result<Token> ReduceScatter(GpuComms& comms, int device, const GpuTensor& tensor,
@@ -338,7 +365,7 @@ class NcclGpu : public Gpu {
       KOLO_NCCL(c->flat.get(), GroupEnd);
     }
     if (postscale != 1.0) KOLO_CUDA(BatchedCopy({CopyJob{dst, dst, mine}}, dtype, postscale, s));
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   Result<bool> Poll(const Token& token) override {
@@ -348,6 +375,13 @@ class NcclGpu : public Gpu {
     if (e != cudaErrorNotReady) return CudaStatus(e, "cudaEventQuery");
     KOLO_RETURN_IF_ERROR(p->comm->CheckAsyncErrors());
     return false;
+  }
+
+  Status OrderAfter(const Token& token, void* stream) override {
+    auto* p = static_cast<Pending*>(token.get());
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (s == p->stream) return Status::OK();
+    return CudaStatus(cudaStreamWaitEvent(s, p->event->get(), 0), "cudaStreamWaitEvent");
   }
 
  private:
@@ -389,7 +423,7 @@ class NcclGpu : public Gpu {
     }
     KOLO_NCCL(host, AllGather, mine, b.data, block, type, host, s);
     KOLO_CUDA(BatchedCopy(b.out, dtype, postscale / host_ranks, s));
-    return Finish(*d, std::move(c));
+    return Finish(*d, std::move(c), s);
   }
 
   // Elements of each tensor (laid out one after the other) in [begin, begin + count).
@@ -430,8 +464,9 @@ class NcclGpu : public Gpu {
   }
 
   // What every collective starts from: the device's state, the set's
-  // communicators, and kolo's stream, which now waits for the tensors'
-  // ready events. The caller holds a DeviceGuard for `device`.
+  // communicators, and the stream it runs on (ChooseLaunchStream), which now
+  // comes after the device's previous launch and the tensors' producers. The
+  // caller holds a DeviceGuard for `device`.
   struct Launch {
     DeviceState* device;
     std::shared_ptr<CommState> comm;
@@ -442,19 +477,89 @@ class NcclGpu : public Gpu {
     // `comms` came from MakeComms above: this Gpu's own kind.
     KOLO_ASSIGN_OR_RETURN(std::shared_ptr<CommState> c,
                           static_cast<NcclSetComms&>(comms).Get(device));
+    std::vector<void*> streams;  // of the tensors with data (a joined rank's have none)
     for (const GpuTensor& t : tensors) {
-      if (!t.ready) continue;
-      KOLO_CUDA(cudaStreamWaitEvent(d->stream.get(), static_cast<Event*>(t.ready.get())->get(), 0));
+      if (t.input != nullptr) streams.push_back(t.stream);
     }
-    return Launch{d, std::move(c), d->stream.get()};
+    const LaunchStream where = ChooseLaunchStream(options_.stream_ordered, streams);
+    const cudaStream_t s =
+        where.callers ? static_cast<cudaStream_t>(where.stream) : d->stream.get();
+    if (WaitsForPreviousLaunch(d->last_done != nullptr, d->last_stream, s)) {
+      KOLO_CUDA(cudaStreamWaitEvent(s, d->last_done->get(), 0));
+    }
+    if (!where.callers) {
+      // After the producers: their ready events, or with stream-ordered
+      // completion (which records none when asked) an event per stream now.
+      std::vector<void*> recorded;
+      for (const GpuTensor& t : tensors) {
+        if (t.ready) {
+          KOLO_CUDA(cudaStreamWaitEvent(s, static_cast<Event*>(t.ready.get())->get(), 0));
+          continue;
+        }
+        if (t.input == nullptr ||
+            std::find(recorded.begin(), recorded.end(), t.stream) != recorded.end()) {
+          continue;
+        }
+        recorded.push_back(t.stream);
+        KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Event> now, Events(device).Take());
+        KOLO_CUDA(cudaEventRecord(now->get(), static_cast<cudaStream_t>(t.stream)));
+        KOLO_CUDA(cudaStreamWaitEvent(s, now->get(), 0));
+      }
+    }
+    return Launch{d, std::move(c), s};
   }
 
-  Result<Token> Finish(DeviceState& d, std::shared_ptr<CommState> comm) {
+  Result<Token> Finish(DeviceState& d, std::shared_ptr<CommState> comm, cudaStream_t s) {
     auto p = std::make_shared<Pending>();
     KOLO_ASSIGN_OR_RETURN(p->event, Events(d.device).Take());
-    KOLO_CUDA(cudaEventRecord(p->event->get(), d.stream.get()));
+    KOLO_CUDA(cudaEventRecord(p->event->get(), s));
     p->comm = std::move(comm);
+    p->stream = s;
+    d.last_done = p->event;
+    d.last_stream = s;
     return Token(p);
+  }
+
+  // Whether this allreduce goes as one NCCL group (AllreduceAsNcclGroup).
+  bool AsGroup(const CommState& c, const std::vector<GpuTensor>& tensors, size_t elem) const {
+    std::vector<int64_t> counts;
+    bool joined = false;
+    for (const GpuTensor& t : tensors) {
+      counts.push_back(t.count);
+      joined |= t.input == nullptr;
+    }
+    return AllreduceAsNcclGroup(counts, elem, options_.group_min_bytes, c.hierarchical(), joined);
+  }
+
+  // Each tensor reduced from its input into its output, the allreduces in one
+  // NCCL group (one launch): no fusion buffer. A prescale is applied on a copy
+  // into the output first, a postscale to the output after.
+  static Status AllreduceGroup(const CommState& c, const std::vector<GpuTensor>& tensors,
+                               DataType dtype, ncclDataType_t type, ncclRedOp_t op, double prescale,
+                               double postscale, cudaStream_t s) {
+    const bool scaled_in = prescale != 1.0;
+    if (scaled_in) {
+      std::vector<CopyJob> in;
+      for (const GpuTensor& t : tensors) in.push_back(CopyJob{t.input, t.output, t.count});
+      KOLO_CUDA(BatchedCopy(in, dtype, prescale, s));
+    }
+    KOLO_NCCL(nullptr, GroupStart);
+    for (const GpuTensor& t : tensors) {
+      const void* src = scaled_in ? t.output : t.input;
+      ncclResult_t res =
+          Nccl().AllReduce(src, t.output, static_cast<size_t>(t.count), type, op, c.flat.get(), s);
+      if (res != ncclSuccess) {
+        Nccl().GroupEnd();
+        return NcclStatus(res, "ncclAllReduce", c.flat.get());
+      }
+    }
+    KOLO_NCCL(c.flat.get(), GroupEnd);
+    if (postscale != 1.0) {
+      std::vector<CopyJob> out;
+      for (const GpuTensor& t : tensors) out.push_back(CopyJob{t.output, t.output, t.count});
+      KOLO_CUDA(BatchedCopy(out, dtype, postscale, s));
+    }
+    return Status::OK();
   }
 
   // The device's events, made on first use and used again (object_pool.h).
@@ -474,7 +579,7 @@ class NcclGpu : public Gpu {
   std::once_flag count_once_;
   int device_count_ = 0;
   std::string no_device_why_;
-  bool hierarchical_;
+  GpuOptions options_;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
   Mutex pools_mu_;
   // A pool is never removed, so a reference to one stays valid without the lock.
@@ -485,7 +590,9 @@ class NcclGpu : public Gpu {
 
 }  // namespace
 
-std::unique_ptr<Gpu> MakeGpu(bool hierarchical) { return std::make_unique<NcclGpu>(hierarchical); }
+std::unique_ptr<Gpu> MakeGpu(const GpuOptions& options) {
+  return std::make_unique<NcclGpu>(options);
+}
 
 bool NcclBuilt() { return true; }
 

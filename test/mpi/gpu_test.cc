@@ -1,7 +1,10 @@
 // The GPU path on device memory: every collective through NCCL, fusion with
 // scale factors, float16/bfloat16, ordering after work on the caller's
-// stream. Runs where a CUDA device is present (NCCL allows one rank per GPU:
-// np=1 on a one-GPU machine); elsewhere every test skips saying why.
+// stream; with stream-ordered completion (KOLO_ENABLE_ASYNC_COMPLETION) the
+// caller's stream ordered after the collective, and grouped tensors as one
+// NCCL group; a stream that a CUDA graph captures refused by name. Runs where
+// a CUDA device is present (NCCL allows one rank per GPU: np=1 on a one-GPU
+// machine); elsewhere every test skips saying why.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -187,6 +190,118 @@ TEST_F(Gpu, AdasumSumsWithinTheHostAndCombinesAcrossHosts) {
   Status s = Run(rt_->EnqueueAllreduce(ints.View(), ints.View(), opts));
   EXPECT_EQ(s.code(), StatusCode::kPreconditionFailed) << s.ToString();
 }
+
+// Starts a collective on a stream that a CUDA graph is capturing: refused on
+// every rank with an error that names the graph, and nothing is captured.
+void ExpectCaptureRefused(Runtime& rt, int device) {
+  cudaStream_t capturing;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), cudaSuccess);
+  DeviceBuffer b(DataType::kFloat32, 4);
+  ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  AllreduceOptions opts;
+  opts.cuda_stream = capturing;
+  opts.name = "gpu.captured";
+  Result<Handle> h = rt.EnqueueAllreduce(b.View(), b.View(), opts);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(capturing);
+  ASSERT_FALSE(h.ok()) << "device " << device;
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument) << h.status().ToString();
+  EXPECT_NE(h.status().message().find("CUDA graph"), std::string::npos) << h.status().ToString();
+  EXPECT_NE(h.status().message().find("gpu.captured"), std::string::npos) << h.status().ToString();
+}
+
+TEST_F(Gpu, ACapturedStreamIsRefusedByName) { ExpectCaptureRefused(*rt_, device_); }
+
+// Stream-ordered completion, and grouped tensors of 4 KiB and more as one
+// NCCL group.
+class GpuAsync : public OneGpuPerRankTest {
+ protected:
+  std::vector<std::pair<std::string, std::string>> Settings() override {
+    return {{"KOLO_ENABLE_ASYNC_COMPLETION", "1"}, {"KOLO_NCCL_GROUP_MIN_BYTES", "4K"}};
+  }
+};
+
+// The handle completes once the collective is queued; what the caller queues
+// on its stream afterwards (here the copy back) sees the result. Two
+// tensors from two streams, fused into one collective on kolo's stream,
+// order both streams after it.
+TEST_F(GpuAsync, TheCallersStreamsSeeTheResult) {
+  const int64_t n = 1 << 22;
+  cudaStream_t streams[2];
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<Handle> handles;
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking), cudaSuccess);
+    bufs.push_back(std::make_unique<DeviceBuffer>(DataType::kFloat32, n));
+    std::vector<float> values(n, static_cast<float>(k + 1));
+    ASSERT_EQ(cudaMemcpyAsync(bufs[k]->device(), values.data(), n * 4, cudaMemcpyHostToDevice,
+                              streams[k]),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(streams[k]), cudaSuccess);  // `values` goes out of scope
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < 2; ++k) {
+      AllreduceOptions opts;
+      opts.op = ReduceOp::kSum;
+      opts.cuda_stream = streams[k];
+      opts.name = "gpu.async." + std::to_string(k);
+      auto h = rt_->EnqueueAllreduce(bufs[k]->View(), bufs[k]->View(), opts);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      handles.push_back(h.value());
+    }
+    for (Handle h : handles) ASSERT_TRUE(rt_->Wait(h).ok());
+    handles.clear();
+  }
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> got(n);
+    ASSERT_EQ(
+        cudaMemcpyAsync(got.data(), bufs[k]->device(), n * 4, cudaMemcpyDeviceToHost, streams[k]),
+        cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(streams[k]), cudaSuccess);
+    const float want = static_cast<float>((k + 1) * size_ * size_ * size_);
+    EXPECT_EQ(got[0], want) << "stream " << k;
+    EXPECT_EQ(got[n - 1], want) << "stream " << k;
+    cudaStreamDestroy(streams[k]);
+  }
+}
+
+// Grouped tensors of at least 4 KiB go as one NCCL group, from each input
+// into its output, scaled as asked; a small one sends them all through the
+// fusion buffer. Both give the fusion buffer's results.
+TEST_F(GpuAsync, GroupedTensorsAsOneNcclGroupOrThroughTheFusionBuffer) {
+  for (int64_t smallest : {int64_t{1024}, int64_t{7}}) {
+    std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+    std::vector<TensorView> ins, outs;
+    for (int64_t n : {smallest, int64_t{5000}, int64_t{70001}}) {
+      in.push_back(std::make_unique<DeviceBuffer>(DataType::kFloat32, n));
+      out.push_back(std::make_unique<DeviceBuffer>(DataType::kFloat32, n));
+      for (int64_t i = 0; i < n; ++i) in.back()->host().Set(i, (rank_ + 1) * (i % 7));
+      in.back()->Upload();
+      ins.push_back(in.back()->View());
+      outs.push_back(out.back()->View());
+    }
+    AllreduceOptions opts;
+    opts.op = ReduceOp::kSum;
+    opts.prescale_factor = 2;
+    opts.postscale_factor = 0.25;
+    opts.name = "gpu.group." + std::to_string(smallest);
+    ASSERT_TRUE(Run(rt_->EnqueueGroupedAllreduce(ins, outs, opts)).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's copies below
+    for (size_t k = 0; k < out.size(); ++k) {
+      out[k]->Download();
+      in[k]->Download();
+      for (int64_t i = 0; i < out[k]->host().size(); ++i) {
+        ASSERT_EQ(out[k]->host().Get(i), (i % 7) * size_ * (size_ + 1) / 4.0)
+            << "tensor " << k << " element " << i << " smallest " << smallest;
+        ASSERT_EQ(in[k]->host().Get(i), (rank_ + 1) * (i % 7)) << "the input changed";
+      }
+    }
+  }
+}
+
+TEST_F(GpuAsync, ACapturedStreamIsRefusedByName) { ExpectCaptureRefused(*rt_, device_); }
 
 }  // namespace
 }  // namespace kolo::test

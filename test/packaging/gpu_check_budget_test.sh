@@ -70,17 +70,17 @@ wheel: ok in 10 s"
 # 80 s left after the build: a step starts only where its estimate fits, and
 # smaller steps after a skipped one still run.
 check "a slow build leaves room for the small steps only" 480 \
-  "build=400 gpu=10 torch1=20 racecheck=10 synccheck=10 tworanks=5" \
+  "build=400 gpu=10 memcheck=10 racecheck=10 synccheck=10 tworanks=5 torch2=10" \
   0 "nccl: ok in 0 s
 build: ok in 400 s, over its 120 s estimate
 gpu: ok in 10 s
-torch1: ok in 20 s
-speed: skipped (needs ~60 s, 50 s of the budget left)
-memcheck: skipped (needs ~60 s, 50 s of the budget left)
+torch1: skipped (needs ~80 s, 70 s of the budget left)
+speed: skipped (needs ~120 s, 70 s of the budget left)
+memcheck: ok in 10 s
 racecheck: ok in 10 s
 synccheck: ok in 10 s
 tworanks: ok in 5 s
-torch2: skipped (needs ~30 s, 25 s of the budget left)
+torch2: ok in 10 s
 hosts2: skipped (needs ~40 s, 25 s of the budget left)
 faults: skipped (needs ~40 s, 25 s of the budget left)
 resnet: skipped (needs ~60 s, 25 s of the budget left)
@@ -89,7 +89,7 @@ wheel: skipped (needs ~60 s, 25 s of the budget left)"
 check "a step that outruns the budget is cut there" 150 "build=100 gpu=60" \
   1 "build: ok in 100 s
 gpu: FAILED (exit 143, out of budget) in 50 s, over its 20 s estimate
-torch1: skipped (needs ~40 s, 0 s of the budget left)" build gpu torch1
+torch1: skipped (needs ~80 s, 0 s of the budget left)" build gpu torch1
 
 check "a failed build stops the rest" 480 "build=10:1" \
   1 "build: FAILED (exit 1) in 10 s

@@ -29,7 +29,8 @@ auto Fields(const Config& c) {
                   c.timeline_mark_cycles, c.stall_check_seconds, c.stall_shutdown_seconds,
                   c.stall_check_disabled, c.log_level, c.idle_tick_ms, c.piece_bytes,
                   c.in_place_threshold_bytes, c.shm_allreduce, c.shm_single_copy, c.shm_negotiation,
-                  c.hierarchical_allreduce, c.python, c.start_timeout_seconds);
+                  c.hierarchical_allreduce, c.async_completion, c.nccl_group_min_bytes, c.python,
+                  c.start_timeout_seconds);
 }
 
 // The defaults are written once, in Config's initializers; the table shows
@@ -61,6 +62,8 @@ TEST(Config, EverySettingShowsTheFieldItReads) {
       {"KOLO_STALL_CHECK_DISABLE", "1"},
       {"KOLO_LOG_LEVEL", "debug"},
       {"KOLO_HIERARCHICAL_ALLREDUCE", "1"},
+      {"KOLO_ENABLE_ASYNC_COMPLETION", "1"},
+      {"KOLO_NCCL_GROUP_MIN_BYTES", "2097152"},
       {"KOLO_IDLE_TICK_MS", "12.5"},
       {"KOLO_CALLER_RUNS", "0"},
       {"KOLO_PIECE_SIZE", "4096"},
@@ -319,7 +322,8 @@ TEST(Config, HorovodAliasesApplyInHorovodsUnits) {
              {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"},
              {"HOROVOD_STALL_CHECK_DISABLE", "1"},
              {"HOROVOD_LOG_LEVEL", "DEBUG"},
-             {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}};
+             {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+             {"HOROVOD_ENABLE_ASYNC_COMPLETION", "1"}};
   ConfigNotes notes;
   Result<Config> c = ParseConfig(env, {}, &notes);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -334,6 +338,7 @@ TEST(Config, HorovodAliasesApplyInHorovodsUnits) {
   EXPECT_TRUE(v.stall_check_disabled);
   EXPECT_EQ(v.log_level, LogLevel::kDebug);
   EXPECT_TRUE(v.hierarchical_allreduce);
+  EXPECT_TRUE(v.async_completion);
   EXPECT_EQ(notes.aliases_used.size(), env.size());
   EXPECT_TRUE(notes.aliases_overridden.empty());
   EXPECT_TRUE(notes.Warnings().empty());
@@ -349,7 +354,7 @@ TEST(Config, EveryHorovodAliasIsAHorovodName) {
     EXPECT_TRUE(s.horovod.translate) << s.name << " has an alias but no translation";
     EXPECT_NE(std::string(s.horovod.syntax), "") << s.name;
   }
-  EXPECT_EQ(aliases, 16);
+  EXPECT_EQ(aliases, 17);
 }
 
 TEST(Config, HorovodSwitchesReadLikeHorovod) {

@@ -1,8 +1,10 @@
 // The GPU path's parts that need no device: how the fusion copy kernel
 // splits a copy into 16-byte vectors (ops/copy_split.h), whether NCCL lets
 // ranks share a GPU (ops/shared_gpu.h), the pool its CUDA events are kept in
-// (ops/object_pool.h, here with objects that count themselves), and what a
-// waiting caller does next (runtime/caller_step.h). They run in every build.
+// (ops/object_pool.h, here with objects that count themselves), where a
+// collective is launched and whether a group goes as one NCCL group
+// (ops/gpu_launch.h), and what a waiting caller does next
+// (runtime/caller_step.h). They run in every build.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "ops/copy_split.h"
+#include "ops/gpu_launch.h"
 #include "ops/object_pool.h"
 #include "ops/shared_gpu.h"
 #include "runtime/caller_step.h"
@@ -213,6 +216,48 @@ TEST(CallerStep, StopsWhenDoneStoppedOrItsSliceOrPatienceIsOver) {
   // thread, whose rounds notice a lost rank; nothing on a device, no patience.
   EXPECT_EQ(NextCallerStep(false, false, true, false, true, 4), CallerStep::kStop);
   EXPECT_EQ(NextCallerStep(false, false, false, false, true, 4), CallerStep::kRunCycle);
+}
+
+// Streams stand in as distinct addresses; null is the legacy default stream.
+TEST(LaunchStream, OneCallerStreamIsUsedOnlyWithStreamOrderedCompletion) {
+  int a = 0, b = 0;
+  const LaunchStream on_a = ChooseLaunchStream(true, {&a, &a, &a});
+  EXPECT_TRUE(on_a.callers);
+  EXPECT_EQ(on_a.stream, &a);
+  // The legacy default stream is a stream like another.
+  const LaunchStream legacy = ChooseLaunchStream(true, {nullptr, nullptr});
+  EXPECT_TRUE(legacy.callers);
+  EXPECT_EQ(legacy.stream, nullptr);
+  // Two streams, none (a joined rank's zeros), or host-side completion:
+  // kolo's stream, after the callers'.
+  EXPECT_FALSE(ChooseLaunchStream(true, {&a, &b}).callers);
+  EXPECT_FALSE(ChooseLaunchStream(true, {&a, nullptr}).callers);
+  EXPECT_FALSE(ChooseLaunchStream(true, {}).callers);
+  EXPECT_FALSE(ChooseLaunchStream(false, {&a}).callers);
+}
+
+TEST(LaunchStream, ALaunchOnAnotherStreamWaitsForThePreviousOne) {
+  int a = 0, b = 0;
+  EXPECT_FALSE(WaitsForPreviousLaunch(false, nullptr, &a));  // the device's first
+  EXPECT_FALSE(WaitsForPreviousLaunch(true, &a, &a));        // stream order already
+  EXPECT_TRUE(WaitsForPreviousLaunch(true, &a, &b));
+  EXPECT_TRUE(WaitsForPreviousLaunch(true, nullptr, &a));
+  EXPECT_TRUE(WaitsForPreviousLaunch(true, &a, nullptr));
+}
+
+// AllreduceAsNcclGroup(counts, elem, min_bytes, in_steps, joined)
+TEST(NcclGroup, OnlyTensorsThatAreAllLargeEnoughGoAsAGroup) {
+  const int64_t mib = 1 << 20;
+  EXPECT_TRUE(AllreduceAsNcclGroup({mib / 4, mib / 4}, 4, mib, false, false));
+  EXPECT_TRUE(AllreduceAsNcclGroup({mib, 3 * mib, mib / 2}, 2, mib, false, false));
+  // One small tensor: the fusion buffer for all of them.
+  EXPECT_FALSE(AllreduceAsNcclGroup({mib, mib / 4 - 1}, 4, mib, false, false));
+  // One tensor is no group; 0 turns groups off.
+  EXPECT_FALSE(AllreduceAsNcclGroup({mib}, 4, mib, false, false));
+  EXPECT_FALSE(AllreduceAsNcclGroup({mib, mib}, 4, 0, false, false));
+  // Reductions in steps and a joined rank's zeros need one buffer.
+  EXPECT_FALSE(AllreduceAsNcclGroup({mib, mib}, 4, mib, true, false));
+  EXPECT_FALSE(AllreduceAsNcclGroup({mib, mib}, 4, mib, false, true));
 }
 
 }  // namespace
