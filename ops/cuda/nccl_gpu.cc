@@ -43,6 +43,7 @@ struct Pending {
   std::shared_ptr<Event> event;
   std::shared_ptr<CommState> comm;
   cudaStream_t stream = nullptr;  // where it ran
+  int device = 0;                 // the null stream is the current device's
 };
 
 Result<ncclDataType_t> NcclType(DataType dtype) {
@@ -381,6 +382,7 @@ class NcclGpu : public Gpu {
     auto* p = static_cast<Pending*>(token.get());
     const auto s = static_cast<cudaStream_t>(stream);
     if (s == p->stream) return Status::OK();
+    DeviceGuard guard(p->device);
     return CudaStatus(cudaStreamWaitEvent(s, p->event->get(), 0), "cudaStreamWaitEvent");
   }
 
@@ -515,6 +517,7 @@ class NcclGpu : public Gpu {
     KOLO_CUDA(cudaEventRecord(p->event->get(), s));
     p->comm = std::move(comm);
     p->stream = s;
+    p->device = d.device;
     d.last_done = p->event;
     d.last_stream = s;
     return Token(p);
