@@ -13,8 +13,12 @@
 #include <cstring>
 
 #include "bind_shim.h"
+#include "preloaded.h"
 
 namespace {
+
+using kolo::launcher::preloaded::ExecutableName;
+using kolo::launcher::preloaded::LauncherWrapper;
 
 using BindFunction = int (*)(int, const sockaddr*, socklen_t);
 
@@ -23,50 +27,11 @@ char g_interfaces[1024];  // ",lo,eth0," (set once, before any thread starts)
 // process manager in the executable itself, with no code of the user's.
 bool g_hydra_process = false;
 
-// The name of this process's executable, in `exe`.
-const char* ExecutableName(char (&exe)[4096]) {
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = '\0';
-  const char* slash = std::strrchr(exe, '/');
-  return slash ? slash + 1 : exe;
-}
-
-// Whether `name` is a process that starts the runtime's other processes and
-// must pass the shim on: Open MPI 5's `mpirun` runs `prterun` (PyPI's wheel
-// through `ompirun_wrapper`); Hydra's `mpiexec` forks this host's proxy,
-// whose listener the shim narrows. Open MPI 4.1's mpirun is orterun itself.
-bool LauncherWrapper(const char* name) {
-  return std::strcmp(name, "mpirun") == 0 || std::strcmp(name, "mpiexec") == 0 ||
-         std::strcmp(name, "mpiexec.hydra") == 0 || std::strcmp(name, "ompirun_wrapper") == 0;
-}
-
 // Hydra's programs: the launcher, and the proxies that start the ranks
 // (hydra_bstrap_proxy is Intel MPI's, which starts hydra_pmi_proxy on other hosts).
 bool HydraProgram(const char* name) {
   return std::strcmp(name, "mpiexec.hydra") == 0 || std::strcmp(name, "hydra_pmi_proxy") == 0 ||
          std::strcmp(name, "hydra_bstrap_proxy") == 0;
-}
-
-// Removes this library from LD_PRELOAD so that the processes Open MPI starts
-// do not inherit it (kolo-rank adds it back to the program when it is needed).
-void ForgetPreload() {
-  const char* preload = std::getenv("LD_PRELOAD");
-  if (preload == nullptr || std::strlen(preload) >= 4096) return;
-  char kept[4096] = {0};
-  char copy[4096];
-  std::strcpy(copy, preload);
-  char* save = nullptr;
-  for (char* entry = strtok_r(copy, ": ", &save); entry; entry = strtok_r(nullptr, ": ", &save)) {
-    const char* slash = std::strrchr(entry, '/');
-    if (std::strcmp(slash ? slash + 1 : entry, kolo::launcher::kBindLibraryName) == 0) continue;
-    if (kept[0] != '\0') std::strcat(kept, ":");
-    std::strcat(kept, entry);
-  }
-  if (kept[0] == '\0') {
-    unsetenv("LD_PRELOAD");
-  } else {
-    setenv("LD_PRELOAD", kept, 1);
-  }
 }
 
 __attribute__((constructor)) void Init() {
@@ -90,7 +55,8 @@ __attribute__((constructor)) void Init() {
       g_hydra_process = access(exe, X_OK) == 0;
     }
   }
-  if (!wrapper) ForgetPreload();
+  // kolo-rank adds it back to the program where it is needed.
+  if (!wrapper) kolo::launcher::preloaded::ForgetPreload(kolo::launcher::kBindLibraryName);
 }
 
 // Whether interface `i` is one the job lives on: its name is listed, or (IPv4)

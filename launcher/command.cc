@@ -63,16 +63,29 @@ void Interfaces(const LaunchPlan& plan, std::vector<std::string>* argv) {
   argv->insert(argv->end(), {"--mca", "btl_tcp_if_include", nics});
   if (!RuntimeOnJobNetwork(plan)) return;
   RuntimeParam(plan, "oob_tcp_if_include", "prte_if_include", nics, argv);
-  const bool own_agent =
-      Given(plan.extra_mpi_args, prrte ? "prte_launch_agent" : "orte_launch_agent");
-  if (!plan.bind_library.empty() && !own_agent) {
-    // Each host's daemon preloads the shim (mpirun's own environment is kolorun's to set).
-    const std::string daemon = prrte ? "prted" : "orted";
-    RuntimeParam(
-        plan, "orte_launch_agent", "prte_launch_agent",
-        "env LD_PRELOAD=" + plan.bind_library + " " + kBindInterfaces + "=" + nics + " " + daemon,
-        argv);
+}
+
+// Each host's daemon preloads kolorun's shims through its launch agent (mpirun's
+// own environment is kolorun's to set): the bind shim where the runtime lives on
+// the job's network, the PRRTE shim where kolo spawns. A launch agent of the
+// user's own wins.
+void DaemonPreloads(const LaunchPlan& plan, std::vector<std::string>* argv) {
+  const bool prrte = plan.dialect == MpiDialect::kPrrte;
+  if (Given(plan.extra_mpi_args, prrte ? "prte_launch_agent" : "orte_launch_agent")) return;
+  std::string preload;
+  std::string variables;
+  if (PreloadsPrrteShim(plan)) preload = plan.prrte_library;
+  if (!plan.bind_library.empty() && !plan.single_host && !plan.network_interfaces.empty() &&
+      RuntimeOnJobNetwork(plan)) {
+    std::string nics;
+    for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
+    preload += (preload.empty() ? "" : ":") + plan.bind_library;
+    variables = std::string(" ") + kBindInterfaces + "=" + nics;
   }
+  if (preload.empty()) return;
+  const std::string daemon = prrte ? "prted" : "orted";
+  RuntimeParam(plan, "orte_launch_agent", "prte_launch_agent",
+               "env LD_PRELOAD=" + preload + variables + " " + daemon, argv);
 }
 
 // How mpirun reaches the other hosts: ssh's port and key, the agent given in
@@ -96,6 +109,10 @@ void RemoteShell(const LaunchPlan& plan, std::vector<std::string>* argv) {
 
 }  // namespace
 
+bool PreloadsPrrteShim(const LaunchPlan& plan) {
+  return plan.dialect == MpiDialect::kPrrte && plan.fault_tolerant && !plan.prrte_library.empty();
+}
+
 bool RuntimeOnJobNetwork(const LaunchPlan& plan) {
   if (plan.dialect != MpiDialect::kPrrte || plan.single_host) return true;
   return !std::all_of(plan.network_interfaces.begin(), plan.network_interfaces.end(),
@@ -110,6 +127,7 @@ std::vector<std::string> BuildMpirunCommand(const LaunchPlan& plan) {
   argv.insert(argv.end(), {"-H", FormatHostSpec(plan.hosts)});
   MappingAndTransports(plan, &argv);
   Interfaces(plan, &argv);
+  DaemonPreloads(plan, &argv);
   RemoteShell(plan, &argv);
   for (const auto& [name, value] : plan.env) argv.insert(argv.end(), {"-x", name});
   // Ending a job, ORTE's daemons send SIGTERM and SIGKILL with a second's

@@ -36,6 +36,9 @@ struct LaunchPlan {
   // libkolo_bind.so (bind_shim.h), or "": across hosts, Open MPI's daemons
   // preload it so that they listen on `network_interfaces` only.
   std::string bind_library;
+  // libkolo_prrte.so (prrte_shim.h), or "": mpirun and its daemons preload it
+  // where kolo spawns into the job (PreloadsPrrteShim).
+  std::string prrte_library;
   // Variables every rank gets: name -> value (set on kolorun's side, sent with -x).
   std::map<std::string, std::string> env;
   // An incarnation of an elastic job: its ranks, once they must end, end at once.
@@ -54,6 +57,10 @@ struct LaunchPlan {
 // takes no loopback channel where another interface exists (mpirun exits
 // 213), so it talks on that other interface, where it must listen too.
 bool RuntimeOnJobNetwork(const LaunchPlan& plan);
+
+// Whether mpirun and its daemons preload the PRRTE shim (prrte_shim.h): on
+// PRRTE, in a fault-tolerant job, which kolo grows by MPI_Comm_spawn.
+bool PreloadsPrrteShim(const LaunchPlan& plan);
 
 // The argv that runs `plan`; `plan.env`'s variables are passed by name with
 // `-x NAME`, so their values must be in mpirun's own environment (kolorun's,

@@ -36,6 +36,7 @@
 #include "preflight.h"
 #include "program_check.h"
 #include "progress_line.h"
+#include "prrte_shim.h"
 #include "rendezvous.h"
 #include "supervise.h"
 
@@ -148,9 +149,9 @@ Result<std::vector<std::string>> UserVariables(const std::vector<std::string>& s
   return names;
 }
 
-// The bind shim beside kolorun (build tree, or an installed bin/), or "".
-std::string BindLibrary() {
-  const std::string path = SelfDir() + "/" + kBindLibraryName;
+// A shim beside kolorun (build tree, or an installed bin/), or "".
+std::string ShimBesideKolorun(const char* name) {
+  const std::string path = SelfDir() + "/" + name;
   return access(path.c_str(), R_OK) == 0 ? path : "";
 }
 
@@ -203,7 +204,8 @@ Result<LaunchPlan> PlanLaunch(const Options& o, const std::vector<HostSlots>& us
   plan.network_interfaces = o.network_interfaces;
   plan.single_host =
       std::all_of(used.begin(), used.end(), [](const HostSlots& h) { return IsLocalHost(h.host); });
-  plan.bind_library = BindLibrary();
+  plan.bind_library = ShimBesideKolorun(kBindLibraryName);
+  plan.prrte_library = ShimBesideKolorun(kPrrteLibraryName);
   Result<std::vector<std::string>> extra = SplitArgs(o.mpi_args);
   if (!extra.ok()) return extra.status();
   plan.extra_mpi_args = extra.value();
@@ -254,18 +256,21 @@ Result<std::string> StartRendezvous(RendezvousServer& server, const std::vector<
   return address + ":" + std::to_string(port.value());
 }
 
-// The variables mpirun itself starts with: the bind shim preloaded, and the
-// interfaces it may listen on (loopback for a job on this machine alone).
-void ListenOnlyWhereTheJobLives(const LaunchPlan& plan, const Variables& environment,
-                                Variables* mpirun_env) {
-  if (plan.bind_library.empty() || !RuntimeOnJobNetwork(plan)) return;
+// The variables mpirun itself starts with: the PRRTE shim preloaded where kolo
+// spawns, the bind shim with the interfaces it may listen on (loopback for a
+// job on this machine alone) where the runtime lives on the job's network.
+// Neither reaches the ranks (each takes itself out of their environment).
+void MpirunPreloads(const LaunchPlan& plan, const Variables& environment, Variables* mpirun_env) {
+  std::string preload = PreloadsPrrteShim(plan) ? plan.prrte_library : "";
   const std::string nics = plan.single_host ? "lo" : JoinComma(plan.network_interfaces);
-  if (nics.empty()) return;
-  auto preload = environment.find("LD_PRELOAD");
-  (*mpirun_env)["LD_PRELOAD"] =
-      plan.bind_library +
-      (preload == environment.end() || preload->second.empty() ? "" : ":" + preload->second);
-  (*mpirun_env)[kBindInterfaces] = nics;
+  if (!plan.bind_library.empty() && RuntimeOnJobNetwork(plan) && !nics.empty()) {
+    preload += (preload.empty() ? "" : ":") + plan.bind_library;
+    (*mpirun_env)[kBindInterfaces] = nics;
+  }
+  if (preload.empty()) return;
+  auto own = environment.find("LD_PRELOAD");
+  if (own != environment.end() && !own->second.empty()) preload += ":" + own->second;
+  (*mpirun_env)["LD_PRELOAD"] = preload;
 }
 
 // What kolo-rank will start on every host, found the way it will look.
@@ -428,7 +433,7 @@ Result<PlannedJob> PlanJob(Launcher& l, const std::vector<HostSlots>& used,
   const Variables launcher_env = hydra ? HydraLauncherVariables(plan, l.environment) : Variables();
   // The token goes to the ranks but is never printed.
   Variables launch_env = child_env;
-  ListenOnlyWhereTheJobLives(plan, l.environment, &launch_env);
+  MpirunPreloads(plan, l.environment, &launch_env);
   for (const auto& [k, v] : launcher_env) launch_env[k] = v;
   if (!o.dry_run) launch_env[env::kToken] = plan.env[env::kToken] = l.token;
   if (!o.dry_run && l.monitor != nullptr) {

@@ -13,7 +13,8 @@ one changes them.
 Environment (set by the test):
   ELASTIC_TEST_DIR    where the job leaves its marks
   ELASTIC_PAUSE_STEP  in generation 0, every rank stops after this global step,
-                      writes reached.0.<rank> ("<pid> <hostname>") and waits
+                      writes reached.0.<rank> ("<pid> <hostname> <job id>", the job id
+                      being kolorun's KOLO_ELASTIC_JOB, which names its commit stores) and waits
                       for the file go.0 (a kill test never writes it)
   ELASTIC_GO_RANKS    (optional) ranks that go on at the pause step without go.0:
                       each writes entering.0.<rank> before its next step's backward
@@ -123,7 +124,8 @@ def main():
                 state.step += 1
                 if generation == 0 and state.step == pause_step:
                     with open(os.path.join(test_dir, f"reached.0.{hvd.rank()}"), "w") as f:
-                        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+                        f.write(f"{os.getpid()} {socket.gethostname()} "
+                                f"{os.environ['KOLO_ELASTIC_JOB']}\n")
                     if first_rank not in go_ranks:
                         wait_for(os.path.join(test_dir, "go.0"))
                 if state.step % COMMIT_EVERY == 0:

@@ -346,18 +346,24 @@ def test_keras_fit_with_the_elastic_callbacks_survives_a_host_killed_mid_epoch(t
     assert {f[1:] for f in finals} == {("2", "3", finals[0][3])}, out
 
 
-def commit_stores():
-    return {d for d in os.listdir("/dev/shm") if d.startswith("kolo-elastic-")}
+def commit_store(job):
+    """This job's commit store on this machine (kolo-elastic-<its KOLO_ELASTIC_JOB>), named
+    by the mark that rank 0 wrote at the pause step."""
+    job_id = (job.dir / "reached.0.0").read_text().split()[2]
+    return os.path.join(os.environ.get("KOLO_ELASTIC_DIR") or "/dev/shm", "kolo-elastic-" + job_id)
 
 
 def test_past_the_reset_limit_the_job_ends_naming_it_with_the_failed_ranks_code(tmp_path):
-    stores = commit_stores()
     job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"],
               ["-np", "4", "--min-np", "2", "--reset-limit", "0"], pause_step=5)
+    job.wait_reached(4)
+    store = commit_store(job)
+    assert os.path.isdir(store), store  # step 4's commit is there
     kill_host_b(job)
     code, out = job.finish()
     assert code == 128 + signal.SIGKILL, out
     assert re.search(r"kolorun: .*--reset-limit", out), out
     assert not re.search(r"START gen=\d+ size=2", out), out
-    # The ranks' last commits (both "hosts" are this machine) went with the job.
-    assert commit_stores() <= stores, commit_stores() - stores
+    # The ranks' last commits (both "hosts" are this machine) went with the job; other
+    # jobs' stores (tests running beside this one) are theirs.
+    assert not os.path.exists(store), os.listdir(store)

@@ -113,6 +113,39 @@ TEST(PrrteCommand, AcrossHostsPrteParametersAndTheShimInPrted) {
   EXPECT_EQ(line.find("LD_PRELOAD"), std::string::npos) << line;
 }
 
+// Where kolo spawns (a fault-tolerant job), mpirun's daemons preload the PRRTE shim,
+// with the bind shim where the runtime lives on the job's network; a launch agent of
+// the user's own wins.
+TEST(PrrteCommand, FaultTolerantDaemonsPreloadThePrrteShim) {
+  LaunchPlan p = PrrtePlan();
+  p.prrte_library = "/k/libkolo_prrte.so";
+  std::string line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_FALSE(PreloadsPrrteShim(p));
+  EXPECT_EQ(line.find("prte_launch_agent"), std::string::npos) << line;
+  p.fault_tolerant = true;
+  EXPECT_TRUE(PreloadsPrrteShim(p));
+  line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_NE(line.find("--prtemca prte_launch_agent 'env LD_PRELOAD=/k/libkolo_prrte.so prted'"),
+            std::string::npos)
+      << line;
+  p.network_interfaces = {"eth1"};
+  p.bind_library = "/k/libkolo_bind.so";
+  line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_NE(line.find("--prtemca prte_launch_agent 'env LD_PRELOAD=/k/libkolo_prrte.so:"
+                      "/k/libkolo_bind.so KOLORUN_BIND_INTERFACES=eth1 prted'"),
+            std::string::npos)
+      << line;
+  p.extra_mpi_args = {"--prtemca", "prte_launch_agent", "/opt/prted"};
+  line = ShellQuote(BuildMpirunCommand(p));
+  EXPECT_EQ(line.find("LD_PRELOAD"), std::string::npos) << line;
+  // Open MPI 4.1 (ORTE) spawns nothing of kolo's: no PRRTE shim there.
+  p = PrrtePlan();
+  p.dialect = MpiDialect::kOrte;
+  p.fault_tolerant = true;
+  p.prrte_library = "/k/libkolo_prrte.so";
+  EXPECT_FALSE(PreloadsPrrteShim(p));
+}
+
 TEST(PrrteCommand, ManyHostsAndElastic) {
   LaunchPlan p = PrrtePlan();
   p.hosts.clear();
