@@ -31,6 +31,10 @@ Environment (set by the test):
                       initialized MPI (they wait in hvd.init() to join), rank 0's commit
                       writes "spawned" and waits for the file "killed" before it joins
                       them: the test kills them there
+  ELASTIC_NEW_PROCESS_WAITS  (optional) a process started to grow the job in place
+                      waits before hvd.init() for the file "trained", which rank 0 writes
+                      when its training function ends: the training ends while the new
+                      processes are being started
 Rank 0 prints "START gen=G size=S step=N pid=P" after each (re)start and
 "FINAL size=S step=N params=<float.hex ...>" at the end.
 """
@@ -84,6 +88,9 @@ def main():
     if os.environ.get("KOLO_ELASTIC_REPLACEMENT") == "1" and dies_joining:
         with open(os.path.join(os.environ["ELASTIC_TEST_DIR"], f"new.{os.getpid()}"), "w") as f:
             f.write("\n")
+    waits = bool(os.environ.get("ELASTIC_NEW_PROCESS_WAITS"))
+    if os.environ.get("KOLO_ELASTIC_REPLACEMENT") == "1" and waits:
+        wait_for(os.path.join(os.environ["ELASTIC_TEST_DIR"], "trained"))
     hvd.init()
     if dies_joining:
         hold_the_join_for_the_test(os.environ["ELASTIC_TEST_DIR"])
@@ -137,6 +144,9 @@ def main():
             state.epoch += 1
             state.train_sampler.set_epoch(state.epoch)
             state.commit()
+        if waits and hvd.rank() == 0:
+            with open(os.path.join(test_dir, "trained"), "w") as f:
+                f.write("\n")
 
     state = hvd.elastic.TorchState(model, optimizer, train_sampler=sampler, epoch=0, step=0)
     train(state)

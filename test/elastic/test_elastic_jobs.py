@@ -310,6 +310,39 @@ def test_replacements_that_die_while_joining_are_given_up_and_the_job_goes_on(tm
 
 
 @in_place_only
+def test_the_training_ends_before_joining_the_new_processes_end_and_the_job_ends_with_0(tmp_path):
+    # The survivors go on at np=2 from step 4's commit and rank 0 starts new processes on
+    # both hosts; these wait before hvd.init() until the training has ended. Rank 0 then
+    # waits for their MPI_Init and tells them there is nothing to join: they exit 0 (a new
+    # process whose parent had gone failed in MPI_Init, and mpirun with it), and the job
+    # ends well at np=2.
+    job = Job(tmp_path, [f"{HOST_A}:2", f"{HOST_B}:2"], ["-np", "4", "--min-np", "2"],
+              pause_step=5, extra_env={"ELASTIC_NEW_PROCESS_WAITS": "1"})
+    kill_one_rank_per_host(job)
+    code, out = job.finish(timeout=240)
+    assert code == 0, out
+    assert re.search(r"kolo: elastic: starting 2 new process\(es\) on "
+                     + re.escape(f"{HOST_A}:1,{HOST_B}:1"), out), out
+    assert re.search(r"kolo: elastic: the training ended before the new process\(es\) on "
+                     + re.escape(f"{HOST_A}:1,{HOST_B}:1") + " joined", out), out
+    # The new processes' lines are not tagged with a rank: kolorun keeps them in Open MPI's log.
+    log = re.search(r"kolorun: Open MPI wrote \d+ line\(s\) to (\S+)", out)
+    assert log, out
+    with open(log.group(1)) as f:
+        said = f.read()
+    assert len(re.findall(r"kolo: elastic: the training ended before this new process "
+                          r"\(pid \d+\) joined it; it is not needed and exits", said)) == 2, said
+    assert "could not be told to end" not in out, out
+    assert "grew in place" not in out, out
+    starts = re.findall(r"START gen=(\d+) size=(\d+) step=(\d+) pid=(\d+)", out)
+    assert [s[1:3] for s in starts] == [("4", "0"), ("2", "4")], out
+    assert len({s[3] for s in starts}) == 1, out  # no restart
+    size, params = final_params(out)
+    assert size == 2
+    assert params == reference.as_float64(reference.replay([(4, 4), (2, None)]))
+
+
+@in_place_only
 def test_a_host_added_by_discovery_joins_in_place(tmp_path):
     # A job on two hosts at np=2 commits at step 4 until the new processes on a third
     # host (which PRRTE adds to its allocation) joined; np=4 from there on.
