@@ -9,6 +9,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,7 +60,7 @@ PYBIND11_MODULE(_core, m) {
         // An mpi4py communicator's handle (MPI._handleof(comm)), of the job's MPI ABI.
         options.comm = comm_handle;
         options.world_ranks = std::move(world_ranks);  // init(comm=[ranks])
-        State().Init(options);
+        return State().Init(options);
       },
       py::arg("process_sets") = std::vector<std::vector<int>>(), py::arg("comm_handle") = 0,
       py::arg("world_ranks") = std::vector<int>());
@@ -90,6 +92,10 @@ PYBIND11_MODULE(_core, m) {
     return why.empty() ? std::string("failed") : why;
   });
   m.def("abandon_replacements", [] { Rt().AbandonReplacements(); });
+  m.def("release_replacements", [](double seconds) {
+    return State().ReleaseReplacements(
+        std::chrono::milliseconds(static_cast<int64_t>(std::max(seconds, 0.0) * 1000)));
+  });
   m.def("grow_in_place", [] { return State().GrowInPlace(); });
   m.def("is_initialized", [] { return State().running(); });
   m.def("rank", [] { return Rt().rank(); });

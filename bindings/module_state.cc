@@ -40,9 +40,9 @@ std::unique_lock<std::mutex> ModuleState::LockLifecycle() {
   return std::unique_lock<std::mutex>(lifecycle_);
 }
 
-void ModuleState::Init(const InitOptions& options) {
+bool ModuleState::Init(const InitOptions& options) {
   std::unique_lock<std::mutex> lock = LockLifecycle();
-  if (running()) return;
+  if (running()) return true;
   if (runtime_ && !shut_down_here_) {
     // init() is collective over every rank. kolo stopped here on its own (no
     // shutdown() on this rank): another rank shut it down, or the background
@@ -57,9 +57,11 @@ void ModuleState::Init(const InitOptions& options) {
                      "exit) and start the job again."));
   }
   Result<std::unique_ptr<Runtime>> created = Runtime::Create(options);
+  if (!created.ok() && created.status().code() == StatusCode::kAborted) return false;
   if (!created.ok()) Raise(created.status());
   runtime_ = std::move(created).value();
   shut_down_here_ = false;
+  return true;
 }
 
 void ModuleState::Shutdown() {
@@ -137,6 +139,14 @@ bool ModuleState::GrowInPlace() {
   runtime_ = std::move(created);
   shut_down_here_ = false;
   return true;
+}
+
+std::string ModuleState::ReleaseReplacements(std::chrono::milliseconds patience) {
+  std::unique_lock<std::mutex> lock = LockLifecycle();
+  if (!runtime_) return "";
+  py::gil_scoped_release release;
+  Status released = runtime_->ReleaseReplacements(patience);
+  return released.ok() ? std::string() : released.message();
 }
 
 Runtime& ModuleState::runtime() {

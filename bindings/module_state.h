@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,8 +36,9 @@ class ModuleState {
   Runtime* runtime_or_null() const { return shut_down_here_ ? nullptr : runtime_.get(); }
 
   // Makes the runtime, unless one is running (like Horovod's, init() is
-  // idempotent).
-  void Init(const InitOptions& options);
+  // idempotent). False, with no runtime, in a process that kolo started to
+  // grow a job in place when that job ended before it joined: it is not needed.
+  bool Init(const InitOptions& options);
   // Marks the runtime shut down here, then shuts it down without the GIL.
   void Shutdown();
   // After a lost rank, under fault tolerance: the runtime stopped and
@@ -52,6 +54,10 @@ class ModuleState {
   // and the merge waits for it); the process must then leave. Raises when it
   // failed.
   bool GrowInPlace();
+  // Rank 0 at the end of the training (Runtime::ReleaseReplacements), without
+  // the GIL: "" when the new processes still starting were told to end, or
+  // none were starting; else why not.
+  std::string ReleaseReplacements(std::chrono::milliseconds patience);
 
   // The runtime, for queries and enqueues; raises when kolo is not
   // initialized or this process shut it down. After another rank's shutdown

@@ -23,6 +23,10 @@ constexpr const char* kEnvProgram = "/usr/bin/env";
 // How long rank 0 waits at the join for the new processes to answer. They
 // wait in JoinAsReplacement since their start, so a live one answers at once.
 constexpr std::chrono::seconds kNewProcessPatience{10};
+// What rank 0 tells the new processes on the pair once they all answered:
+// join the job at this commit, or end (the job ended before they joined).
+constexpr int kJoin = 1;
+constexpr int kNothingToJoin = 0;
 
 Status GrowStatus(int rc, const char* call) {
   Status s = MpiStatus(rc, call);
@@ -142,6 +146,15 @@ Status ReplacementSpawn::status() const {
   return outcome_->status;
 }
 
+bool ReplacementSpawn::WaitUntilDone(std::chrono::milliseconds patience) const {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (!Done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 Result<MPI_Comm> ReplacementSpawn::Take() {
   if (!Done()) return Status::PreconditionFailed("the new processes are still starting");
   if (thread_.joinable()) thread_.join();
@@ -199,6 +212,12 @@ Status NewProcessesAnswer(MPI_Comm pair) {
                          " s of the join: stopped, or dead after initializing MPI");
 }
 
+// Rank 0, once every new process answered: what they are to do (kJoin or
+// kNothingToJoin), the word they wait for after the barrier.
+Status TellNewProcesses(MPI_Comm pair, int word) {
+  return GrowStatus(MPI_Bcast(&word, 1, MPI_INT, 0, pair), "MPI_Bcast to the new processes");
+}
+
 }  // namespace
 
 Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair) {
@@ -208,6 +227,7 @@ Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair) {
   if (rank == 0) {
     paired = pair == MPI_COMM_NULL ? Status::Aborted("rank 0 has no spawned processes")
                                    : NewProcessesAnswer(pair);
+    if (paired.ok()) paired = TellNewProcesses(pair, kJoin);
   }
   // Rank 0 tells the others whether the new processes came: if not, nobody
   // goes on to the bridge, and the ranks stay as they were.
@@ -218,6 +238,14 @@ Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair) {
   }
   // In the pair, rank 0 is 0 and the first new process is 1.
   return BridgeAndMerge(ranks, &pair, /*remote_leader=*/1, /*high=*/false);
+}
+
+Status DismissReplacements(MPI_Comm pair) {
+  // A pair that did not answer is revoked and left as it is (NewProcessesAnswer).
+  KOLO_RETURN_IF_ERROR(NewProcessesAnswer(pair));
+  Status told = TellNewProcesses(pair, kNothingToJoin);
+  MPI_Comm_free(&pair);
+  return told;
 }
 
 Result<MPI_Comm> JoinAsReplacement() {
@@ -237,6 +265,13 @@ Result<MPI_Comm> JoinAsReplacement() {
   rc = MPI_Ibarrier(pair, &request);
   if (rc == MPI_SUCCESS) rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
   KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Ibarrier with the rank that started us"));
+  int word = kNothingToJoin;
+  rc = MPI_Bcast(&word, 1, MPI_INT, 0, pair);
+  KOLO_RETURN_IF_ERROR(GrowStatus(rc, "MPI_Bcast from the rank that started us"));
+  if (word == kNothingToJoin) {
+    MPI_Comm_free(&pair);
+    return Status::Aborted("the job ended before this new process joined it");
+  }
   return BridgeAndMerge(MPI_COMM_WORLD, &pair, /*remote_leader=*/0, /*high=*/true);
 }
 

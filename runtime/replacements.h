@@ -12,11 +12,14 @@
 // pair that the new processes still answer, and the pair bridges an
 // MPI_Intercomm_create between the old ranks' communicator and the new
 // processes' MPI_COMM_WORLD; a merge makes it one, the old ranks first in
-// their order, the new ones after them.
+// their order, the new ones after them. When the job ends before that
+// commit, rank 0 waits for the spawn to return and tells the new processes on
+// the pair that there is nothing to join; they end without an error.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +59,8 @@ class ReplacementSpawn {
   bool Done() const;
   // Once Done(): whether they succeeded, or why not.
   Status status() const;
+  // Waits up to `patience` for Done(); whether it came.
+  bool WaitUntilDone(std::chrono::milliseconds patience) const;
   // Once Done(): the pair communicator of this rank and the new processes (the
   // caller owns it), or why the spawn failed.
   Result<MPI_Comm> Take();
@@ -82,9 +87,15 @@ class ReplacementSpawn {
 // the reason, and `ranks` can go on as they were; the new processes' joins fail.
 Result<MPI_Comm> MergeReplacements(MPI_Comm ranks, MPI_Comm pair);
 
+// Rank 0, when the job ends before the new processes joined: tells them on
+// `pair` (Take(); freed here) that there is nothing to join. Fails, naming
+// why, when they do not all answer (as MergeReplacements).
+Status DismissReplacements(MPI_Comm pair);
+
 // In a process that kolo spawned as a replacement (KOLO_ELASTIC_REPLACEMENT=1
 // and a parent): waits until the ranks merge it in; returns the merged
-// communicator. MPI_COMM_NULL when this process is no replacement.
+// communicator. MPI_COMM_NULL when this process is no replacement; kAborted
+// when the job ended before it joined (DismissReplacements): it is not needed.
 Result<MPI_Comm> JoinAsReplacement();
 
 }  // namespace kolo

@@ -74,7 +74,15 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl).value()));
 }
 
-Status Runtime::Shutdown() { return impl_ ? impl_->Shutdown() : Status::OK(); }
+Status Runtime::Shutdown() {
+  // New processes that initialized MPI and wait to join would fail once this
+  // rank (rank 0, the one they are connected to) has gone: they are told to end.
+  if (spawn_ && spawn_->Done()) {
+    Status released = ReleaseReplacements(std::chrono::milliseconds(0));
+    if (!released.ok()) KOLO_LOG(kWarning) << "the new processes: " << released.message();
+  }
+  return impl_ ? impl_->Shutdown() : Status::OK();
+}
 
 Result<std::unique_ptr<Runtime>> Runtime::ResumeOnSurvivors() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");
@@ -118,6 +126,20 @@ Runtime::Replacements Runtime::replacements(std::string* why) {
 }
 
 void Runtime::AbandonReplacements() { spawn_.reset(); }
+
+Status Runtime::ReleaseReplacements(std::chrono::milliseconds patience) {
+  if (!spawn_) return Status::OK();
+  if (!spawn_->WaitUntilDone(patience)) {
+    spawn_.reset();
+    return Status::Aborted("they did not initialize MPI within " +
+                           std::to_string(patience.count() / 1000) +
+                           " s: dead, or stuck before hvd.init()");
+  }
+  Result<MPI_Comm> pair = spawn_->Take();
+  spawn_.reset();
+  if (!pair.ok()) return pair.status();
+  return DismissReplacements(pair.value());
+}
 
 Result<std::unique_ptr<Runtime>> Runtime::GrowInPlace() {
   if (!impl_) return Status::PreconditionFailed("kolo is not running");

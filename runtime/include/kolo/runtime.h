@@ -12,6 +12,7 @@
 // ranks, whose matching collective fails too (nobody waits for it).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,7 +52,9 @@ class Runtime {
  public:
   // Initializes MPI if needed, reads the configuration (environment, then
   // `options.settings`), creates the communicators and starts the background
-  // thread. Collective over `options.comm`.
+  // thread. Collective over `options.comm`. In a process that kolo started to
+  // grow a job in place, kAborted when that job ended before this process
+  // joined it (ReleaseReplacements): it is not needed.
   static Result<std::unique_ptr<Runtime>> Create(const InitOptions& options);
 
   // Shuts down coordinated with the other ranks: every pending handle on every
@@ -95,6 +98,14 @@ class Runtime {
   // returned runs on this job's ranks alone, and its replacements() on rank 0
   // says kFailed once, with why.
   Result<std::unique_ptr<Runtime>> GrowInPlace();
+  // Rank 0, when the job ends before the new processes joined: waits up to
+  // `patience` for them to initialize MPI (MPI_Comm_spawn returns only then),
+  // and tells them that there is nothing to join, so that they end with exit
+  // code 0 (their Create returns kAborted). Fails, naming why, when they did
+  // not initialize MPI within `patience` (the spawn is then given up: a new
+  // process whose parent has gone fails in MPI_Init), failed to start, or did
+  // not answer. Nothing to do (OK) when none are starting.
+  Status ReleaseReplacements(std::chrono::milliseconds patience);
 
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
