@@ -2,6 +2,8 @@
 ``HorovodBasics``: the same names, return types and errors)."""
 import atexit
 import numbers
+import os
+import sys
 
 from kolo import _core
 from kolo.common import launch_checks as _checks
@@ -83,7 +85,8 @@ def _start(comm=None, process_sets=None):
         world_ranks = _world_ranks(comm)
         if world_ranks is None:
             registered, sets = _ps._prepare_init(process_sets, comm)
-            _core.init(registered, _comm_handle(comm))
+            if not _core.init(registered, _comm_handle(comm)):
+                _end_as_not_needed()
         else:
             if _ps._has_comm_sets(process_sets):
                 raise NotImplementedError(  # Horovod's words
@@ -95,6 +98,17 @@ def _start(comm=None, process_sets=None):
         _reset_run()
         _ps._finish_init(registered, sets, _core.size())
     _ps.global_process_set.ranks = list(range(_core.size()))
+
+
+def _end_as_not_needed():
+    """In a process that kolo started to grow an elastic job in place (Open MPI 5): the
+    training ended before this process joined it. It is no part of the job, and ends with
+    exit code 0 (MPI is finalized at the exit)."""
+    sys.stdout.flush()
+    sys.stderr.write("kolo: elastic: the training ended before this new process (pid %d) "
+                     "joined it; it is not needed and exits\n" % os.getpid())
+    sys.stderr.flush()
+    raise SystemExit(0)
 
 
 # Called on init() and shutdown(): each binding's handle table belongs to the run that
@@ -165,6 +179,14 @@ def replacements():
 def abandon_replacements():
     """Gives up the processes of start_replacements that are still starting."""
     _core.abandon_replacements()
+
+
+def release_replacements(patience):
+    """Rank 0, when the training ended before the processes of start_replacements joined:
+    waits up to ``patience`` seconds for them to initialize MPI, then tells them that there
+    is nothing to join (they exit with code 0). Returns "" when they were told (or none were
+    starting), else why not."""
+    return _core.release_replacements(float(patience))
 
 
 def grow_in_place():

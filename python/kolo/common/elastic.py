@@ -309,6 +309,7 @@ def _run_elastic(env, func, state, args, kwargs):
         except KoloInternalError as e:
             env = _shrink_in_place(env, state, e)
             resume = elastic_resume.resume_in_place
+    _release_new_processes()
     state._store.close(remove=True)
     state._env = None
     return result
@@ -364,6 +365,22 @@ def _join_new_processes(state):
     if basics.rank() == 0:
         elastic_grow.give_up(state._env, basics.replacements())
     return False
+
+
+def _release_new_processes():
+    """Every rank, once the training ended: the processes that rank 0 is starting, which
+    no commit joins now, are told to end (``elastic_grow.release``), and the other ranks
+    wait for it: PRRTE fails a new process's MPI_Init once its parent, or every process of
+    the job on its host, has ended. A rank lost after the training ended leaves nothing to
+    do together."""
+    def release():
+        if elastic_grow.starting:
+            elastic_grow.release()
+        return 0
+    try:
+        _rank0_answer(release, "kolo.elastic.released")
+    except KoloInternalError:
+        pass
 
 
 def _grown(env, hosts):

@@ -102,6 +102,22 @@ def give_up(env, why):
     del starting[:]
 
 
+def release():
+    """Rank 0, when the training ended before the processes being started joined (no
+    commit will join them now): they are told to end, once they have initialized MPI (a
+    new process whose parent has gone fails in MPI_Init), within what is left of their
+    patience (KOLO_START_TIMEOUT)."""
+    where = elastic_env.format_slots(starting)
+    left = max(0.0, _new_process_patience() - (time.monotonic() - _started_at[0]))
+    say("the training ended before the new process(es) on %s joined; they are told to "
+        "end once they have initialized MPI (up to %.0f s)" % (where, left))
+    why = basics.release_replacements(left)
+    if why:
+        say("the new process(es) on %s could not be told to end (%s); mpirun reports how "
+            "they end" % (where, why))
+    del starting[:]
+
+
 def take_starting():
     """The hosts of the processes that just joined (one per slot); none start any more."""
     hosts = list(starting)
