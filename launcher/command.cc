@@ -46,8 +46,14 @@ void MappingAndTransports(const LaunchPlan& plan, std::vector<std::string>* argv
                {"--mca", "btl", "self," + shared_memory + (plan.single_host ? "" : ",tcp")});
 }
 
-// Where Open MPI's out-of-band channel and TCP transport live, and the bind
-// shim in every host's daemon.
+// The job's interfaces as Open MPI's settings list them: "eth0,eth1".
+std::string JobInterfaces(const LaunchPlan& plan) {
+  std::string nics;
+  for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
+  return nics;
+}
+
+// Where Open MPI's out-of-band channel and TCP transport live.
 void Interfaces(const LaunchPlan& plan, std::vector<std::string>* argv) {
   const bool prrte = plan.dialect == MpiDialect::kPrrte;
   // On one host: ORTE's channel on loopback. PRRTE refuses a loopback-only
@@ -58,8 +64,7 @@ void Interfaces(const LaunchPlan& plan, std::vector<std::string>* argv) {
     return;
   }
   if (plan.network_interfaces.empty()) return;
-  std::string nics;
-  for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
+  const std::string nics = JobInterfaces(plan);
   argv->insert(argv->end(), {"--mca", "btl_tcp_if_include", nics});
   if (!RuntimeOnJobNetwork(plan)) return;
   RuntimeParam(plan, "oob_tcp_if_include", "prte_if_include", nics, argv);
@@ -77,10 +82,8 @@ void DaemonPreloads(const LaunchPlan& plan, std::vector<std::string>* argv) {
   if (PreloadsPrrteShim(plan)) preload = plan.prrte_library;
   if (!plan.bind_library.empty() && !plan.single_host && !plan.network_interfaces.empty() &&
       RuntimeOnJobNetwork(plan)) {
-    std::string nics;
-    for (const std::string& n : plan.network_interfaces) nics += (nics.empty() ? "" : ",") + n;
     preload += (preload.empty() ? "" : ":") + plan.bind_library;
-    variables = std::string(" ") + kBindInterfaces + "=" + nics;
+    variables = std::string(" ") + kBindInterfaces + "=" + JobInterfaces(plan);
   }
   if (preload.empty()) return;
   const std::string daemon = prrte ? "prted" : "orted";
