@@ -214,7 +214,7 @@ class NcclGpu : public Gpu {
 
   Result<std::shared_ptr<void>> MarkReady(int device, void* stream) override {
     DeviceGuard guard(device);
-    KOLO_RETURN_IF_ERROR(CheckStream(device, stream));
+    KOLO_RETURN_IF_ERROR(NotCapturing(stream));
     KOLO_ASSIGN_OR_RETURN(std::shared_ptr<Event> event, Events(device).Take());
     KOLO_CUDA(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)));
     return std::shared_ptr<void>(std::move(event));
@@ -222,6 +222,11 @@ class NcclGpu : public Gpu {
 
   Status CheckStream(int device, void* stream) override {
     DeviceGuard guard(device);
+    return NotCapturing(stream);
+  }
+
+  // CheckStream's test, for a caller that made the stream's device current.
+  static Status NotCapturing(void* stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     KOLO_CUDA(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
     if (capture == cudaStreamCaptureStatusNone) return Status::OK();
